@@ -1,0 +1,179 @@
+// zipcomm wire format v1: constants, header and layout arithmetic (docs/FORMAT.md is the specification).
+// Everything here is constexpr/host-device so host reference code and device kernels agree by construction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "config.hpp"
+
+namespace zipcomm {
+
+enum class DType : uint8_t { bf16 = 1, fp16 = 2, fp32 = 3 };
+enum class CodeId : uint8_t { gaussian = 1, window3 = 2 };
+
+ZIPCOMM_HOST_DEVICE const char* dtype_name(DType d) {
+  return d == DType::bf16 ? "bf16" : d == DType::fp16 ? "fp16" : d == DType::fp32 ? "fp32" : "?";
+}
+ZIPCOMM_HOST_DEVICE bool dtype_valid(uint8_t d) { return d >= 1 && d <= 3; }
+ZIPCOMM_HOST_DEVICE bool code_valid(uint8_t c) { return c >= 1 && c <= 2; }
+
+namespace format {
+
+constexpr uint32_t MAGIC = 0x4D43505Au;  // bytes "ZPCM" in memory order
+constexpr uint8_t VERSION = 1;
+constexpr uint32_t HEADER_BYTES = 64;
+
+constexpr int LANES = 32;                  // lane streams per chunk (one warp)
+constexpr int ITEMS_PER_LANE = 8;          // consecutive elements a lane owns in a tile (16 B of bf16)
+constexpr int TILE_ELEMS = LANES * ITEMS_PER_LANE;  // 256: one anchor (local scale) per tile
+constexpr int CHUNK_TILES = 64;
+constexpr int CHUNK_ELEMS = TILE_ELEMS * CHUNK_TILES;  // 16384: unit of independent decoding
+constexpr int CHUNK_HEADER_BYTES = 80;     // anchors (64) + fractions (16), full chunk
+constexpr uint32_t CODED_WORD_LIMIT = 2048;  // a chunk is coded only if its word stream fits 8 KiB
+constexpr uint32_t ALIGN = 16;
+
+ZIPCOMM_HOST_DEVICE constexpr uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+ZIPCOMM_HOST_DEVICE constexpr uint64_t div_up(uint64_t x, uint64_t a) { return (x + a - 1) / a; }
+
+/// Bit layout of one element type. Sign and mantissa ("raw bits") are stored apart from the exponent.
+template <DType D>
+struct Traits;
+template <>
+struct Traits<DType::bf16> {
+  using Bits = uint16_t;
+  static constexpr int EXP_BITS = 8, MANT_BITS = 7, TOTAL_BITS = 16;
+  static constexpr uint32_t ELEM_BYTES = 2;
+};
+template <>
+struct Traits<DType::fp16> {
+  using Bits = uint16_t;
+  static constexpr int EXP_BITS = 5, MANT_BITS = 10, TOTAL_BITS = 16;
+  static constexpr uint32_t ELEM_BYTES = 2;
+};
+template <>
+struct Traits<DType::fp32> {
+  using Bits = uint32_t;
+  static constexpr int EXP_BITS = 8, MANT_BITS = 23, TOTAL_BITS = 32;
+  static constexpr uint32_t ELEM_BYTES = 4;
+};
+
+ZIPCOMM_HOST_DEVICE constexpr uint32_t elem_bytes(DType d) { return d == DType::fp32 ? 4u : 2u; }
+ZIPCOMM_HOST_DEVICE constexpr int exp_bits(DType d) { return d == DType::fp16 ? 5 : 8; }
+
+/// Fixed part of the stream header (64 bytes, little-endian).
+struct Header {
+  uint32_t magic;
+  uint8_t version;
+  uint8_t dtype;
+  uint8_t code;
+  uint8_t chunk_log2;       // log2(CHUNK_ELEMS); fixed at 14 in v1, stored so readers can check
+  uint64_t num_elements;
+  uint64_t total_bytes;     // whole compressed stream, header included
+  uint64_t plane1_offset;   // byte offsets from the start of the stream
+  uint64_t table_offset;
+  uint64_t exp_offset;
+  uint32_t header_check;    // FNV-1a over bytes [0, 48) of the header
+  uint32_t reserved0;
+  uint32_t reserved1;
+  uint32_t reserved2;
+};
+static_assert(sizeof(Header) == HEADER_BYTES, "header is 64 bytes");
+
+/// Where each section of a stream of `n` elements of `dtype` lives. Depends only on (dtype, n).
+struct Layout {
+  uint64_t n;
+  uint64_t num_chunks;
+  uint64_t num_tiles;
+  uint64_t plane0_offset, plane0_bytes;  // one byte per element
+  uint64_t plane1_offset, plane1_bytes;  // fp16: 3 bit-planes per tile; fp32: 2 bytes per element
+  uint64_t table_offset;                 // num_chunks x uint64 end offsets into the exponent section
+  uint64_t exp_offset;                   // exponent section: one 16-byte aligned stream per chunk
+};
+
+ZIPCOMM_HOST_DEVICE Layout layout_for(DType dtype, uint64_t n) {
+  Layout l{};
+  l.n = n;
+  l.num_chunks = div_up(n, CHUNK_ELEMS);
+  l.num_tiles = div_up(n, TILE_ELEMS);
+  l.plane0_offset = HEADER_BYTES;
+  l.plane0_bytes = n;
+  l.plane1_offset = align_up(l.plane0_offset + l.plane0_bytes, ALIGN);
+  l.plane1_bytes = dtype == DType::fp16 ? l.num_tiles * 96 : dtype == DType::fp32 ? 2 * n : 0;
+  l.table_offset = align_up(l.plane1_offset + l.plane1_bytes, ALIGN);
+  l.exp_offset = align_up(l.table_offset + 8 * l.num_chunks, ALIGN);
+  return l;
+}
+
+/// Elements in chunk `c` of a stream of n elements.
+ZIPCOMM_HOST_DEVICE uint32_t chunk_elems(uint64_t n, uint64_t c) {
+  uint64_t first = c * CHUNK_ELEMS;
+  uint64_t left = n > first ? n - first : 0;
+  return static_cast<uint32_t>(left < CHUNK_ELEMS ? left : CHUNK_ELEMS);
+}
+ZIPCOMM_HOST_DEVICE uint32_t chunk_tiles(uint32_t elems) { return static_cast<uint32_t>(div_up(elems, TILE_ELEMS)); }
+/// Anchors (one byte per tile), then 2-bit fractions packed four per byte, rounded up to a word.
+ZIPCOMM_HOST_DEVICE uint32_t chunk_header_bytes(uint32_t tiles) {
+  return static_cast<uint32_t>(align_up(tiles + div_up(tiles, 4), 4));
+}
+/// Size of a chunk stored raw: exponents packed LSB-first, EXP_BITS each, padded to 16 bytes.
+ZIPCOMM_HOST_DEVICE uint32_t raw_chunk_bytes(DType d, uint32_t elems) {
+  return static_cast<uint32_t>(align_up(div_up(static_cast<uint64_t>(elems) * exp_bits(d), 8), ALIGN));
+}
+ZIPCOMM_HOST_DEVICE uint32_t coded_chunk_bytes(uint32_t tiles, uint32_t words) {
+  return static_cast<uint32_t>(align_up(chunk_header_bytes(tiles) + 4ull * words, ALIGN));
+}
+/// The encoder's rule for keeping a chunk coded (part of the format so host and device agree on bytes).
+ZIPCOMM_HOST_DEVICE bool chunk_stays_coded(DType d, uint32_t elems, uint32_t words) {
+  return words <= CODED_WORD_LIMIT && coded_chunk_bytes(chunk_tiles(elems), words) < raw_chunk_bytes(d, elems);
+}
+
+/// Upper bound of the compressed size of n elements (every chunk raw).
+ZIPCOMM_HOST_DEVICE uint64_t max_compressed_bytes(DType dtype, uint64_t n) {
+  Layout l = layout_for(dtype, n);
+  uint64_t full = n / CHUNK_ELEMS;
+  uint32_t tail = static_cast<uint32_t>(n - full * CHUNK_ELEMS);
+  return l.exp_offset + full * raw_chunk_bytes(dtype, CHUNK_ELEMS) + (tail ? raw_chunk_bytes(dtype, tail) : 0);
+}
+
+ZIPCOMM_HOST_DEVICE uint32_t fnv1a(const uint8_t* p, uint32_t len) {
+  uint32_t h = 2166136261u;
+  for (uint32_t i = 0; i < len; ++i) h = (h ^ p[i]) * 16777619u;
+  return h;
+}
+
+ZIPCOMM_HOST_DEVICE Header make_header(DType dtype, CodeId code, uint64_t n, uint64_t total_bytes) {
+  Layout l = layout_for(dtype, n);
+  Header h{};
+  h.magic = MAGIC;
+  h.version = VERSION;
+  h.dtype = static_cast<uint8_t>(dtype);
+  h.code = static_cast<uint8_t>(code);
+  h.chunk_log2 = 14;
+  h.num_elements = n;
+  h.total_bytes = total_bytes;
+  h.plane1_offset = l.plane1_offset;
+  h.table_offset = l.table_offset;
+  h.exp_offset = l.exp_offset;
+  h.header_check = fnv1a(reinterpret_cast<const uint8_t*>(&h), 48);
+  return h;
+}
+
+/// Checks everything in a header that can be checked without the rest of the stream.
+ZIPCOMM_HOST_DEVICE Status validate_header(const Header& h, uint64_t available_bytes) {
+  if (h.magic != MAGIC || h.version != VERSION || !dtype_valid(h.dtype) || !code_valid(h.code) ||
+      h.chunk_log2 != 14)
+    return Status::bad_header;
+  if (fnv1a(reinterpret_cast<const uint8_t*>(&h), 48) != h.header_check) return Status::bad_header;
+  if (h.num_elements > (uint64_t(1) << 50)) return Status::bad_header;
+  Layout l = layout_for(static_cast<DType>(h.dtype), h.num_elements);
+  if (h.plane1_offset != l.plane1_offset || h.table_offset != l.table_offset || h.exp_offset != l.exp_offset)
+    return Status::bad_header;
+  if (h.total_bytes < l.exp_offset || h.total_bytes > max_compressed_bytes(static_cast<DType>(h.dtype), h.num_elements))
+    return Status::bad_header;
+  if (h.total_bytes > available_bytes) return Status::corrupt_stream;  // truncated
+  return Status::ok;
+}
+
+}  // namespace format
+}  // namespace zipcomm
