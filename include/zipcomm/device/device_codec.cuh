@@ -1,0 +1,77 @@
+// Device-wide, stream-ordered compress/decompress entry points (CUB style: a first call with
+// d_temp_storage == nullptr only reports temp_storage_bytes). They allocate nothing, never synchronize the
+// host, and write the compressed size and a Status to device memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../config.hpp"
+#include "../format.hpp"
+#include "../thread/exponent_code.hpp"
+#include "detail/codec_kernels.cuh"
+
+namespace zipcomm {
+namespace device {
+
+/// Compresses n elements of dtype D (raw bits at d_in, any alignment) into d_out (16-byte aligned, capacity
+/// out_capacity >= format::max_compressed_bytes(D, n)). Writes the stream size to *d_out_bytes and the
+/// outcome to *d_status (both device memory). Returns a launch error, or cudaErrorInvalidValue for bad
+/// arguments detectable on the host.
+template <DType D, class Code = thread::GaussianCode>
+cudaError_t compress(void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in, uint64_t n, void* d_out,
+                     uint64_t out_capacity, uint64_t* d_out_bytes, Status* d_status, cudaStream_t stream = 0) {
+  return detail::launch_compress<D, Code>(d_temp_storage, temp_storage_bytes, d_in, n, d_out, out_capacity,
+                                          d_out_bytes, d_status, stream);
+}
+
+/// Decompresses the stream at d_in (16-byte aligned, in_bytes readable) into d_out (any alignment, room for
+/// out_capacity_elems elements). The element count comes from the stream header, on the device; a stream
+/// of another dtype or code, or one that does not fit, gives an error Status. Nothing is written past
+/// out_capacity_elems elements, and nothing is read past in_bytes.
+template <DType D, class Code = thread::GaussianCode>
+cudaError_t decompress(void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in, uint64_t in_bytes,
+                       void* d_out, uint64_t out_capacity_elems, Status* d_status, cudaStream_t stream = 0) {
+  return detail::launch_decompress<D, Code>(d_temp_storage, temp_storage_bytes, d_in, in_bytes, d_out,
+                                            out_capacity_elems, d_status, stream);
+}
+
+/// Run-time dispatch over (dtype, code), for tools that learn the dtype at run time. Instantiates all six.
+inline cudaError_t compress(DType dtype, CodeId code, void* d_temp_storage, size_t& temp_storage_bytes,
+                            const void* d_in, uint64_t n, void* d_out, uint64_t out_capacity, uint64_t* d_out_bytes,
+                            Status* d_status, cudaStream_t stream = 0) {
+#define ZIPCOMM_DISPATCH(DT, CI, CODE)                                                                     \
+  if (dtype == DT && code == CI)                                                                           \
+    return compress<DT, CODE>(d_temp_storage, temp_storage_bytes, d_in, n, d_out, out_capacity, d_out_bytes, \
+                              d_status, stream);
+  ZIPCOMM_DISPATCH(DType::bf16, CodeId::gaussian, thread::GaussianCode)
+  ZIPCOMM_DISPATCH(DType::fp16, CodeId::gaussian, thread::GaussianCode)
+  ZIPCOMM_DISPATCH(DType::fp32, CodeId::gaussian, thread::GaussianCode)
+  ZIPCOMM_DISPATCH(DType::bf16, CodeId::window3, thread::Window3Code)
+  ZIPCOMM_DISPATCH(DType::fp16, CodeId::window3, thread::Window3Code)
+  ZIPCOMM_DISPATCH(DType::fp32, CodeId::window3, thread::Window3Code)
+#undef ZIPCOMM_DISPATCH
+  return cudaErrorInvalidValue;
+}
+
+inline cudaError_t decompress(DType dtype, CodeId code, void* d_temp_storage, size_t& temp_storage_bytes,
+                              const void* d_in, uint64_t in_bytes, void* d_out, uint64_t out_capacity_elems,
+                              Status* d_status, cudaStream_t stream = 0) {
+#define ZIPCOMM_DISPATCH(DT, CI, CODE)                                                                  \
+  if (dtype == DT && code == CI)                                                                        \
+    return decompress<DT, CODE>(d_temp_storage, temp_storage_bytes, d_in, in_bytes, d_out, out_capacity_elems, \
+                                d_status, stream);
+  ZIPCOMM_DISPATCH(DType::bf16, CodeId::gaussian, thread::GaussianCode)
+  ZIPCOMM_DISPATCH(DType::fp16, CodeId::gaussian, thread::GaussianCode)
+  ZIPCOMM_DISPATCH(DType::fp32, CodeId::gaussian, thread::GaussianCode)
+  ZIPCOMM_DISPATCH(DType::bf16, CodeId::window3, thread::Window3Code)
+  ZIPCOMM_DISPATCH(DType::fp16, CodeId::window3, thread::Window3Code)
+  ZIPCOMM_DISPATCH(DType::fp32, CodeId::window3, thread::Window3Code)
+#undef ZIPCOMM_DISPATCH
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace device
+}  // namespace zipcomm
