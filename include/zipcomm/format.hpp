@@ -165,6 +165,7 @@ ZIPCOMM_HOST_DEVICE Status validate_header(const Header& h, uint64_t available_b
       h.chunk_log2 != 14)
     return Status::bad_header;
   if (fnv1a(reinterpret_cast<const uint8_t*>(&h), 48) != h.header_check) return Status::bad_header;
+  if (h.reserved0 || h.reserved1 || h.reserved2) return Status::bad_header;  // writers zero them in v1
   if (h.num_elements > (uint64_t(1) << 50)) return Status::bad_header;
   Layout l = layout_for(static_cast<DType>(h.dtype), h.num_elements);
   if (h.plane1_offset != l.plane1_offset || h.table_offset != l.table_offset || h.exp_offset != l.exp_offset)

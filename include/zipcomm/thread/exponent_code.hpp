@@ -27,7 +27,8 @@ ZIPCOMM_HOST_DEVICE uint32_t count_leading_zeros(uint32_t x) {
 ///   escape: fifteen ones, then the raw exponent (EXP_BITS bits).
 /// Symbols: 0..15 are d, 16 is an exact zero/subnormal exponent (e == 0), 17 the escape.
 /// The orders were fitted once, at design time, to the Gaussian model and to real training tensors
-/// (scripts/derive_gaussian_code.py); they are part of wire format v1 and never change with the data.
+/// (scripts/derive_gaussian_code.py), with the zero symbol then fixed at rank 8 (7 bits) in every order so
+/// that sparse tensors stay cheap; they are part of wire format v1 and never change with the data.
 struct GaussianCode {
   static constexpr CodeId ID = CodeId::gaussian;
   static constexpr uint32_t NUM_D = 16;
@@ -39,14 +40,14 @@ struct GaussianCode {
 
   /// Rank -> symbol for each fraction bucket f (the specification of the code).
   static constexpr uint8_t ORDER[4][NUM_RANKS] = {
-      {2, 3, 1, 4, ZERO, 5, 6, 7, 8, 0, 9, 10, 11, 12, 13, 14, 15},
+      {2, 3, 1, 4, 5, 6, 7, 8, ZERO, 0, 9, 10, 11, 12, 13, 14, 15},
       {2, 3, 1, 4, 5, 6, 0, 7, ZERO, 8, 9, 10, 11, 12, 13, 14, 15},
       {1, 2, 3, 4, 0, 5, 6, 7, ZERO, 8, 9, 10, 11, 12, 13, 14, 15},
       {1, 2, 3, 0, 4, 5, 6, 7, ZERO, 8, 9, 10, 11, 12, 13, 14, 15},
   };
 
   // Packed forms of ORDER for register-only lookups on the device: ranks 0..7 in 5-bit fields,
-  // symbols 0..7 -> rank in 4-bit fields. Ranks >= 8 follow a rule (see rank_to_symbol).
+  // symbols 0..7 -> rank in 4-bit fields. Ranks >= 8 and symbols >= 8 follow a rule (see rank_to_symbol).
   static constexpr uint64_t pack_order_lo(int f) {
     uint64_t v = 0;
     for (int r = 0; r < 8; ++r) v |= uint64_t(ORDER[f][r]) << (5 * r);
@@ -78,14 +79,14 @@ struct GaussianCode {
 
   ZIPCOMM_HOST_DEVICE static uint32_t rank_to_symbol(const Table& t, uint32_t r) {
     if (r < 8) return static_cast<uint32_t>(t.order_lo >> (5 * r)) & 31u;
-    if (r == 8) return t.f == 0 ? 8u : ZERO;
+    if (r == 8) return ZERO;  // rank 8 in every order: zeros are common in some tensors, absent in others
     if (r == 9) return t.f == 0 ? 0u : 8u;
     return r - 1;  // ranks 10..16 carry d = 9..15 in every order
   }
   ZIPCOMM_HOST_DEVICE static uint32_t symbol_to_rank(const Table& t, uint32_t s) {
     if (s < 8) return (t.inverse_lo >> (4 * s)) & 15u;
-    if (s == ZERO) return t.f == 0 ? 4u : 8u;
-    if (s == 8) return t.f == 0 ? 8u : 9u;
+    if (s == ZERO) return 8u;
+    if (s == 8) return t.f == 0 ? 7u : 9u;
     return s + 1;
   }
 

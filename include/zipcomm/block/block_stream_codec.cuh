@@ -1,0 +1,179 @@
+// Block level: a group of WARPS warps encodes or decodes a whole v1 stream (header, planes, table, chunks)
+// inside the caller's kernel. Synchronization goes only through the group type, so the same code runs in a
+// plain kernel (cooperative_groups::thread_block), in a persistent communication kernel, and in an NCCL
+// device-API kernel (ncclCoopCta): the group needs sync(), thread_rank() and size().
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../config.hpp"
+#include "../format.hpp"
+#include "../thread/exponent_code.hpp"
+#include "../warp/lane_io.cuh"
+#include "../warp/warp_chunk_decoder.cuh"
+#include "../warp/warp_chunk_encoder.cuh"
+
+namespace zipcomm {
+namespace block {
+
+/// \brief Encodes n elements into one complete stream, WARPS chunks at a time (one per warp); a block-wide
+/// scan of the chunk sizes places them, so no global state is needed. Suited to messages a block owns:
+/// a ring step's slice, one chunk of a P2P pipeline.
+///
+/// \tparam WARPS  warps in the group; the group must have exactly WARPS * 32 threads
+/// \code
+/// using Enc = zipcomm::block::BlockStreamEncoder<zipcomm::DType::bf16, 8>;
+/// extern __shared__ Enc::TempStorage temp;   // ~66 KB for 8 warps: use dynamic shared memory
+/// auto cta = cooperative_groups::this_thread_block();
+/// uint64_t bytes = Enc(temp).Encode(cta, d_in, n, d_out);   // same value in every thread
+/// \endcode
+/// d_out must be 16-byte aligned with room for format::max_compressed_bytes(D, n). The planes and the
+/// table are written as chunks complete; the header is written last. A barrier (group.sync()) is needed
+/// before temp is reused for something else.
+template <DType D, int WARPS, class Code = thread::GaussianCode>
+class BlockStreamEncoder {
+  using WarpEnc = warp::WarpChunkEncoder<D, Code>;
+
+ public:
+  struct TempStorage {
+    typename WarpEnc::TempStorage warp[WARPS];
+    uint32_t sizes[WARPS];
+  };
+
+  ZIPCOMM_DEVICE explicit BlockStreamEncoder(TempStorage& temp) : temp_(temp) {}
+
+  template <class Group>
+  ZIPCOMM_DEVICE uint64_t Encode(Group& group, const void* in, uint64_t n, uint8_t* out) {
+    const uint32_t warp_id = uint32_t(group.thread_rank()) / 32;
+    const uint32_t lane = warp::lane_id();
+    const format::Layout L = format::layout_for(D, n);
+    if (warp_id == 0) {
+      for (uint64_t b = L.plane0_offset + L.plane0_bytes + lane; b < L.plane1_offset; b += 32) out[b] = 0;
+      for (uint64_t b = L.plane1_offset + L.plane1_bytes + lane; b < L.table_offset; b += 32) out[b] = 0;
+      for (uint64_t b = L.table_offset + 8 * L.num_chunks + lane; b < L.exp_offset; b += 32) out[b] = 0;
+    }
+    const bool vector = reinterpret_cast<uintptr_t>(in) % 16 == 0;
+    WarpEnc enc(temp_.warp[warp_id]);
+    const warp::Planes planes{out + L.plane0_offset, out + L.plane1_offset};
+    uint64_t* table = reinterpret_cast<uint64_t*>(out + L.table_offset);
+    uint64_t base = 0;
+    for (uint64_t round = 0; round * WARPS < L.num_chunks; ++round) {
+      const uint64_t c = round * WARPS + warp_id;
+      const bool mine = c < L.num_chunks;
+      const uint32_t elems = mine ? format::chunk_elems(n, c) : 0;
+      const uint64_t first_tile = c * format::CHUNK_TILES;
+      auto load = [&](uint32_t t, uint32_t (&x)[warp::ITEMS]) {
+        const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * warp::ITEMS;
+        const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+        if (vector)
+          warp::load_items<D, true>(in, first, cnt, x);
+        else
+          warp::load_items<D, false>(in, first, cnt, x);
+      };
+      warp::ChunkInfo info{0, 0, false};
+      if (mine) info = enc.Encode(elems, first_tile, load, planes);
+      if (lane == 0) temp_.sizes[warp_id] = info.bytes;
+      group.sync();
+      uint64_t exclusive = base, round_total = 0;
+      for (int w = 0; w < WARPS; ++w) {
+        const uint32_t s = temp_.sizes[w];
+        if (uint32_t(w) < warp_id) exclusive += s;
+        round_total += s;
+      }
+      if (mine) {
+        enc.Store(out + L.exp_offset + exclusive, elems, info, load);
+        if (lane == 0) table[c] = exclusive + info.bytes;
+      }
+      base += round_total;
+      group.sync();  // sizes are rewritten next round
+    }
+    const uint64_t total = L.exp_offset + base;
+    if (group.thread_rank() == 0)
+      *reinterpret_cast<format::Header*>(out) = format::make_header(D, Code::ID, n, total);
+    return total;
+  }
+
+ private:
+  TempStorage& temp_;
+};
+
+/// \brief Decodes a whole stream; each warp takes chunks warp, warp + WARPS, ... and hands every tile to
+/// `sink(global_tile, x, count)` (the lane's 8 items as raw bits). Returns the same Status in every thread.
+/// `in_bytes` bounds every read; streams of another dtype or code give Status::bad_header.
+///
+/// \code
+/// using Dec = zipcomm::block::BlockStreamDecoder<zipcomm::DType::bf16, 8>;
+/// __shared__ Dec::TempStorage temp;     // dynamic shared memory for 8 warps
+/// zipcomm::Status s = Dec(temp).Decode(cta, d_in, in_bytes, max_elems, sink);
+/// \endcode
+template <DType D, int WARPS, class Code = thread::GaussianCode>
+class BlockStreamDecoder {
+  using WarpDec = warp::WarpChunkDecoder<D, Code>;
+
+ public:
+  struct TempStorage {
+    typename WarpDec::TempStorage warp[WARPS];
+    uint32_t status;
+  };
+
+  ZIPCOMM_DEVICE explicit BlockStreamDecoder(TempStorage& temp) : temp_(temp) {}
+
+  /// Reads and checks the header; on success n is the element count.
+  ZIPCOMM_DEVICE static Status ReadHeader(const uint8_t* in, uint64_t in_bytes, uint64_t max_elems, uint64_t& n) {
+    n = 0;
+    if (in_bytes < format::HEADER_BYTES) return Status::corrupt_stream;
+    const format::Header h = *reinterpret_cast<const format::Header*>(in);
+    Status s = format::validate_header(h, in_bytes);
+    if (s == Status::ok && (h.dtype != uint8_t(D) || h.code != uint8_t(Code::ID))) s = Status::bad_header;
+    if (s == Status::ok && h.num_elements > max_elems) s = Status::buffer_too_small;
+    if (s == Status::ok) n = h.num_elements;
+    return s;
+  }
+
+  template <class Group, class Sink>
+  ZIPCOMM_DEVICE Status Decode(Group& group, const uint8_t* in, uint64_t in_bytes, uint64_t max_elems, Sink& sink) {
+    const uint32_t warp_id = uint32_t(group.thread_rank()) / 32;
+    const uint32_t lane = warp::lane_id();
+    if (group.thread_rank() == 0) temp_.status = 0;
+    group.sync();
+    uint64_t n = 0;
+    Status st = ReadHeader(in, in_bytes, max_elems, n);
+    if (st == Status::ok) {
+      const format::Layout L = format::layout_for(D, n);
+      const uint64_t exp_bytes = reinterpret_cast<const format::Header*>(in)->total_bytes - L.exp_offset;
+      const uint64_t* table = reinterpret_cast<const uint64_t*>(in + L.table_offset);
+      const warp::ConstPlanes planes{in + L.plane0_offset, in + L.plane1_offset};
+      WarpDec dec(temp_.warp[warp_id]);
+      for (uint64_t c = warp_id; c < L.num_chunks; c += WARPS) {
+        const uint64_t start = c ? table[c - 1] : 0, end = table[c];
+        const uint32_t elems = format::chunk_elems(n, c);
+        Status s = Status::ok;
+        if (end < start || end > exp_bytes || end % format::ALIGN || start % format::ALIGN ||
+            end - start > format::raw_chunk_bytes(D, elems) || (c + 1 == L.num_chunks && end != exp_bytes)) {
+          s = Status::corrupt_stream;
+        } else {
+          const uint64_t first_tile = c * format::CHUNK_TILES;
+          auto chunk_sink = [&](uint32_t t, const uint32_t (&x)[warp::ITEMS], uint32_t cnt) {
+            sink(first_tile + t, x, cnt);
+          };
+          s = dec.Decode(in + L.exp_offset + start, uint32_t(end - start), elems, first_tile, planes, chunk_sink);
+        }
+        if (s != Status::ok && lane == 0) atomicCAS(&temp_.status, 0u, uint32_t(s));
+      }
+    } else if (group.thread_rank() == 0) {
+      temp_.status = uint32_t(st);
+    }
+    group.sync();
+    const Status result = static_cast<Status>(temp_.status);
+    group.sync();  // temp may be reused by the caller after this
+    return result;
+  }
+
+ private:
+  TempStorage& temp_;
+};
+
+}  // namespace block
+}  // namespace zipcomm

@@ -1,0 +1,184 @@
+// Warp level: moving one lane's 8 consecutive elements (and their raw sign/mantissa planes) between memory
+// and registers. Elements travel as raw bits in uint32_t (16-bit types in the low half).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../format.hpp"
+#include "../thread/float_bits.hpp"
+
+namespace zipcomm {
+namespace warp {
+
+constexpr uint32_t FULL_MASK = 0xFFFFFFFFu;
+constexpr int ITEMS = format::ITEMS_PER_LANE;
+
+ZIPCOMM_DEVICE uint32_t lane_id() { return threadIdx.x & 31u; }
+ZIPCOMM_DEVICE uint32_t lanemask_lt() { return (1u << lane_id()) - 1u; }
+
+/// Loads `count` (<= 8) elements starting at element `first` of `src`. VECTOR: src is 16-byte aligned and
+/// first is a multiple of 8, so a full lane is one or two 16-byte loads. Missing elements read as 0.
+template <DType D, bool VECTOR>
+ZIPCOMM_DEVICE void load_items(const void* src, uint64_t first, uint32_t count, uint32_t (&x)[ITEMS]) {
+  constexpr uint32_t EB = format::Traits<D>::ELEM_BYTES;
+  if (VECTOR && count == ITEMS) {
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(src) + first * EB);
+    if constexpr (EB == 2) {
+      uint4 v = __ldg(p);
+      uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        x[2 * i] = w[i] & 0xFFFFu;
+        x[2 * i + 1] = w[i] >> 16;
+      }
+    } else {
+      uint4 v0 = __ldg(p), v1 = __ldg(p + 1);
+      x[0] = v0.x, x[1] = v0.y, x[2] = v0.z, x[3] = v0.w, x[4] = v1.x, x[5] = v1.y, x[6] = v1.z, x[7] = v1.w;
+    }
+    return;
+  }
+  const uint8_t* b = static_cast<const uint8_t*>(src) + first * EB;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    uint32_t v = 0;
+    if (uint32_t(i) < count) {
+      if (VECTOR) {
+        v = EB == 2 ? uint32_t(reinterpret_cast<const uint16_t*>(b)[i]) : reinterpret_cast<const uint32_t*>(b)[i];
+      } else {
+#pragma unroll
+        for (uint32_t k = 0; k < EB; ++k) v |= uint32_t(b[i * EB + k]) << (8 * k);
+      }
+    }
+    x[i] = v;
+  }
+}
+
+/// Stores `count` (<= 8) elements at element `first` of `dst`; same alignment contract as load_items.
+template <DType D, bool VECTOR>
+ZIPCOMM_DEVICE void store_items(void* dst, uint64_t first, uint32_t count, const uint32_t (&x)[ITEMS]) {
+  constexpr uint32_t EB = format::Traits<D>::ELEM_BYTES;
+  if (VECTOR && count == ITEMS) {
+    uint4* p = reinterpret_cast<uint4*>(static_cast<uint8_t*>(dst) + first * EB);
+    if constexpr (EB == 2) {
+      *p = make_uint4(x[0] | (x[1] << 16), x[2] | (x[3] << 16), x[4] | (x[5] << 16), x[6] | (x[7] << 16));
+    } else {
+      p[0] = make_uint4(x[0], x[1], x[2], x[3]);
+      p[1] = make_uint4(x[4], x[5], x[6], x[7]);
+    }
+    return;
+  }
+  uint8_t* b = static_cast<uint8_t*>(dst) + first * EB;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    if (uint32_t(i) < count) {
+      if (VECTOR) {
+        if (EB == 2)
+          reinterpret_cast<uint16_t*>(b)[i] = uint16_t(x[i]);
+        else
+          reinterpret_cast<uint32_t*>(b)[i] = x[i];
+      } else {
+#pragma unroll
+        for (uint32_t k = 0; k < EB; ++k) b[i * EB + k] = uint8_t(x[i] >> (8 * k));
+      }
+    }
+  }
+}
+
+/// The raw sign/mantissa planes of one stream (16-byte aligned base, offsets from format::Layout).
+struct Planes {
+  uint8_t* plane0;
+  uint8_t* plane1;
+};
+struct ConstPlanes {
+  const uint8_t* plane0;
+  const uint8_t* plane1;
+};
+
+/// Writes the planes of a lane's items of tile `tile` (global tile index); `first` = its first element.
+/// Items past `count` are written as zero where they share a byte with valid ones (fp16 bit-planes).
+template <DType D>
+ZIPCOMM_DEVICE void write_planes(const Planes& pl, uint64_t tile, uint64_t first, uint32_t count,
+                                 const uint32_t (&x)[ITEMS]) {
+  using FB = thread::FloatBits<D>;
+  uint32_t p0[ITEMS];
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) p0[i] = FB::plane0(x[i]);
+  if (count == ITEMS) {
+    *reinterpret_cast<uint2*>(pl.plane0 + first) =
+        make_uint2(p0[0] | p0[1] << 8 | p0[2] << 16 | p0[3] << 24, p0[4] | p0[5] << 8 | p0[6] << 16 | p0[7] << 24);
+  } else {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+      if (uint32_t(i) < count) pl.plane0[first + i] = uint8_t(p0[i]);
+  }
+  if constexpr (D == DType::fp16) {
+    uint32_t s = 0, m9 = 0, m8 = 0;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      uint32_t p1 = uint32_t(i) < count ? FB::plane1(x[i]) : 0u;
+      s |= ((p1 >> 2) & 1u) << i;
+      m9 |= ((p1 >> 1) & 1u) << i;
+      m8 |= (p1 & 1u) << i;
+    }
+    uint8_t* t = pl.plane1 + tile * 96 + lane_id();
+    t[0] = uint8_t(s);
+    t[32] = uint8_t(m9);
+    t[64] = uint8_t(m8);
+  } else if constexpr (D == DType::fp32) {
+    if (count == ITEMS) {
+      *reinterpret_cast<uint4*>(pl.plane1 + 2 * first) =
+          make_uint4((x[0] & 0xFFFFu) | x[1] << 16, (x[2] & 0xFFFFu) | x[3] << 16, (x[4] & 0xFFFFu) | x[5] << 16,
+                     (x[6] & 0xFFFFu) | x[7] << 16);
+    } else {
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i)
+        if (uint32_t(i) < count) reinterpret_cast<uint16_t*>(pl.plane1 + 2 * first)[i] = uint16_t(x[i]);
+    }
+  }
+}
+
+/// Reads the planes of a lane's items into x (exponent fields left zero).
+template <DType D>
+ZIPCOMM_DEVICE void read_planes(const ConstPlanes& pl, uint64_t tile, uint64_t first, uint32_t count,
+                                uint32_t (&x)[ITEMS]) {
+  using FB = thread::FloatBits<D>;
+  uint32_t p0[ITEMS], p1[ITEMS] = {};
+  if (count == ITEMS) {
+    uint2 v = __ldg(reinterpret_cast<const uint2*>(pl.plane0 + first));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      p0[i] = (v.x >> (8 * i)) & 0xFFu;
+      p0[4 + i] = (v.y >> (8 * i)) & 0xFFu;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) p0[i] = uint32_t(i) < count ? pl.plane0[first + i] : 0u;
+  }
+  if constexpr (D == DType::fp16) {
+    const uint8_t* t = pl.plane1 + tile * 96 + lane_id();
+    uint32_t s = t[0], m9 = t[32], m8 = t[64];
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) p1[i] = ((s >> i) & 1u) << 2 | ((m9 >> i) & 1u) << 1 | ((m8 >> i) & 1u);
+  } else if constexpr (D == DType::fp32) {
+    if (count == ITEMS) {
+      uint4 v = __ldg(reinterpret_cast<const uint4*>(pl.plane1 + 2 * first));
+      uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        p1[2 * i] = w[i] & 0xFFFFu;
+        p1[2 * i + 1] = w[i] >> 16;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i)
+        if (uint32_t(i) < count) p1[i] = reinterpret_cast<const uint16_t*>(pl.plane1 + 2 * first)[i];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) x[i] = FB::assemble(0, p0[i], p1[i]);
+}
+
+}  // namespace warp
+}  // namespace zipcomm

@@ -1,0 +1,218 @@
+// Warp level: encode one chunk (up to 16384 elements) of exponents into an interleaved lane-word stream.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../format.hpp"
+#include "../thread/chunk_schedule.hpp"
+#include "../thread/exponent_code.hpp"
+#include "../thread/float_bits.hpp"
+#include "lane_io.cuh"
+
+namespace zipcomm {
+namespace warp {
+
+/// Size and kind of one encoded chunk stream.
+struct ChunkInfo {
+  uint32_t bytes;  ///< bytes of the chunk stream (16-byte multiple)
+  uint32_t words;  ///< lane words of a coded chunk
+  bool coded;      ///< false: exponents stored raw (coding did not pay)
+};
+
+/// \brief Encodes the exponents of one chunk; all 32 lanes of the warp call every member together.
+///
+/// The sign/mantissa planes are written as each tile is read (so a sender may put them on the wire before
+/// the exponents are done); exponent words are staged in the caller's TempStorage and written out by
+/// Store() once the caller knows where the chunk goes.
+///
+/// \tparam D     element type (DType::bf16, fp16, fp32)
+/// \tparam Code  thread::GaussianCode (default) or thread::Window3Code
+///
+/// \code
+/// __global__ void kernel(const __nv_bfloat16* in, uint8_t* out, ...) {
+///   using Enc = zipcomm::warp::WarpChunkEncoder<zipcomm::DType::bf16>;
+///   __shared__ Enc::TempStorage temp[WARPS];                  // 8.3 KB per warp
+///   Enc enc(temp[threadIdx.x / 32]);
+///   auto load = [&](uint32_t tile, uint32_t (&x)[8]) { ... };  // this lane's 8 items of the tile
+///   zipcomm::warp::ChunkInfo info = enc.Encode(elems, first_tile, load, planes);
+///   enc.Store(chunk_dst, elems, info, load);                   // chunk_dst: 16-byte aligned
+/// }
+/// \endcode
+/// The loader is called once per tile in order, and a second time per tile only when the chunk is raw.
+/// TempStorage may be reused for the next chunk right after Store() returns (Store ends with __syncwarp).
+template <DType D, class Code = thread::GaussianCode>
+class WarpChunkEncoder {
+  using FB = thread::FloatBits<D>;
+  static constexpr uint32_t EXP_BITS = FB::EXP_BITS;
+
+ public:
+  struct TempStorage {
+    uint32_t words[format::CODED_WORD_LIMIT];
+    uint8_t header[format::CHUNK_HEADER_BYTES];  // anchors, then fractions (4 per byte)
+  };
+
+  ZIPCOMM_DEVICE explicit WarpChunkEncoder(TempStorage& temp) : temp_(temp) {}
+
+  /// Encodes a chunk of `elems` elements whose first tile has global index `first_tile`.
+  /// load(tile, x) fills this lane's 8 items of chunk tile `tile` (items past the end may hold anything).
+  template <class Loader>
+  ZIPCOMM_DEVICE ChunkInfo Encode(uint32_t elems, uint64_t first_tile, Loader& load, const Planes& planes) {
+    const uint32_t lane = lane_id();
+    const uint32_t tiles = format::chunk_tiles(elems);
+    const int32_t final_pair = thread::lane_final_pair(elems, lane);
+    const uint32_t lt = lanemask_lt();
+
+    uint32_t base = 0;   // words handed out so far (same in every lane)
+    uint32_t avail = 0;  // bits the decoder holds and has not consumed yet (replayed)
+    uint64_t acc = 0;    // this lane's bits not yet written, MSB-aligned
+    uint32_t nacc = 0;
+    uint32_t pend[3] = {0, 0, 0};  // positions of fetched words not yet written; at most 3 are pending
+    uint32_t npend = 0;
+
+    auto write_word = [&](uint32_t w) {
+      if (pend[0] < format::CODED_WORD_LIMIT) temp_.words[pend[0]] = w;
+      pend[0] = pend[1];
+      pend[1] = pend[2];
+      --npend;
+    };
+    auto emit = [&](uint32_t bits, uint32_t len) {
+      acc |= uint64_t(bits) << (64 - nacc - len);
+      nacc += len;
+      if (nacc >= 32) {
+        write_word(uint32_t(acc >> 32));
+        acc <<= 32;
+        nacc -= 32;
+      }
+    };
+    auto step = [&](bool need) {
+      uint32_t mask = __ballot_sync(FULL_MASK, need);
+      if (mask) {
+        if (need) {
+          uint32_t pos = base + __popc(mask & lt);
+          if (npend == 0)
+            pend[0] = pos;
+          else if (npend == 1)
+            pend[1] = pos;
+          else
+            pend[2] = pos;
+          ++npend;
+          avail += 32;
+        }
+        base += __popc(mask);
+      }
+    };
+
+    for (uint32_t t = 0; t < tiles; ++t) {
+      uint32_t x[ITEMS];
+      load(t, x);
+      const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+      const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * ITEMS;
+      write_planes<D>(planes, first_tile + t, first, cnt, x);
+
+      uint32_t mag = 0;
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i)
+        if (uint32_t(i) < cnt) mag = max(mag, FB::magnitude(x[i]));
+      mag = __reduce_max_sync(FULL_MASK, mag);
+      const uint32_t a = mag >> FB::MANT_BITS;
+      const uint32_t f = thread::fraction_of<D>(mag);
+      if (lane == 0) {
+        temp_.header[t] = uint8_t(a);
+        uint8_t& fb = temp_.header[tiles + t / 4];
+        fb = uint8_t((t % 4 ? fb : 0) | (f << (2 * (t % 4))));
+      }
+      if (a == 0) continue;  // all exponents zero: nothing to code
+
+      const typename Code::Table tab = Code::table(f);
+      uint32_t cb[ITEMS], cl[ITEMS], ce[ITEMS];
+      bool esc_any = false;
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        ce[i] = FB::exponent(x[i]);
+        uint32_t s = thread::symbol_of<Code>(ce[i], a);
+        Code::encode(tab, s, cb[i], cl[i]);
+        if (s != Code::ESC) ce[i] = 0xFFFFFFFFu;  // marks "no raw exponent follows"
+        esc_any |= (s == Code::ESC) && uint32_t(i) < cnt;
+      }
+      const bool tile_esc = __any_sync(FULL_MASK, esc_any);
+      const bool tile_lazy = __any_sync(FULL_MASK, cnt > 0 && thread::pair_is_lazy(final_pair, int32_t(4 * t + 3)));
+
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const bool lazy = thread::pair_is_lazy(final_pair, int32_t(4 * t + p));
+        step(thread::need_before_pair(cnt > uint32_t(2 * p), lazy, avail));
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int v = 2 * p + j;
+          const bool valid = cnt > uint32_t(v);
+          if (tile_lazy) step(thread::need_before_code(valid, lazy, cl[v], avail));
+          if (valid) {
+            emit(cb[v], cl[v]);
+            avail -= cl[v];
+          }
+          if (tile_esc) {
+            const bool esc = valid && ce[v] != 0xFFFFFFFFu;
+            step(thread::need_for_escape(esc, lazy, avail, EXP_BITS));
+            if (esc) {
+              emit(ce[v], EXP_BITS);
+              avail -= EXP_BITS;
+            }
+          }
+        }
+      }
+    }
+    // Flush: the partial last word, then words fetched but never filled (possible only behind zero tiles).
+    if (nacc > 0) write_word(uint32_t(acc >> 32));
+    while (npend > 0) write_word(0u);
+    __syncwarp();
+
+    ChunkInfo info;
+    info.words = base;
+    info.coded = format::chunk_stays_coded(D, elems, base);
+    info.bytes = info.coded ? format::coded_chunk_bytes(tiles, base) : format::raw_chunk_bytes(D, elems);
+    return info;
+  }
+
+  /// Writes the chunk stream to dst (16-byte aligned, info.bytes long). For a raw chunk the loader is
+  /// called again for every tile.
+  template <class Loader>
+  ZIPCOMM_DEVICE void Store(uint8_t* dst, uint32_t elems, const ChunkInfo& info, Loader& load) {
+    const uint32_t lane = lane_id();
+    const uint32_t tiles = format::chunk_tiles(elems);
+    if (info.coded) {
+      const uint32_t hdr = format::chunk_header_bytes(tiles);
+      const uint32_t used = tiles + (tiles + 3) / 4;
+      for (uint32_t b = lane; b < hdr; b += 32) dst[b] = b < used ? temp_.header[b] : 0;
+      const uint32_t total_words = (info.bytes - hdr) / 4;
+      uint32_t* w = reinterpret_cast<uint32_t*>(dst + hdr);
+      for (uint32_t i = lane; i < total_words; i += 32) w[i] = i < info.words ? temp_.words[i] : 0u;
+    } else {
+      for (uint32_t t = 0; t < tiles; ++t) {
+        uint32_t x[ITEMS];
+        load(t, x);
+        const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+        uint64_t packed = 0;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i)
+          if (uint32_t(i) < cnt) packed |= uint64_t(FB::exponent(x[i])) << (EXP_BITS * i);
+        const uint32_t at = (t * format::TILE_ELEMS + lane * ITEMS) * EXP_BITS / 8;
+        if (EXP_BITS == 8) {
+          if (at < info.bytes) *reinterpret_cast<uint2*>(dst + at) = make_uint2(uint32_t(packed), uint32_t(packed >> 32));
+        } else {
+#pragma unroll
+          for (uint32_t k = 0; k < EXP_BITS; ++k)
+            if (at + k < info.bytes) dst[at + k] = uint8_t(packed >> (8 * k));
+        }
+      }
+    }
+    __syncwarp();
+  }
+
+ private:
+  TempStorage& temp_;
+};
+
+}  // namespace warp
+}  // namespace zipcomm

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Installs what zipcomm's build and tests need on Debian/Ubuntu, and nothing when all is present (so it also
+# runs on a machine whose apt cannot reach anything). Idempotent; runs as root, or through sudo.
+#   cmake >= 3.25, a C++17 compiler, ninja (or make), python3, Catch2 v2 (catch2/catch.hpp, system or
+#   .deps/catch2/), clang++ with libFuzzer (for the fuzz tests).
+# The CUDA toolkit is not installed here: the build uses nvcc from PATH or /usr/local/cuda, and builds
+# host-only (with a loud message) when there is none.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+have() { command -v "$1" >/dev/null 2>&1; }
+log() { echo "install-deps: $*"; }
+
+version_ge() {  # version_ge A B: A >= B
+  [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
+}
+
+missing=()
+cmake_ok() { have cmake && version_ge "$(cmake --version | sed -n 's/^cmake version \([0-9.]*\).*/\1/p')" 3.25; }
+cmake_ok || missing+=(cmake)
+{ have g++ || have c++; } || missing+=(g++)
+{ have ninja || have make; } || missing+=(ninja-build)
+have python3 || missing+=(python3)
+[ -f /usr/include/catch2/catch.hpp ] || [ -f .deps/catch2/catch.hpp ] || missing+=(catch2)
+
+# libFuzzer: clang++ plus its runtime (libclang-rt-<major>-dev on Debian 12 / Ubuntu).
+fuzzer_links() {
+  local cxx dir
+  cxx=$(command -v clang++ || true)
+  [ -n "$cxx" ] || return 1
+  dir=$(mktemp -d)
+  printf '#include <cstddef>\n#include <cstdint>\nextern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }\n' >"$dir/f.cpp"
+  "$cxx" -fsanitize=fuzzer,address,undefined "$dir/f.cpp" -o "$dir/f" >/dev/null 2>&1
+  local rc=$?
+  rm -rf "$dir"
+  return $rc
+}
+need_fuzzer=0
+fuzzer_links || need_fuzzer=1
+
+if [ ${#missing[@]} -eq 0 ] && [ $need_fuzzer -eq 0 ]; then
+  log "all dependencies present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if have sudo; then SUDO="sudo"; else
+    log "ERROR: missing ${missing[*]} $([ $need_fuzzer -eq 1 ] && echo clang+libFuzzer); not root and no sudo" >&2
+    exit 1
+  fi
+fi
+if ! have apt-get; then
+  log "ERROR: missing ${missing[*]} $([ $need_fuzzer -eq 1 ] && echo clang+libFuzzer), and no apt-get here; install them by hand" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt_install() { $SUDO apt-get install -y -q --no-install-recommends "$@"; }
+log "installing: ${missing[*]} $([ $need_fuzzer -eq 1 ] && echo '(+ clang/libFuzzer)')"
+$SUDO apt-get update -q
+if [ ${#missing[@]} -gt 0 ]; then
+  apt_install "${missing[@]}"
+fi
+if ! cmake_ok; then
+  log "ERROR: cmake >= 3.25 is required; apt gave $(cmake --version 2>/dev/null | head -n1 || echo none)." >&2
+  log "       Install a newer one, e.g. python3 -m pip install 'cmake>=3.25' (in a venv)." >&2
+  exit 1
+fi
+
+if [ $need_fuzzer -eq 1 ]; then
+  # Optional: without it the fuzz targets are not built (CMake says so), everything else still is.
+  if ! have clang++; then apt_install clang || log "WARNING: could not install clang"; fi
+  if have clang++ && ! fuzzer_links; then
+    major=$(clang++ --version | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -n1)
+    apt_install "libclang-rt-${major}-dev" || log "WARNING: could not install libclang-rt-${major}-dev"
+  fi
+  if fuzzer_links; then log "libFuzzer: ok"; else
+    log "WARNING: clang++ -fsanitize=fuzzer still does not link; fuzz tests will NOT be built" >&2
+  fi
+fi
+log "done"

@@ -1,0 +1,226 @@
+// Wire format v1: layout arithmetic, header make/validate, header integrity.
+#include "test_util.hpp"
+
+using namespace zipcomm;
+using format::Header;
+using format::Layout;
+
+namespace {
+
+uint64_t au16(uint64_t x) { return (x + 15) / 16 * 16; }
+
+/// Independent restatement of the layout, used as the expected value.
+void check_layout(DType d, uint64_t n) {
+  INFO("dtype " << dtype_name(d) << " n " << n);
+  const Layout l = format::layout_for(d, n);
+  const uint64_t chunks = (n + 16383) / 16384, tiles = (n + 255) / 256;
+  REQUIRE(l.n == n);
+  REQUIRE(l.num_chunks == chunks);
+  REQUIRE(l.num_tiles == tiles);
+  REQUIRE(l.plane0_offset == 64);
+  REQUIRE(l.plane0_bytes == n);
+  const uint64_t p1 = d == DType::fp16 ? tiles * 96 : d == DType::fp32 ? 2 * n : 0;
+  REQUIRE(l.plane1_bytes == p1);
+  REQUIRE(l.plane1_offset == au16(64 + n));
+  REQUIRE(l.table_offset == au16(l.plane1_offset + p1));
+  REQUIRE(l.exp_offset == au16(l.table_offset + 8 * chunks));
+  // alignment, order, disjointness, no gap of a whole alignment unit
+  for (uint64_t off : {l.plane0_offset, l.plane1_offset, l.table_offset, l.exp_offset}) REQUIRE(off % 16 == 0);
+  REQUIRE(l.plane0_offset >= format::HEADER_BYTES);
+  REQUIRE(l.plane0_offset + l.plane0_bytes <= l.plane1_offset);
+  REQUIRE(l.plane1_offset - (l.plane0_offset + l.plane0_bytes) < 16);
+  REQUIRE(l.plane1_offset + l.plane1_bytes <= l.table_offset);
+  REQUIRE(l.table_offset - (l.plane1_offset + l.plane1_bytes) < 16);
+  REQUIRE(l.table_offset + 8 * l.num_chunks <= l.exp_offset);
+  REQUIRE(l.exp_offset - (l.table_offset + 8 * l.num_chunks) < 16);
+  // chunk sizes sum to n; raw bound
+  const uint32_t eb = d == DType::fp16 ? 5 : 8;
+  const uint64_t full = n / 16384, tail = n % 16384;
+  REQUIRE(format::chunk_elems(n, 0) == (n < 16384 ? n : 16384));
+  if (chunks) {
+    REQUIRE(format::chunk_elems(n, chunks - 1) == (tail ? tail : 16384));
+    REQUIRE(format::chunk_elems(n, chunks) == 0);
+  }
+  const uint64_t raw_full = 16384 * eb / 8;  // 16384 or 10240, already 16-aligned
+  REQUIRE(format::raw_chunk_bytes(d, 16384) == raw_full);
+  const uint64_t raw_tail = tail ? au16((tail * eb + 7) / 8) : 0;
+  REQUIRE(format::max_compressed_bytes(d, n) == l.exp_offset + full * raw_full + raw_tail);
+  // the bound also covers every chunk that stays coded: coded < raw per chunk
+  REQUIRE(format::max_compressed_bytes(d, n) >= l.exp_offset);
+}
+
+}  // namespace
+
+TEST_CASE("layout invariants for small, boundary and random sizes", "[format]") {
+  ZT_RNG("layout");
+  std::vector<uint64_t> ns = {0, 1, 2, 15, 16, 17, 31, 32, 33, 255, 256, 257, 16383, 16384, 16385, 3 * 16384 + 77};
+  for (int i = 0; i < 2000; ++i) ns.push_back(rng() % (1u << 22));
+  for (int i = 0; i < 2000; ++i) ns.push_back(rng() % (uint64_t(1) << 50));
+  for (DType d : zt::kDTypes)
+    for (uint64_t n : ns) check_layout(d, n);
+}
+
+TEST_CASE("layout sizes are exact past 2^32 elements (arithmetic only)", "[format]") {
+  ZT_RNG("layout_big");
+  const uint64_t two32 = uint64_t(1) << 32;
+  std::vector<uint64_t> ns = {two32 - 1, two32, two32 + 1, two32 + 16383, two32 + 16385, 5 * two32 + 77,
+                              (uint64_t(1) << 40) + 3, uint64_t(1) << 50};
+  for (int i = 0; i < 500; ++i) ns.push_back(two32 + rng() % (uint64_t(1) << 40));
+  for (DType d : zt::kDTypes)
+    for (uint64_t n : ns) check_layout(d, n);
+  // spot values, written out
+  const uint64_t n = two32 + 1;  // 262145 chunks, 16777217 tiles
+  const Layout l = format::layout_for(DType::fp32, n);
+  CHECK(l.num_chunks == 262145);
+  CHECK(l.plane1_offset == au16(64 + n));
+  CHECK(l.table_offset == au16(l.plane1_offset + 2 * n));
+  CHECK(format::max_compressed_bytes(DType::fp32, n) == l.exp_offset + 262144ull * 16384 + 16);
+  const Layout h = format::layout_for(DType::fp16, n);
+  CHECK(h.plane1_bytes == 16777217ull * 96);
+  CHECK(format::max_compressed_bytes(DType::fp16, n) == h.exp_offset + 262144ull * 10240 + 16);
+}
+
+TEST_CASE("chunk size helpers", "[format]") {
+  for (uint32_t tiles = 1; tiles <= 64; ++tiles) {
+    uint32_t hb = format::chunk_header_bytes(tiles);
+    CHECK(hb % 4 == 0);
+    CHECK(hb >= tiles + (tiles + 3) / 4);
+    CHECK(hb < tiles + (tiles + 3) / 4 + 4);
+  }
+  CHECK(format::chunk_header_bytes(64) == format::CHUNK_HEADER_BYTES);
+  for (DType d : zt::kDTypes)
+    for (uint32_t e = 1; e <= 16384; ++e) {
+      uint32_t t = format::chunk_tiles(e);
+      CHECK(t == (e + 255) / 256);
+      // a chunk is coded only when it is strictly smaller than raw, and never above the word limit
+      for (uint32_t w : {0u, 1u, 100u, 2048u, 2049u})
+        if (format::chunk_stays_coded(d, e, w)) {
+          CHECK(w <= format::CODED_WORD_LIMIT);
+          CHECK(format::coded_chunk_bytes(t, w) < format::raw_chunk_bytes(d, e));
+        }
+    }
+}
+
+TEST_CASE("header make/validate", "[format]") {
+  ZT_RNG("header");
+  for (int it = 0; it < 3000; ++it) {
+    const DType d = zt::kDTypes[rng() % 3];
+    const CodeId c = zt::kCodes[rng() % 2];
+    const uint64_t n = it % 2 ? rng() % 100000 : rng() % (uint64_t(1) << 50);
+    const Layout l = format::layout_for(d, n);
+    const uint64_t mx = format::max_compressed_bytes(d, n);
+    const uint64_t total = l.exp_offset + rng() % (mx - l.exp_offset + 1);
+    INFO("dtype " << dtype_name(d) << " n " << n << " total " << total);
+    Header h = format::make_header(d, c, n, total);
+    REQUIRE(h.magic == format::MAGIC);
+    REQUIRE(std::memcmp(&h.magic, "ZPCM", 4) == 0);
+    REQUIRE(h.version == 1);
+    REQUIRE(h.chunk_log2 == 14);
+    REQUIRE(h.num_elements == n);
+    REQUIRE(h.total_bytes == total);
+    REQUIRE(h.plane1_offset == l.plane1_offset);
+    REQUIRE(h.table_offset == l.table_offset);
+    REQUIRE(h.exp_offset == l.exp_offset);
+    REQUIRE(h.reserved0 == 0);
+    REQUIRE(h.reserved1 == 0);
+    REQUIRE(h.reserved2 == 0);
+    REQUIRE(format::validate_header(h, total) == Status::ok);
+    REQUIRE(format::validate_header(h, total + rng() % 1000) == Status::ok);
+    REQUIRE(format::validate_header(h, total - 1) == Status::corrupt_stream);  // truncated
+    REQUIRE(format::validate_header(h, 0) == Status::corrupt_stream);
+
+    // out-of-range sizes, with a valid check value so only the semantic test can reject them
+    REQUIRE(format::validate_header(format::make_header(d, c, n, l.exp_offset - 1 - rng() % 64), ~0ull) ==
+            Status::bad_header);
+    REQUIRE(format::validate_header(format::make_header(d, c, n, mx + 1 + rng() % 64), ~0ull) == Status::bad_header);
+    auto resigned = [](Header x) {
+      x.header_check = format::fnv1a(reinterpret_cast<const uint8_t*>(&x), 48);
+      return x;
+    };
+    Header b = h;
+    b.magic ^= 1u << (rng() % 32);
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    b = h;
+    b.version = uint8_t(1 + 1 + rng() % 255);
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    b = h;
+    b.dtype = uint8_t(rng() % 2 ? 0 : 4 + rng() % 252);
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    b = h;
+    b.code = uint8_t(rng() % 2 ? 0 : 3 + rng() % 253);
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    b = h;
+    b.chunk_log2 = uint8_t(rng() % 2 ? 13 : 15);
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    b = h;
+    b.num_elements = (uint64_t(1) << 50) + 1 + rng() % 1000;
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    b = h;
+    b.plane1_offset += 16;
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    b = h;
+    b.table_offset -= 16;
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    b = h;
+    b.exp_offset += 16;
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    b = h;
+    b.header_check ^= 1u << (rng() % 32);
+    REQUIRE(format::validate_header(b, ~0ull) == Status::bad_header);
+  }
+}
+
+TEST_CASE("read_header rejects short buffers and null pointers", "[format]") {
+  Header h = format::make_header(DType::bf16, CodeId::gaussian, 0, 64);
+  Header out;
+  REQUIRE(host::read_header(&h, 64, &out) == Status::ok);
+  for (uint64_t b = 0; b < 64; ++b) REQUIRE(host::read_header(&h, b, &out) != Status::ok);
+  REQUIRE(host::read_header(nullptr, 64, &out) == Status::invalid_argument);
+  REQUIRE(host::read_header(&h, 64, nullptr) == Status::invalid_argument);
+}
+
+namespace {
+std::vector<Header> sample_headers(std::mt19937_64& rng) {
+  std::vector<Header> hs;
+  for (DType d : zt::kDTypes)
+    for (CodeId c : zt::kCodes)
+      for (uint64_t n : {uint64_t(0), uint64_t(1), uint64_t(16385), uint64_t(rng() % 10000000),
+                         uint64_t(1) << 33}) {
+        const uint64_t lo = format::layout_for(d, n).exp_offset, hi = format::max_compressed_bytes(d, n);
+        hs.push_back(format::make_header(d, c, n, lo + rng() % (hi - lo + 1)));
+        hs.push_back(format::make_header(d, c, n, hi));
+      }
+  return hs;
+}
+}  // namespace
+
+TEST_CASE("every single-bit flip in the checked header bytes [0, 52) is rejected", "[format]") {
+  ZT_RNG("header_flip");
+  for (const Header& h : sample_headers(rng)) {
+    REQUIRE(format::validate_header(h, ~0ull) == Status::ok);
+    for (int bit = 0; bit < 52 * 8; ++bit) {
+      Header b = h;
+      reinterpret_cast<uint8_t*>(&b)[bit / 8] ^= uint8_t(1u << (bit % 8));
+      INFO("bit " << bit << " dtype " << int(h.dtype) << " n " << h.num_elements);
+      REQUIRE(format::validate_header(b, ~0ull) != Status::ok);
+    }
+  }
+}
+
+// KNOWN CODEC BUG (reported to the lead): reserved0..2 (header bytes 52..63) are covered neither by the FNV
+// check (bytes [0, 48)) nor by validate_header, so a bit flip there is accepted as a valid header.
+// Reproducer: Header h = make_header(bf16, gaussian, 0, 64); h.reserved0 ^= 1; validate_header(h, 64) == ok.
+// [!mayfail] keeps the suite green until format.hpp rejects non-zero reserved fields; drop the tag then.
+TEST_CASE("every single-bit flip in the reserved header bytes [52, 64) is rejected", "[format][!mayfail]") {
+  ZT_RNG("header_flip_reserved");
+  int accepted = 0, tried = 0, first_bit = -1;
+  for (const Header& h : sample_headers(rng)) {
+    for (int bit = 52 * 8; bit < 64 * 8; ++bit, ++tried) {
+      Header b = h;
+      reinterpret_cast<uint8_t*>(&b)[bit / 8] ^= uint8_t(1u << (bit % 8));
+      if (format::validate_header(b, ~0ull) == Status::ok && accepted++ == 0) first_bit = bit;
+    }
+  }
+  INFO(accepted << " of " << tried << " reserved-bit flips accepted; first at header bit " << first_bit);
+  CHECK(accepted == 0);
+}

@@ -1,0 +1,197 @@
+// Bit-exact round trips: every 16-bit pattern, fp32 specials, boundary sizes, raw/coded chunk mixes.
+#include "test_util.hpp"
+
+#include <algorithm>
+#include <cfloat>
+#include <limits>
+
+using namespace zipcomm;
+using zt::Tensor;
+
+namespace {
+
+Tensor all_patterns(DType d) {
+  Tensor t(d, 65536);
+  for (uint32_t i = 0; i < 65536; ++i) t.set(i, i);
+  return t;
+}
+
+int exponent_of_bits(DType d, uint32_t b) {
+  return d == DType::fp16 ? int((b >> 10) & 31) : d == DType::bf16 ? int((b >> 7) & 255) : int((b >> 23) & 255);
+}
+
+/// Every 16-bit pattern placed at a random position of its own 256-element tile; the rest of the tile is
+/// Gaussian with a scale picked so the tile maximum sits 0..4 binades above the pattern's exponent (or the
+/// pattern is itself the maximum), i.e. realistic anchors around every symbol, including escapes.
+Tensor embedded_patterns(DType d, std::mt19937_64& rng) {
+  Tensor t(d, uint64_t(65536) * 256);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> pool(1 << 16);
+  for (float& x : pool) x = nd(rng);
+  const int bias = d == DType::fp16 ? 15 : 127;
+  for (uint32_t p = 0; p < 65536; ++p) {
+    int e = exponent_of_bits(d, p);
+    if (e == 0) e = 1;
+    if (e == (d == DType::fp16 ? 31 : 255)) e -= 1 + int(rng() % 8);  // inf/NaN: make it the anchor
+    // max of 256 N(0,1) is ~2^1.5; aim the tile max at e + shift
+    const int shift = int(rng() % 7) - 2;  // -2..4: sometimes the pattern is the max, sometimes d = 0..4
+    const float s = std::ldexp(1.0f, e - bias + shift - 2);
+    const size_t base = rng() % pool.size();
+    const uint64_t first = uint64_t(p) * 256;
+    for (uint32_t k = 0; k < 256; ++k) t.set_float(first + k, pool[(base + k * 7919) % pool.size()] * s);
+    t.set(first + rng() % 256, p);
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("all 65536 bf16 and fp16 patterns round trip: in order, shuffled, embedded in Gaussian tiles",
+          "[roundtrip]") {
+  ZT_RNG("all_patterns");
+  for (DType d : {DType::bf16, DType::fp16}) {
+    Tensor t = all_patterns(d);
+    for (CodeId c : zt::kCodes) zt::roundtrip(c, t);
+    std::vector<uint32_t> perm(65536);
+    for (uint32_t i = 0; i < 65536; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (uint32_t i = 0; i < 65536; ++i) t.set(i, perm[i]);
+    for (CodeId c : zt::kCodes) zt::roundtrip(c, t);
+    Tensor e = embedded_patterns(d, rng);
+    for (CodeId c : zt::kCodes) {
+      auto s = zt::roundtrip(c, e);
+      // the embedding must exercise the coder, not only raw fallback
+      CHECK(zt::raw_chunks(s) < format::layout_for(d, e.n).num_chunks);
+    }
+  }
+}
+
+namespace {
+std::vector<uint32_t> fp32_specials(std::mt19937_64& rng) {
+  std::vector<uint32_t> v = {
+      0x00000000u, 0x80000000u,                                        // +-0
+      0x7F800000u, 0xFF800000u,                                        // +-inf
+      zt::f32_bits(FLT_MAX), zt::f32_bits(-FLT_MAX),                   // +-max
+      zt::f32_bits(FLT_MIN), zt::f32_bits(-FLT_MIN),                   // smallest normals
+      0x00000001u, 0x80000001u, 0x007FFFFFu, 0x807FFFFFu,              // subnormal extremes
+      0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u, 0x7FFFFFFFu, // NaNs (quiet, signalling)
+  };
+  for (int i = 0; i < 32; ++i) {
+    const uint32_t payload = static_cast<uint32_t>(rng());
+    v.push_back(0x7FC00000u | (payload & 0x3FFFFFu) | (payload & 0x80000000u));           // quiet NaN
+    v.push_back(0x7F800000u | ((payload & 0x3FFFFFu) | 1u) | (payload & 0x80000000u));     // signalling NaN
+    v.push_back((payload & 0x807FFFFFu) | 1u);                                             // subnormal
+  }
+  return v;
+}
+}  // namespace
+
+TEST_CASE("fp32: random bits, Gaussian values, and special values mixed into normal data", "[roundtrip]") {
+  ZT_RNG("fp32");
+  const uint64_t n = 3 * 16384 + 77;
+  for (CodeId c : zt::kCodes) {
+    INFO("code " << zt::code_name(c));
+    auto raw = zt::roundtrip(c, zt::random_bits(DType::fp32, n, rng));
+    CHECK(zt::raw_chunks(raw) == 4);
+    Tensor g = zt::gaussian(DType::fp32, n, rng);
+    auto coded = zt::roundtrip(c, g);
+    CHECK(zt::raw_chunks(coded) == 0);
+    // sprinkle specials: sparse everywhere, dense in a few tiles
+    const auto sp = fp32_specials(rng);
+    for (uint64_t i = 0; i < n; ++i)
+      if (rng() % 100 == 0) g.set(i, sp[rng() % sp.size()]);
+    for (int k = 0; k < 3; ++k) {
+      const uint64_t tile = rng() % (n / 256);
+      for (uint64_t i = tile * 256; i < tile * 256 + 256; ++i)
+        if (rng() % 2) g.set(i, sp[rng() % sp.size()]);
+    }
+    zt::roundtrip(c, g);
+    // every special value once, in order, alone and in a small stream
+    Tensor s(DType::fp32, sp.size());
+    for (size_t i = 0; i < sp.size(); ++i) s.set(i, sp[i]);
+    zt::roundtrip(c, s);
+  }
+}
+
+TEST_CASE("boundary sizes for every dtype and code", "[roundtrip]") {
+  ZT_RNG("sizes");
+  const uint64_t sizes[] = {0, 1, 31, 32, 33, 255, 256, 257, 16383, 16384, 16385, 3 * 16384 + 77};
+  for (DType d : zt::kDTypes)
+    for (CodeId c : zt::kCodes)
+      for (uint64_t n : sizes) {
+        INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c) << " n " << n);
+        auto s = zt::roundtrip(c, zt::gaussian(d, n, rng));
+        if (n == 0) CHECK(s.size() == format::HEADER_BYTES);
+        zt::roundtrip(c, zt::random_bits(d, n, rng));
+        zt::roundtrip(c, Tensor(d, n));  // all +0
+        Tensor neg(d, n);
+        for (uint64_t i = 0; i < n; ++i) neg.set(i, d == DType::fp32 ? 0x80000000u : 0x8000u);
+        zt::roundtrip(c, neg);
+      }
+}
+
+TEST_CASE("zero / subnormal-only tiles and tiles holding a single NaN or inf", "[roundtrip]") {
+  ZT_RNG("special_tiles");
+  for (DType d : zt::kDTypes)
+    for (CodeId c : zt::kCodes) {
+      INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
+      const uint64_t n = 2 * 16384 + 1000;
+      Tensor t = zt::gaussian(d, n, rng);
+      const uint32_t mant_mask = d == DType::fp32 ? 0x7FFFFFu : d == DType::fp16 ? 0x3FFu : 0x7Fu;
+      const uint32_t sign = d == DType::fp32 ? 0x80000000u : 0x8000u;
+      const uint32_t exp_all = d == DType::fp32 ? 0x7F800000u : d == DType::fp16 ? 0x7C00u : 0x7F80u;
+      const uint64_t tiles = (n + 255) / 256;
+      for (uint64_t tile = 0; tile < tiles; ++tile) {
+        const uint64_t lo = tile * 256, hi = std::min<uint64_t>(n, lo + 256);
+        switch (tile % 8) {
+          case 1:  // all zero, mixed signs: anchor 0, no codes
+            for (uint64_t i = lo; i < hi; ++i) t.set(i, rng() % 2 ? sign : 0);
+            break;
+          case 2:  // subnormals only: anchor 0, fraction from the largest mantissa
+            for (uint64_t i = lo; i < hi; ++i) t.set(i, (static_cast<uint32_t>(rng()) & (mant_mask | sign)));
+            break;
+          case 3:  // one NaN with a random payload
+            t.set(lo + rng() % (hi - lo), exp_all | ((static_cast<uint32_t>(rng()) & mant_mask) | 1u));
+            break;
+          case 4:  // one +-inf
+            t.set(lo + rng() % (hi - lo), exp_all | (rng() % 2 ? sign : 0));
+            break;
+          case 5:  // zeros in a normal tile (ZERO symbol)
+            for (uint64_t i = lo; i < hi; ++i)
+              if (rng() % 4 == 0) t.set(i, rng() % 2 ? sign : 0);
+            break;
+          default:
+            break;
+        }
+      }
+      zt::roundtrip(c, t);
+      // a chunk that is nothing but zero tiles, and one that is a single NaN among zeros
+      Tensor z(d, 16384 + 300);
+      z.set(rng() % z.n, exp_all | 1u);
+      zt::roundtrip(c, z);
+    }
+}
+
+TEST_CASE("all chunks raw (random bits) and mixed raw/coded chunks", "[roundtrip]") {
+  ZT_RNG("raw_mix");
+  for (DType d : zt::kDTypes)
+    for (CodeId c : zt::kCodes) {
+      INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
+      const uint64_t n = 6 * 16384 + 999, chunks = 7;
+      auto s = zt::roundtrip(c, zt::random_bits(d, n, rng));
+      CHECK(zt::raw_chunks(s) == chunks);
+      Tensor g = zt::gaussian(d, n, rng);
+      Tensor r = zt::random_bits(d, n, rng);
+      std::vector<bool> is_raw(chunks);
+      uint64_t want_raw = 0;
+      for (uint64_t k = 0; k < chunks; ++k) {
+        is_raw[k] = k == 0 || k == chunks - 1 ? k == 0 : rng() % 2;
+        want_raw += is_raw[k];
+        const uint64_t hi = std::min(n, (k + 1) * 16384);
+        if (is_raw[k])
+          for (uint64_t i = k * 16384; i < hi; ++i) g.set(i, r.get(i));
+      }
+      s = zt::roundtrip(c, g);
+      CHECK(zt::raw_chunks(s) == want_raw);
+    }
+}
