@@ -15,15 +15,6 @@ LOG="$BUILD_DIR/build.log"
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
-if ! command -v nvcc >/dev/null 2>&1; then
-  cat <<'MSG'
-################################################################################################
-###  NO CUDA TOOLKIT (nvcc) FOUND: building HOST-ONLY. Device headers are NOT compiled and GPU  ###
-###  tests/examples are NOT built. Install the CUDA Toolkit (nvcc) to build everything.        ###
-################################################################################################
-MSG
-fi
-
 mkdir -p "$BUILD_DIR"
 : >"$LOG"
 fail() {
@@ -36,12 +27,20 @@ gen_args=()
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then
   gen_args=(-G Ninja)   # an existing build dir keeps its generator
 fi
-# shellcheck disable=SC2086
 echo "=== configure ($BUILD_DIR, $BUILD_TYPE) ==="
+# shellcheck disable=SC2086
 cmake -S . -B "$BUILD_DIR" "${gen_args[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" ${ZIPCOMM_CMAKE_ARGS:-} >>"$LOG" 2>&1 \
   || fail "configure"
 # Show our own configure summary lines and any warnings' first lines.
 grep -E '^-- zipcomm:|^CMake (Warning|Deprecation)|^  zipcomm:' "$LOG" || true
+if ! grep -q '^ZIPCOMM_HAS_CUDA:INTERNAL=ON' "$BUILD_DIR/CMakeCache.txt"; then
+  cat <<'MSG'
+##################################################################################################
+###  NO WORKING CUDA TOOLKIT (nvcc): building HOST-ONLY. Device headers are NOT compiled and GPU  ###
+###  tests/examples are NOT built. Install the CUDA Toolkit (nvcc on PATH or /usr/local/cuda).    ###
+##################################################################################################
+MSG
+fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
 targets=()

@@ -56,11 +56,22 @@ if ! have apt-get; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-apt_install() { $SUDO apt-get install -y -q --no-install-recommends "$@"; }
-log "installing: ${missing[*]} $([ $need_fuzzer -eq 1 ] && echo '(+ clang/libFuzzer)')"
-$SUDO apt-get update -q
+APT_OPTS=(-o Acquire::Retries=1 -o Acquire::http::Timeout=20 -o Acquire::https::Timeout=20)
+APT_LOG=$(mktemp /tmp/zipcomm-apt.XXXXXX.log)
+apt_quiet() {  # apt output goes to $APT_LOG; its tail is shown only when it fails
+  if $SUDO timeout 900 apt-get "${APT_OPTS[@]}" "$@" >>"$APT_LOG" 2>&1; then return 0; fi
+  tail -n 15 "$APT_LOG" | sed 's/^/  apt: /' >&2
+  return 1
+}
+apt_install() { apt_quiet install -y -q --no-install-recommends "$@"; }
+log "installing: ${missing[*]} $([ $need_fuzzer -eq 1 ] && echo '(+ clang/libFuzzer)') (apt log: $APT_LOG)"
+apt_online=1
+apt_quiet update -q || apt_online=0
+# apt-get update exits 0 even when it reached no repository: look for fetch failures.
+if grep -qE '^(W: Failed to fetch|E: )' "$APT_LOG"; then apt_online=0; fi
 if [ ${#missing[@]} -gt 0 ]; then
-  apt_install "${missing[@]}"
+  [ $apt_online -eq 1 ] || log "WARNING: apt-get update could not reach the package repositories"
+  apt_install "${missing[@]}" || { log "ERROR: could not install: ${missing[*]}" >&2; exit 1; }
 fi
 if ! cmake_ok; then
   log "ERROR: cmake >= 3.25 is required; apt gave $(cmake --version 2>/dev/null | head -n1 || echo none)." >&2
@@ -69,9 +80,11 @@ if ! cmake_ok; then
 fi
 
 if [ $need_fuzzer -eq 1 ]; then
-  # Optional: without it the fuzz targets are not built (CMake says so), everything else still is.
-  if ! have clang++; then apt_install clang || log "WARNING: could not install clang"; fi
-  if have clang++ && ! fuzzer_links; then
+  # Optional (never fails this script): without it the fuzz targets are not built (CMake says so), everything else still is.
+  if [ $apt_online -eq 0 ]; then
+    log "WARNING: package repositories unreachable; not installing clang/libFuzzer"
+  elif ! have clang++; then apt_install clang || log "WARNING: could not install clang"; fi
+  if [ $apt_online -eq 1 ] && have clang++ && ! fuzzer_links; then
     major=$(clang++ --version | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -n1)
     apt_install "libclang-rt-${major}-dev" || log "WARNING: could not install libclang-rt-${major}-dev"
   fi

@@ -83,8 +83,8 @@ void encoder_mode(const uint8_t* data, size_t size) {
   ++data;
   --size;
   uint64_t n = size / eb;
-  if (shape == 3) n = n ? 16384 + 1 + n % 20000 : 0;  // repeat past a chunk boundary
-  if (n > 70000) n = 70000;
+  if (shape == 3) n = n ? 16384 + 1 + n % 512 : 0;  // repeat past a chunk boundary
+  if (n > 20000) n = 20000;
   std::vector<uint8_t> in(n * eb);
   for (uint64_t i = 0; i < n; ++i) {
     uint32_t b = 0;

@@ -15,11 +15,11 @@
 
 #include <zipcomm/format.hpp>
 
-#define CUDA_OK(call)                                                              \
-  do {                                                                             \
-    cudaError_t e_ = (call);                                                       \
-    INFO(#call << " -> " << cudaGetErrorString(e_));                               \
-    REQUIRE(e_ == cudaSuccess);                                                    \
+#define CUDA_OK(...)                                            \
+  do {                                                          \
+    cudaError_t e_ = (__VA_ARGS__);                             \
+    INFO(#__VA_ARGS__ << " -> " << cudaGetErrorString(e_));     \
+    REQUIRE(e_ == cudaSuccess);                                 \
   } while (0)
 
 namespace gpu_test {

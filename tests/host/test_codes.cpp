@@ -81,7 +81,7 @@ void check_every_window_decodes(uint32_t f, uint32_t num_symbols, std::mt19937_6
 
 }  // namespace
 
-TEST_CASE("GaussianCode: ORDER tables are permutations; rank/symbol maps agree with ORDER", "[codes]") {
+TEST_CASE("GaussianCode ORDER tables are permutations and rank/symbol maps agree with ORDER", "[codes]") {
   for (uint32_t f = 0; f < 4; ++f) {
     INFO("f " << f);
     auto t = GaussianCode::table(f);
@@ -103,7 +103,7 @@ TEST_CASE("GaussianCode: ORDER tables are permutations; rank/symbol maps agree w
   }
 }
 
-TEST_CASE("GaussianCode: codeword lengths follow the rank; encode/decode round trip with any trailing bits",
+TEST_CASE("GaussianCode codeword lengths follow the rank and encode/decode round trip with any trailing bits",
           "[codes]") {
   ZT_RNG("gaussian_code");
   for (uint32_t f = 0; f < 4; ++f) {
@@ -126,7 +126,7 @@ TEST_CASE("GaussianCode: codeword lengths follow the rank; encode/decode round t
   }
 }
 
-TEST_CASE("Window3Code: fixed 3-bit words, encode/decode round trip, complete", "[codes]") {
+TEST_CASE("Window3Code has fixed 3-bit words that round trip and form a complete code", "[codes]") {
   ZT_RNG("window3_code");
   REQUIRE(Window3Code::ESC == 7);
   REQUIRE(Window3Code::ZERO == 6);
@@ -181,7 +181,7 @@ void check_symbol_mapping(uint32_t max_exp) {
 }
 }  // namespace
 
-TEST_CASE("symbol_of / exponent_of / escape_valid agree for all (e, a)", "[codes]") {
+TEST_CASE("symbol_of and exponent_of and escape_valid agree for all exponent/anchor pairs", "[codes]") {
   check_symbol_mapping<GaussianCode>(255);
   check_symbol_mapping<Window3Code>(255);
   check_symbol_mapping<GaussianCode>(31);  // fp16 range, same functions

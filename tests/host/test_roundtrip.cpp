@@ -46,7 +46,7 @@ Tensor embedded_patterns(DType d, std::mt19937_64& rng) {
 
 }  // namespace
 
-TEST_CASE("all 65536 bf16 and fp16 patterns round trip: in order, shuffled, embedded in Gaussian tiles",
+TEST_CASE("all 65536 bf16 and fp16 patterns round trip in order and shuffled and embedded in Gaussian tiles",
           "[roundtrip]") {
   ZT_RNG("all_patterns");
   for (DType d : {DType::bf16, DType::fp16}) {
@@ -86,7 +86,7 @@ std::vector<uint32_t> fp32_specials(std::mt19937_64& rng) {
 }
 }  // namespace
 
-TEST_CASE("fp32: random bits, Gaussian values, and special values mixed into normal data", "[roundtrip]") {
+TEST_CASE("fp32 random bits and Gaussian values and special values mixed into normal data round trip", "[roundtrip]") {
   ZT_RNG("fp32");
   const uint64_t n = 3 * 16384 + 77;
   for (CodeId c : zt::kCodes) {
@@ -130,7 +130,7 @@ TEST_CASE("boundary sizes for every dtype and code", "[roundtrip]") {
       }
 }
 
-TEST_CASE("zero / subnormal-only tiles and tiles holding a single NaN or inf", "[roundtrip]") {
+TEST_CASE("zero or subnormal-only tiles and tiles holding a single NaN or inf round trip", "[roundtrip]") {
   ZT_RNG("special_tiles");
   for (DType d : zt::kDTypes)
     for (CodeId c : zt::kCodes) {

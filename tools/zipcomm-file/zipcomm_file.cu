@@ -26,13 +26,9 @@
 
 #if defined(ZIPCOMM_WITH_CUDA)
 #include <cuda_runtime.h>
-#if __has_include(<zipcomm/device/detail/codec_kernels.cuh>)
-#include <zipcomm/device/device_codec.cuh>
+
+#include <zipcomm/device/device_codec_dispatch.cuh>  // run-time (dtype, code) dispatch: all six kernel pairs
 #define ZIPCOMM_FILE_GPU 1
-#else
-// TEMPORARY: the device kernels are not in the tree yet; the GPU path is compiled out until they are.
-#define ZIPCOMM_FILE_GPU 0
-#endif
 #else
 #define ZIPCOMM_FILE_GPU 0
 #endif

@@ -107,6 +107,19 @@ struct GaussianCode {
     }
   }
 
+  static constexpr uint32_t ESC_RANK = 31;  // decode_rank's answer for the escape codeword
+
+  /// Branch-free decoding of the codeword at the top of `peek` into its rank (device hot loop; the symbol
+  /// then comes from a per-tile lookup by rank). Returns ESC_RANK for the escape.
+  ZIPCOMM_HOST_DEVICE static uint32_t decode_rank(uint32_t peek, uint32_t& len) {
+    const uint32_t ones = count_leading_zeros(~peek);
+    const uint32_t small = ones < 2 ? 1u : 0u;
+    const uint32_t bit = (peek >> (30 - (ones < 1 ? ones : 1u))) & 1u;
+    const uint32_t l = ones + 1 + small;
+    len = l < ESC_LEN ? l : ESC_LEN;
+    return ones >= ESC_LEN ? ESC_RANK : small ? 2 * ones + bit : ones + 2;
+  }
+
   /// Decodes the codeword at the top of `peek` (MSB = next bit). Bits past the stream end read as zero.
   ZIPCOMM_HOST_DEVICE static uint32_t decode(const Table& t, uint32_t peek, uint32_t& len) {
     uint32_t ones = count_leading_zeros(~peek);
@@ -146,6 +159,14 @@ struct Window3Code {
     len = 3;
     return peek >> 29;
   }
+  static constexpr uint32_t NUM_RANKS = 7;  // ranks are the 3-bit values; 7 is the escape
+  static constexpr uint32_t ESC_RANK = 31;
+  ZIPCOMM_HOST_DEVICE static uint32_t decode_rank(uint32_t peek, uint32_t& len) {
+    len = 3;
+    const uint32_t v = peek >> 29;
+    return v == ESC ? ESC_RANK : v;
+  }
+  ZIPCOMM_HOST_DEVICE static uint32_t rank_to_symbol(const Table&, uint32_t r) { return r; }
 };
 
 /// Symbol of exponent e in a tile anchored at a (a != 0; tiles with a == 0 carry no codes).

@@ -98,74 +98,119 @@ class WarpChunkDecoder {
 
     const int32_t final_pair = thread::lane_final_pair(elems, lane);
     const uint32_t lt = lanemask_lt();
-    uint32_t base = 0;
-    uint64_t buf = 0;
-    uint32_t avail = 0;
+    // Tile anchors and fraction bytes live in lanes; each tile fetches its own with a shuffle.
+    const uint32_t frac_bytes = (tiles + 3) / 4;
+    const uint32_t anchor_lo = !size_bad && lane < tiles ? stream[lane] : 0u;
+    const uint32_t anchor_hi = !size_bad && lane + 32 < tiles ? stream[lane + 32] : 0u;
+    const uint32_t frac_byte = !size_bad && lane < frac_bytes ? stream[tiles + lane] : 0u;
 
+    uint32_t base = 0;
+    uint32_t hi = 0, lo = 0;  // bit buffer, MSB first: `avail` valid bits
+    uint32_t avail = 0;
     auto refill = [&](bool need) -> bool {
-      uint32_t mask = __ballot_sync(FULL_MASK, need);
+      const uint32_t mask = __ballot_sync(FULL_MASK, need);
       if (mask) {
         if (need) {
-          uint32_t pos = base + __popc(mask & lt);
+          const uint32_t pos = base + __popc(mask & lt);
           uint32_t w = 0;
           if (pos < max_words)
             w = temp_.words[pos];
           else
             bad = true;
-          buf |= uint64_t(w) << (32 - avail);
+          // avail < 32 here: the word lands right after the valid bits.
+          hi |= avail ? w >> avail : w;
+          lo |= avail ? w << (32 - avail) : 0u;
           avail += 32;
         }
         base += __popc(mask);
       }
       return mask != 0;
     };
+    auto consume = [&](uint32_t n) {  // n <= 31
+      hi = __funnelshift_l(lo, hi, n);
+      lo <<= n;
+      avail -= min(n, avail);
+    };
 
+    uint32_t x[ITEMS], next[ITEMS];
+    read_planes<D>(planes, first_tile, first_tile * format::TILE_ELEMS + lane * ITEMS,
+                   thread::lane_valid_count(elems, 0, lane), next);
     for (uint32_t t = 0; t < tiles; ++t) {
       const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
-      const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * ITEMS;
-      uint32_t x[ITEMS];
-      read_planes<D>(planes, first_tile + t, first, cnt, x);
-      const uint32_t a = size_bad ? 0u : stream[t];
-      const uint32_t f = size_bad ? 0u : (stream[tiles + t / 4] >> (2 * (t % 4))) & 3u;
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) x[i] = next[i];
+      if (t + 1 < tiles)  // prefetch: the next tile's planes load while this one decodes
+        read_planes<D>(planes, first_tile + t + 1, (first_tile + t + 1) * format::TILE_ELEMS + lane * ITEMS,
+                       thread::lane_valid_count(elems, t + 1, lane), next);
+      const uint32_t a = __shfl_sync(FULL_MASK, t < 32 ? anchor_lo : anchor_hi, t & 31);
+      const uint32_t f = (__shfl_sync(FULL_MASK, frac_byte, t >> 2) >> (2 * (t & 3))) & 3u;
 
       if (a != 0) {
+        // Exponent of each rank for this tile, one rank per lane; 0x100 marks a rank that cannot occur.
         const typename Code::Table tab = Code::table(f);
+        uint32_t rank_exp = 0x100u;
+        if (lane < Code::NUM_RANKS) {
+          const uint32_t sym = Code::rank_to_symbol(tab, lane);
+          rank_exp = sym == Code::ZERO ? 0u : sym < a ? a - sym : 0x100u;
+        }
         const bool tile_lazy =
             __any_sync(FULL_MASK, cnt > 0 && thread::pair_is_lazy(final_pair, int32_t(4 * t + 3)));
+        // Full tiles outside the lazy tail (all but the last two of a chunk) take the fast path: refill
+        // greedily, then decode both codewords of a pair from one peek. A pair with an escape falls back
+        // to the general per-codeword path, which replays the same refill points.
+        const bool fast = !tile_lazy && __all_sync(FULL_MASK, cnt == ITEMS);
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
-          const bool lazy = thread::pair_is_lazy(final_pair, int32_t(4 * t + p));
-          refill(thread::need_before_pair(cnt > uint32_t(2 * p), lazy, avail));
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int v = 2 * p + j;
-            const bool valid = cnt > uint32_t(v);
-            uint32_t len;
-            uint32_t sym = Code::decode(tab, uint32_t(buf >> 32), len);
-            if (tile_lazy) {
-              const bool need = thread::need_before_code(valid, lazy, len, avail);
-              if (refill(need) && need) sym = Code::decode(tab, uint32_t(buf >> 32), len);
+          bool general = !fast;
+          if (fast) {
+            refill(avail < 32);
+            uint32_t len0, len1;
+            const uint32_t r0 = Code::decode_rank(hi, len0);
+            const uint32_t r1 = Code::decode_rank(__funnelshift_l(lo, hi, len0), len1);
+            const uint32_t e0 = __shfl_sync(FULL_MASK, rank_exp, r0 & 31);
+            const uint32_t e1 = __shfl_sync(FULL_MASK, rank_exp, r1 & 31);
+            if (__any_sync(FULL_MASK, r0 == Code::ESC_RANK || r1 == Code::ESC_RANK)) {
+              general = true;  // nothing consumed yet: the general path redoes this pair
+            } else {
+              consume(len0 + len1);  // <= 30 bits, and avail >= 32 after the refill
+              bad |= (e0 | e1) > 0xFFu;
+              x[2 * p] |= FB::assemble(e0 & 0xFFu, 0, 0);
+              x[2 * p + 1] |= FB::assemble(e1 & 0xFFu, 0, 0);
             }
-            uint32_t e = 0;
-            bool esc = false;
-            if (valid) {
-              if (len > avail) bad = true;
-              buf <<= len;
-              avail -= min(len, avail);
-              esc = sym == Code::ESC;
-              if (!esc) bad |= !thread::exponent_of<Code>(sym, a, e);
-            }
-            if (__any_sync(FULL_MASK, esc)) {
-              refill(thread::need_for_escape(esc, lazy, avail, EXP_BITS));
-              if (esc) {
-                if (avail < EXP_BITS) bad = true;
-                e = uint32_t(buf >> (64 - EXP_BITS));
-                buf <<= EXP_BITS;
-                avail -= min(EXP_BITS, avail);
-                bad |= !thread::escape_valid<Code>(e, a);
+          }
+          if (general) {
+            const bool pair_refilled = fast;  // the fast path already made this pair's greedy refill
+            const bool lazy = thread::pair_is_lazy(final_pair, int32_t(4 * t + p));
+            if (!pair_refilled) refill(thread::need_before_pair(cnt > uint32_t(2 * p), lazy, avail));
+  #pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const int v = 2 * p + j;
+              const bool valid = cnt > uint32_t(v);
+              uint32_t len;
+              uint32_t rank = Code::decode_rank(hi, len);
+              if (tile_lazy) {
+                const bool need = thread::need_before_code(valid, lazy, len, avail);
+                if (refill(need) && need) rank = Code::decode_rank(hi, len);
               }
+              const bool esc = valid && rank == Code::ESC_RANK;
+              uint32_t e = __shfl_sync(FULL_MASK, rank_exp, rank & 31);
+              if (valid) {
+                bad |= len > avail;
+                consume(len);
+              }
+              if (__any_sync(FULL_MASK, esc)) {
+                refill(thread::need_for_escape(esc, lazy, avail, EXP_BITS));
+                if (esc) {
+                  bad |= avail < EXP_BITS;
+                  e = hi >> (32 - EXP_BITS);
+                  consume(EXP_BITS);
+                  bad |= !thread::escape_valid<Code>(e, a);
+                }
+              }
+              if (!valid) e = 0;
+              bad |= e > 0xFFu;
+              x[v] |= FB::assemble(e & ((1u << EXP_BITS) - 1u), 0, 0);
             }
-            x[v] |= FB::assemble(e & ((1u << EXP_BITS) - 1u), 0, 0);
           }
         }
       }

@@ -66,37 +66,36 @@ class WarpChunkEncoder {
 
     uint32_t base = 0;   // words handed out so far (same in every lane)
     uint32_t avail = 0;  // bits the decoder holds and has not consumed yet (replayed)
-    uint64_t acc = 0;    // this lane's bits not yet written, MSB-aligned
+    uint32_t acc = 0;    // the word being filled, MSB first, `nacc` bits used
     uint32_t nacc = 0;
-    uint32_t pend[3] = {0, 0, 0};  // positions of fetched words not yet written; at most 3 are pending
+    uint32_t pend0 = 0, pend1 = 0, pend2 = 0;  // positions of fetched words not yet written (at most 3)
     uint32_t npend = 0;
 
     auto write_word = [&](uint32_t w) {
-      if (pend[0] < format::CODED_WORD_LIMIT) temp_.words[pend[0]] = w;
-      pend[0] = pend[1];
-      pend[1] = pend[2];
+      if (pend0 < format::CODED_WORD_LIMIT) temp_.words[pend0] = w;
+      pend0 = pend1;
+      pend1 = pend2;
       --npend;
     };
-    auto emit = [&](uint32_t bits, uint32_t len) {
-      acc |= uint64_t(bits) << (64 - nacc - len);
-      nacc += len;
-      if (nacc >= 32) {
-        write_word(uint32_t(acc >> 32));
-        acc <<= 32;
-        nacc -= 32;
+    auto emit = [&](uint32_t bits, uint32_t len) {  // len <= 30
+      const uint32_t total = nacc + len;
+      if (total < 32) {
+        acc |= bits << (32 - total);
+        nacc = total;
+      } else {
+        write_word(acc | (bits >> (total - 32)));
+        acc = total == 32 ? 0u : bits << (64 - total);
+        nacc = total - 32;
       }
     };
     auto step = [&](bool need) {
-      uint32_t mask = __ballot_sync(FULL_MASK, need);
+      const uint32_t mask = __ballot_sync(FULL_MASK, need);
       if (mask) {
         if (need) {
-          uint32_t pos = base + __popc(mask & lt);
-          if (npend == 0)
-            pend[0] = pos;
-          else if (npend == 1)
-            pend[1] = pos;
-          else
-            pend[2] = pos;
+          const uint32_t pos = base + __popc(mask & lt);
+          pend0 = npend == 0 ? pos : pend0;
+          pend1 = npend == 1 ? pos : pend1;
+          pend2 = npend == 2 ? pos : pend2;
           ++npend;
           avail += 32;
         }
@@ -104,9 +103,12 @@ class WarpChunkEncoder {
       }
     };
 
+    uint32_t x[ITEMS], next[ITEMS];
+    load(0, next);
     for (uint32_t t = 0; t < tiles; ++t) {
-      uint32_t x[ITEMS];
-      load(t, x);
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) x[i] = next[i];
+      if (t + 1 < tiles) load(t + 1, next);  // prefetch: the next tile loads while this one is coded
       const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
       const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * ITEMS;
       write_planes<D>(planes, first_tile + t, first, cnt, x);
@@ -125,20 +127,39 @@ class WarpChunkEncoder {
       }
       if (a == 0) continue;  // all exponents zero: nothing to code
 
+      // Codeword of each symbol for this tile, one symbol per lane: bits | len << 16.
       const typename Code::Table tab = Code::table(f);
-      uint32_t cb[ITEMS], cl[ITEMS], ce[ITEMS];
+      uint32_t sym_code = 0;
+      if (lane <= Code::ESC) {
+        uint32_t b, l;
+        Code::encode(tab, lane, b, l);
+        sym_code = b | (l << 16);
+      }
+      uint32_t cw[ITEMS], ce[ITEMS];
       bool esc_any = false;
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
         ce[i] = FB::exponent(x[i]);
-        uint32_t s = thread::symbol_of<Code>(ce[i], a);
-        Code::encode(tab, s, cb[i], cl[i]);
-        if (s != Code::ESC) ce[i] = 0xFFFFFFFFu;  // marks "no raw exponent follows"
-        esc_any |= (s == Code::ESC) && uint32_t(i) < cnt;
+        const uint32_t sym = thread::symbol_of<Code>(ce[i], a);
+        cw[i] = __shfl_sync(FULL_MASK, sym_code, sym);
+        if (sym != Code::ESC) ce[i] = 0xFFFFFFFFu;  // marks "no raw exponent follows"
+        esc_any |= (sym == Code::ESC) && uint32_t(i) < cnt;
       }
       const bool tile_esc = __any_sync(FULL_MASK, esc_any);
       const bool tile_lazy = __any_sync(FULL_MASK, cnt > 0 && thread::pair_is_lazy(final_pair, int32_t(4 * t + 3)));
 
+      if (!tile_esc && !tile_lazy && __all_sync(FULL_MASK, cnt == ITEMS)) {
+        // Fast path (all but the last two tiles of a chunk, unless escapes occur): one greedy refill
+        // point and one two-codeword emission per pair.
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+          step(avail < 32);
+          const uint32_t len0 = cw[2 * p] >> 16, len1 = cw[2 * p + 1] >> 16;
+          emit(((cw[2 * p] & 0xFFFFu) << len1) | (cw[2 * p + 1] & 0xFFFFu), len0 + len1);
+          avail -= len0 + len1;
+        }
+        continue;
+      }
 #pragma unroll
       for (int p = 0; p < 4; ++p) {
         const bool lazy = thread::pair_is_lazy(final_pair, int32_t(4 * t + p));
@@ -147,10 +168,11 @@ class WarpChunkEncoder {
         for (int j = 0; j < 2; ++j) {
           const int v = 2 * p + j;
           const bool valid = cnt > uint32_t(v);
-          if (tile_lazy) step(thread::need_before_code(valid, lazy, cl[v], avail));
+          const uint32_t len = cw[v] >> 16;
+          if (tile_lazy) step(thread::need_before_code(valid, lazy, len, avail));
           if (valid) {
-            emit(cb[v], cl[v]);
-            avail -= cl[v];
+            emit(cw[v] & 0xFFFFu, len);
+            avail -= len;
           }
           if (tile_esc) {
             const bool esc = valid && ce[v] != 0xFFFFFFFFu;
@@ -164,7 +186,7 @@ class WarpChunkEncoder {
       }
     }
     // Flush: the partial last word, then words fetched but never filled (possible only behind zero tiles).
-    if (nacc > 0) write_word(uint32_t(acc >> 32));
+    if (nacc > 0) write_word(acc);
     while (npend > 0) write_word(0u);
     __syncwarp();
 

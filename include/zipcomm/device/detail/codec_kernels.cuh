@@ -147,6 +147,7 @@ struct DecompressArgs {
   void* out;
   uint64_t out_capacity;
   Status* status;
+  uint32_t* chunk_counter;  // zeroed before launch; warps take chunks from it (balances uneven chunks)
 };
 
 ZIPCOMM_DEVICE void report(Status* status, Status s) {
@@ -177,8 +178,11 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_kernel(Decomp
   const warp::ConstPlanes planes{args.in + L.plane0_offset, args.in + L.plane1_offset};
   Dec dec(temp[warp_in_block]);
 
-  const uint64_t warps_total = uint64_t(gridDim.x) * (blockDim.x / 32);
-  for (uint64_t c = uint64_t(blockIdx.x) * (blockDim.x / 32) + warp_in_block; c < L.num_chunks; c += warps_total) {
+  for (;;) {
+    uint32_t c32 = 0;
+    if (lane == 0) c32 = atomicAdd(args.chunk_counter, 1u);
+    const uint64_t c = __shfl_sync(warp::FULL_MASK, c32, 0);
+    if (c >= L.num_chunks) break;
     const uint64_t start = c ? table[c - 1] : 0;
     const uint64_t end = table[c];
     const uint32_t elems = format::chunk_elems(n, c);
@@ -267,7 +271,7 @@ cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, 
 template <DType D, class Code>
 cudaError_t launch_decompress(void* d_temp, size_t& temp_bytes, const void* d_in, uint64_t in_bytes, void* d_out,
                               uint64_t out_capacity_elems, Status* d_status, cudaStream_t stream) {
-  constexpr size_t need = 16;  // unused today; keeps the CUB calling convention (a null pointer asks the size)
+  constexpr size_t need = 16;  // the chunk counter
   if (d_temp == nullptr) {
     temp_bytes = need;
     return cudaSuccess;
@@ -283,9 +287,16 @@ cudaError_t launch_decompress(void* d_temp, size_t& temp_bytes, const void* d_in
     cudaError_t e = cudaGetLastError();
     return e != cudaSuccess ? e : cudaErrorInvalidValue;
   }
+  if (temp_bytes < need || reinterpret_cast<uintptr_t>(d_temp) % 8) {
+    set_status_kernel<><<<1, 1, 0, stream>>>(d_status, Status::invalid_argument);
+    cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess ? e : cudaErrorInvalidValue;
+  }
   cudaError_t e = cudaMemsetAsync(d_status, 0, sizeof(Status), stream);
+  if (e == cudaSuccess) e = cudaMemsetAsync(d_temp, 0, need, stream);
   if (e != cudaSuccess) return e;
-  DecompressArgs args{static_cast<const uint8_t*>(d_in), in_bytes, d_out, out_capacity_elems, d_status};
+  DecompressArgs args{static_cast<const uint8_t*>(d_in), in_bytes,  d_out,
+                      out_capacity_elems,                d_status, static_cast<uint32_t*>(d_temp)};
   const size_t smem = sizeof(typename warp::WarpChunkDecoder<D, Code>::TempStorage) * CodecPolicy::WARPS;
   const bool vector = reinterpret_cast<uintptr_t>(d_out) % 16 == 0;
   // The element count lives in the header on the device: size the grid for the whole GPU.

@@ -1,0 +1,296 @@
+// GPU tests of the device-wide codec: device bytes == host reference bytes, bit-exact round trips,
+// unaligned pointers, > 2^31 elements, argument errors and corrupt streams.
+#include <algorithm>
+#include <numeric>
+
+#include <zipcomm/device/device_codec.cuh>
+#include <zipcomm/host/reference_codec.hpp>
+
+#include "gpu_test_util.cuh"
+
+using namespace zipcomm;
+using gpu_test::DeviceBuffer;
+
+namespace {
+
+struct DeviceResult {
+  std::vector<uint8_t> stream;
+  Status status;
+};
+
+template <DType D, class Code>
+DeviceResult device_compress(const std::vector<uint8_t>& raw, size_t in_offset = 0) {
+  const uint64_t n = raw.size() / format::elem_bytes(D);
+  DeviceBuffer in(raw.size() + in_offset + 16), out(format::max_compressed_bytes(D, n)), meta(64);
+  CUDA_OK(cudaMemcpy(in.as(in_offset), raw.data(), raw.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(out.ptr, 0xCD, out.bytes));  // poison: every stream byte must be written
+  size_t temp_bytes = 0;
+  CUDA_OK(device::compress<D, Code>(nullptr, temp_bytes, in.as(in_offset), n, out.ptr, out.bytes, nullptr, nullptr));
+  DeviceBuffer temp(temp_bytes);
+  CUDA_OK(device::compress<D, Code>(temp.ptr, temp_bytes, in.as(in_offset), n, out.ptr, out.bytes,
+                                    meta.as<uint64_t>(), meta.as<Status>(8)));
+  CUDA_OK(cudaDeviceSynchronize());
+  uint64_t bytes = 0;
+  Status st;
+  CUDA_OK(cudaMemcpy(&bytes, meta.as<uint64_t>(), 8, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&st, meta.as<Status>(8), sizeof st, cudaMemcpyDeviceToHost));
+  DeviceResult r{std::vector<uint8_t>(st == Status::ok ? bytes : 0), st};
+  if (st == Status::ok) CUDA_OK(cudaMemcpy(r.stream.data(), out.ptr, bytes, cudaMemcpyDeviceToHost));
+  return r;
+}
+
+/// Decompresses on the device into a guarded buffer; checks the guards; returns status and output.
+template <DType D, class Code>
+Status device_decompress(const std::vector<uint8_t>& stream, uint64_t capacity_elems, std::vector<uint8_t>& out,
+                         size_t out_offset = 0) {
+  const size_t eb = format::elem_bytes(D);
+  const size_t guard = 64;
+  DeviceBuffer in(stream.size() + 16), dst(capacity_elems * eb + out_offset + 2 * guard), meta(16);
+  if (!stream.empty()) CUDA_OK(cudaMemcpy(in.ptr, stream.data(), stream.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(dst.ptr, 0xA5, dst.bytes));
+  size_t temp_bytes = 0;
+  CUDA_OK(device::decompress<D, Code>(nullptr, temp_bytes, in.ptr, stream.size(), nullptr, 0, nullptr));
+  DeviceBuffer temp(temp_bytes);
+  cudaError_t e = device::decompress<D, Code>(temp.ptr, temp_bytes, in.ptr, stream.size(),
+                                              dst.as(guard + out_offset), capacity_elems, meta.as<Status>());
+  REQUIRE((e == cudaSuccess || e == cudaErrorInvalidValue));
+  CUDA_OK(cudaDeviceSynchronize());
+  Status st;
+  CUDA_OK(cudaMemcpy(&st, meta.ptr, sizeof st, cudaMemcpyDeviceToHost));
+  std::vector<uint8_t> all(dst.bytes);
+  CUDA_OK(cudaMemcpy(all.data(), dst.ptr, dst.bytes, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < guard + out_offset; ++i) REQUIRE(all[i] == 0xA5);
+  for (size_t i = guard + out_offset + capacity_elems * eb; i < all.size(); ++i) REQUIRE(all[i] == 0xA5);
+  out.assign(all.begin() + guard + out_offset, all.begin() + guard + out_offset + capacity_elems * eb);
+  return st;
+}
+
+template <DType D, class Code>
+void check_round_trip(const std::vector<uint8_t>& raw, size_t in_offset = 0, size_t out_offset = 0) {
+  const uint64_t n = raw.size() / format::elem_bytes(D);
+  CAPTURE(n, in_offset, out_offset, int(D), int(Code::ID));
+  std::vector<uint8_t> ref(format::max_compressed_bytes(D, n));
+  uint64_t ref_bytes = 0;
+  REQUIRE(host::compress(D, Code::ID, raw.data(), n, ref.data(), ref.size(), &ref_bytes) == Status::ok);
+  ref.resize(ref_bytes);
+
+  DeviceResult dev = device_compress<D, Code>(raw, in_offset);
+  REQUIRE(dev.status == Status::ok);
+  REQUIRE(dev.stream.size() == ref.size());
+  if (dev.stream != ref) {
+    size_t i = 0;
+    while (dev.stream[i] == ref[i]) ++i;
+    FAIL("device stream differs from host reference at byte " << i << " of " << ref.size());
+  }
+  std::vector<uint8_t> back;
+  REQUIRE(device_decompress<D, Code>(dev.stream, n, back, out_offset) == Status::ok);
+  REQUIRE(back == raw);
+  std::vector<uint8_t> host_back(raw.size());
+  REQUIRE(host::decompress(dev.stream.data(), dev.stream.size(), host_back.data(), host_back.size()) == Status::ok);
+  REQUIRE(host_back == raw);
+}
+
+template <DType D>
+void round_trip_both_codes(const std::vector<uint8_t>& raw) {
+  check_round_trip<D, thread::GaussianCode>(raw);
+  check_round_trip<D, thread::Window3Code>(raw);
+}
+
+const uint64_t kSizes[] = {0, 1, 31, 32, 33, 255, 256, 257, 16383, 16384, 16385, 3 * 16384 + 77, 1000003};
+
+}  // namespace
+
+TEST_CASE("device bytes equal host bytes and round trip, Gaussian data, all sizes", "[gpu][codec]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (uint64_t n : kSizes) {
+    round_trip_both_codes<DType::bf16>(gpu_test::gaussian_bytes(DType::bf16, n, 0.02f, rng));
+    round_trip_both_codes<DType::fp16>(gpu_test::gaussian_bytes(DType::fp16, n, 0.02f, rng));
+    round_trip_both_codes<DType::fp32>(gpu_test::gaussian_bytes(DType::fp32, n, 0.02f, rng));
+  }
+}
+
+TEST_CASE("all 65536 bf16 and fp16 patterns, in order and shuffled", "[gpu][codec]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  std::vector<uint16_t> pat(65536);
+  std::iota(pat.begin(), pat.end(), 0);
+  for (int shuffled = 0; shuffled < 2; ++shuffled) {
+    if (shuffled) std::shuffle(pat.begin(), pat.end(), rng);
+    std::vector<uint8_t> raw(pat.size() * 2);
+    std::memcpy(raw.data(), pat.data(), raw.size());
+    round_trip_both_codes<DType::bf16>(raw);
+    round_trip_both_codes<DType::fp16>(raw);
+  }
+  // Each pattern inside realistic tiles: one pattern per 256-element Gaussian tile, at a random slot.
+  std::vector<uint8_t> tiles = gpu_test::gaussian_bytes(DType::bf16, 65536 * 4, 0.02f, rng);
+  for (uint32_t p = 0; p < 65536; ++p) {
+    const uint64_t slot = uint64_t(p % 1024) * 256 + rng() % 256;
+    uint16_t v = uint16_t(p);
+    std::memcpy(&tiles[2 * slot], &v, 2);
+    if (p % 1024 == 1023) round_trip_both_codes<DType::bf16>(tiles);
+  }
+}
+
+TEST_CASE("fp32 special values: NaN payloads, infinities, subnormals, signed zeros", "[gpu][codec]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> raw = gpu_test::gaussian_bytes(DType::fp32, 200000, 1.0f, rng);
+  const uint32_t specials[] = {0x7F800000u, 0xFF800000u, 0x00000000u, 0x80000000u, 0x7F7FFFFFu, 0x00800000u,
+                               0x00000001u, 0x807FFFFFu, 0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0x7FBFFFFFu};
+  for (size_t k = 0; k < 20000; ++k) {
+    uint32_t v = specials[rng() % 12];
+    if (k % 3 == 0) v = (rng() & 0x807FFFFFu) | ((rng() & 1) ? 0x7F800001u : 0u);  // NaN payload or subnormal
+    const size_t i = rng() % 200000;
+    std::memcpy(&raw[4 * i], &v, 4);
+  }
+  round_trip_both_codes<DType::fp32>(raw);
+  std::vector<uint8_t> rnd(4 * 100000);
+  for (auto& b : rnd) b = uint8_t(rng());
+  round_trip_both_codes<DType::fp32>(rnd);  // incompressible: every chunk raw
+}
+
+TEST_CASE("unaligned input and output pointers give the same bytes", "[gpu][codec]") {
+  std::mt19937_64 rng(gpu_test::fresh_seed());
+  auto raw = gpu_test::gaussian_bytes(DType::bf16, 40000, 0.02f, rng);
+  for (size_t off : {1u, 2u, 3u, 8u, 15u}) check_round_trip<DType::bf16, thread::GaussianCode>(raw, off, off);
+  auto raw32 = gpu_test::gaussian_bytes(DType::fp32, 40000, 0.02f, rng);
+  for (size_t off : {1u, 4u, 12u}) check_round_trip<DType::fp32, thread::GaussianCode>(raw32, off, 16 - off);
+}
+
+TEST_CASE("real training tensors", "[gpu][codec]") {
+  const std::string dir = ZIPCOMM_TEST_DATA_DIR;
+  auto grads = gpu_test::read_file(dir + "/llama_grads.bf16");
+  REQUIRE(!grads.empty());
+  round_trip_both_codes<DType::bf16>(grads);
+  round_trip_both_codes<DType::bf16>(gpu_test::read_file(dir + "/llama_acts.bf16"));
+  round_trip_both_codes<DType::bf16>(gpu_test::read_file(dir + "/llama_weights.bf16"));
+  round_trip_both_codes<DType::fp16>(gpu_test::read_file(dir + "/llama_grads_scaled.f16"));
+  round_trip_both_codes<DType::fp32>(gpu_test::read_file(dir + "/llama_grads.f32"));
+}
+
+TEST_CASE("argument errors give a status and an error code", "[gpu][codec]") {
+  std::mt19937_64 rng(gpu_test::fresh_seed());
+  auto raw = gpu_test::gaussian_bytes(DType::bf16, 5000, 0.02f, rng);
+  const uint64_t n = 5000;
+  DeviceBuffer in(raw.size()), out(format::max_compressed_bytes(DType::bf16, n) + 32), meta(16);
+  CUDA_OK(cudaMemcpy(in.ptr, raw.data(), raw.size(), cudaMemcpyHostToDevice));
+  size_t temp_bytes = 0;
+  CUDA_OK(device::compress<DType::bf16>(nullptr, temp_bytes, in.ptr, n, out.ptr, out.bytes, nullptr, nullptr));
+  DeviceBuffer temp(temp_bytes);
+  Status st;
+  // capacity below the bound
+  REQUIRE(device::compress<DType::bf16>(temp.ptr, temp_bytes, in.ptr, n, out.ptr, 100, meta.as<uint64_t>(),
+                                        meta.as<Status>(8)) == cudaErrorInvalidValue);
+  CUDA_OK(cudaMemcpy(&st, meta.as<Status>(8), sizeof st, cudaMemcpyDeviceToHost));
+  REQUIRE(st == Status::buffer_too_small);
+  // unaligned compressed buffer
+  REQUIRE(device::compress<DType::bf16>(temp.ptr, temp_bytes, in.ptr, n, out.as(4), out.bytes - 16,
+                                        meta.as<uint64_t>(), meta.as<Status>(8)) == cudaErrorInvalidValue);
+  CUDA_OK(cudaMemcpy(&st, meta.as<Status>(8), sizeof st, cudaMemcpyDeviceToHost));
+  REQUIRE(st == Status::invalid_argument);
+
+  DeviceResult dev = device_compress<DType::bf16, thread::GaussianCode>(raw);
+  REQUIRE(dev.status == Status::ok);
+  std::vector<uint8_t> back;
+  REQUIRE(device_decompress<DType::bf16, thread::GaussianCode>(dev.stream, n - 1, back) == Status::buffer_too_small);
+  REQUIRE(device_decompress<DType::fp16, thread::GaussianCode>(dev.stream, n, back) == Status::bad_header);
+  REQUIRE(device_decompress<DType::bf16, thread::Window3Code>(dev.stream, n, back) == Status::bad_header);
+  std::vector<uint8_t> tiny(dev.stream.begin(), dev.stream.begin() + 40);
+  REQUIRE(device_decompress<DType::bf16, thread::GaussianCode>(tiny, n, back) == Status::corrupt_stream);
+}
+
+TEST_CASE("corrupt and truncated streams: device status agrees with the host decoder", "[gpu][codec]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const uint64_t n = 3 * 16384 + 1000;
+  auto raw = gpu_test::gaussian_bytes(DType::bf16, n, 0.02f, rng);
+  DeviceResult dev = device_compress<DType::bf16, thread::GaussianCode>(raw);
+  REQUIRE(dev.status == Status::ok);
+  const format::Layout L = format::layout_for(DType::bf16, n);
+  int detected = 0, trials = 0;
+  for (int k = 0; k < 300; ++k) {
+    std::vector<uint8_t> bad = dev.stream;
+    uint64_t pos;
+    switch (k % 3) {
+      case 0: pos = rng() % format::HEADER_BYTES; break;
+      case 1: pos = L.table_offset + rng() % (L.exp_offset - L.table_offset); break;
+      default: pos = L.exp_offset + rng() % (bad.size() - L.exp_offset); break;
+    }
+    bad[pos] ^= uint8_t(1u << (rng() % 8));
+    std::vector<uint8_t> host_out(raw.size()), dev_out;
+    Status hs = host::decompress(bad.data(), bad.size(), host_out.data(), host_out.size());
+    Status ds = device_decompress<DType::bf16, thread::GaussianCode>(bad, n, dev_out);
+    CAPTURE(k, pos);
+    REQUIRE((hs == Status::ok) == (ds == Status::ok));
+    if (ds == Status::ok) REQUIRE(dev_out == host_out);
+    ++trials;
+    detected += ds != Status::ok;
+  }
+  WARN("bit flips in header/table/exponents detected: " << detected << " of " << trials);
+  for (size_t cut : {size_t(0), size_t(63), size_t(64), size_t(L.exp_offset), dev.stream.size() - 16,
+                     dev.stream.size() - 1}) {
+    std::vector<uint8_t> t(dev.stream.begin(), dev.stream.begin() + cut), out;
+    CAPTURE(cut);
+    REQUIRE(device_decompress<DType::bf16, thread::GaussianCode>(t, n, out) != Status::ok);
+  }
+}
+
+namespace {
+__global__ void fill_gaussianish(uint16_t* x, uint64_t n, uint64_t seed) {
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += uint64_t(gridDim.x) * blockDim.x) {
+    uint64_t h = (i + seed) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    // Sum of 4 uniforms ~ Gaussian; scale varies by 1 MiB block like layers do.
+    float s = float(h & 0xFFFF) + float((h >> 16) & 0xFFFF) + float((h >> 32) & 0xFFFF) + float(h >> 48) - 131070.0f;
+    float v = s * (1e-7f * float(1 + ((i >> 20) % 7)));
+    uint32_t u = __float_as_uint(v);
+    x[i] = uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+__global__ void count_mismatch(const uint16_t* a, const uint16_t* b, uint64_t n, unsigned long long* bad) {
+  unsigned long long local = 0;
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += uint64_t(gridDim.x) * blockDim.x)
+    local += a[i] != b[i];
+  if (local) atomicAdd(bad, local);
+}
+}  // namespace
+
+TEST_CASE("more than 2^31 elements round trip on the device", "[gpu][codec][large]") {
+  const uint64_t n = (uint64_t(1) << 31) + 12345;
+  DeviceBuffer in(n * 2), back(n * 2), out(format::max_compressed_bytes(DType::bf16, n)), meta(32);
+  fill_gaussianish<<<4096, 256>>>(in.as<uint16_t>(), n, 7);
+  size_t temp_bytes = 0;
+  CUDA_OK(device::compress<DType::bf16>(nullptr, temp_bytes, in.ptr, n, out.ptr, out.bytes, nullptr, nullptr));
+  DeviceBuffer temp(temp_bytes);
+  CUDA_OK(device::compress<DType::bf16>(temp.ptr, temp_bytes, in.ptr, n, out.ptr, out.bytes, meta.as<uint64_t>(),
+                                        meta.as<Status>(8)));
+  uint64_t bytes = 0;
+  Status st;
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaMemcpy(&bytes, meta.ptr, 8, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&st, meta.as(8), 4, cudaMemcpyDeviceToHost));
+  REQUIRE(st == Status::ok);
+  REQUIRE(bytes < n * 2);
+  WARN("2^31+12345 bf16 elements: ratio " << double(bytes) / double(n * 2));
+  // The header as the host reads it.
+  format::Header h;
+  CUDA_OK(cudaMemcpy(&h, out.ptr, sizeof h, cudaMemcpyDeviceToHost));
+  REQUIRE(format::validate_header(h, bytes) == Status::ok);
+  REQUIRE(h.num_elements == n);
+  CUDA_OK(device::decompress<DType::bf16>(temp.ptr, temp_bytes, out.ptr, bytes, back.ptr, n, meta.as<Status>(8)));
+  CUDA_OK(cudaMemset(meta.as(16), 0, 8));
+  count_mismatch<<<4096, 256>>>(in.as<uint16_t>(), back.as<uint16_t>(), n, meta.as<unsigned long long>(16));
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned long long mism = 1;
+  CUDA_OK(cudaMemcpy(&st, meta.as(8), 4, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&mism, meta.as(16), 8, cudaMemcpyDeviceToHost));
+  REQUIRE(st == Status::ok);
+  REQUIRE(mism == 0);
+}
