@@ -15,8 +15,8 @@ Method
   4. Per data set and per fraction bucket f: the distribution of symbols. Distributions are averaged over the
      training sets with equal weight (a data set with no tile in a bucket does not vote for that bucket).
   5. Per bucket: symbols 0..16 sorted by averaged probability, descending (ties: smaller symbol first).
-  6. Robustness rule of v1: in buckets 1..3 the ZERO symbol is moved to rank 8 (exact zeros are frequent only
-     in some tensors; rank 8 caps the damage where they are rare and still costs 7 bits where they are not).
+  6. Robustness rule of v1: in every bucket (0..3) the ZERO symbol is moved to rank 8 (exact zeros are frequent
+     only in some tensors; rank 8 caps the damage where they are rare and still costs 7 bits where they are not).
   7. Codeword lengths per rank are fixed: ranks 0,1 -> 2 bits; 2,3 -> 3 bits; rank r >= 4 -> r - 1 bits;
      escape -> 15 bits + the raw exponent (8 bits for bf16/fp32, 5 for fp16).
 
@@ -115,9 +115,6 @@ class Stats:
         key = (np.broadcast_to(frac[:, None], sym.shape)[coded] * NUM_SYMS + sym[coded]).astype(np.int64)
         self.counts = np.bincount(key, minlength=4 * NUM_SYMS).reshape(4, NUM_SYMS).astype(np.float64)
         self.coded_elems = int(coded.sum())
-        # Elements of tiles with anchor 0 (all exponents 0): v1 codes nothing for them. Counted only on request,
-        # as ZERO symbols of bucket 0 (their fraction), to show how the frozen bucket-0 order came about.
-        self.anchor0_elems = int((valid & (anchor[:, None] == 0)).sum())
         self.coded_tiles = int((anchor != 0).sum())
         # Order-0 entropy of the exponent over the whole tensor (bits per element).
         ecount = np.bincount(exp[valid], minlength=1 << eb).astype(np.float64)
@@ -135,11 +132,10 @@ class Stats:
                 h += tot * float(-(q * np.log2(q)).sum())
         self.h_cond = h / n
 
-    def dist(self, include_anchor0=False):
-        """Per-bucket probability of each symbol (rows of zeros for empty buckets), and bucket sizes."""
-        counts = self.counts.copy()
-        if include_anchor0:
-            counts[0, ZERO] += self.anchor0_elems
+    def dist(self):
+        """Per-bucket probability of each symbol (rows of zeros for empty buckets), and bucket sizes.
+        Only tiles with anchor != 0 count: anchor-0 tiles carry no codes in v1."""
+        counts = self.counts
         tot = counts.sum(axis=1)
         p = np.zeros_like(counts)
         for f in range(4):
@@ -171,12 +167,12 @@ class Stats:
         return bits / (self.n * self.total_bits)
 
 
-def derive(train, include_anchor0=False):
+def derive(train):
     """Averaged distributions and the derived orders (before and after the robustness rule)."""
     avg = np.zeros((4, NUM_SYMS))
     votes = np.zeros(4)
     for st in train:
-        p, tot = st.dist(include_anchor0)
+        p, tot = st.dist()
         for f in range(4):
             if tot[f]:
                 avg[f] += p[f]
@@ -188,9 +184,8 @@ def derive(train, include_anchor0=False):
     for f in range(4):
         syms = sorted(range(NUM_RANKS), key=lambda s: (-avg[f, s], s))
         sorted_orders.append(list(syms))
-        if f >= 1:
-            syms.remove(ZERO)
-            syms.insert(ZERO_RANK_ROBUST, ZERO)
+        syms.remove(ZERO)  # v1 robustness rule: ZERO at rank 8 in every bucket
+        syms.insert(ZERO_RANK_ROBUST, ZERO)
         orders.append(syms)
     return avg, sorted_orders, orders
 
@@ -240,9 +235,6 @@ def main():
     ap.add_argument("--header", default=os.path.join(repo, "include", "zipcomm", "thread", "exponent_code.hpp"))
     ap.add_argument("--seed", type=int, default=20240601, help="seed of the synthetic N(0,0.02) tensor")
     ap.add_argument("--gauss-n", type=int, default=1 << 21, help="elements of the synthetic tensor")
-    ap.add_argument("--include-anchor0-tiles", action="store_true",
-                    help="fit with the elements of anchor-0 (all-zero) tiles counted as ZERO in bucket 0; this "
-                         "reproduces the frozen v1 table, although v1 codes nothing for such tiles")
     args = ap.parse_args()
 
     sets = [Stats(GAUSS_NAME, "bf16", gaussian_bf16(args.gauss_n, args.seed))]
@@ -252,15 +244,14 @@ def main():
     print(f"training sets ({len(train)}): " + ", ".join(s.name for s in train))
     print(f"evaluated only: " + (", ".join(s.name for s in sets if s not in train) or "-"))
 
-    avg, sorted_orders, orders = derive(train, args.include_anchor0_tiles)
-    print("fit: anchor-0 tiles " + ("COUNTED as ZERO in bucket 0 (--include-anchor0-tiles)" if
-                                    args.include_anchor0_tiles else "skipped (they carry no codes in v1)"))
+    avg, sorted_orders, orders = derive(train)
+    print("fit: anchor-0 tiles skipped (they carry no codes in v1)")
     print("\naveraged symbol probabilities per fraction bucket (top 10, in derived order):")
     for f in range(4):
         print(f"  f={f}: " + "  ".join(f"{sym_name(s)}:{avg[f, s]:.4f}" for s in sorted_orders[f][:10])
               + f"  ESC:{avg[f, ESC]:.2e}")
 
-    print("\nderived table (probability sort, then ZERO -> rank 8 in buckets 1..3):")
+    print("\nderived table (probability sort, then ZERO -> rank 8 in every bucket):")
     print(cpp_table(orders))
 
     frozen = parse_header_order(args.header)
@@ -290,10 +281,6 @@ def main():
         bf, bd, bw = st.code_bits(frozen), st.code_bits(orders), st.window3_bits()
         print(f"  {st.name:28s} {st.n:9d} {st.h0:8.4f} {st.h_cond:8.4f} {bf:7.4f} {bd:7.4f} {bw:7.4f} "
               f"{st.ratio_estimate(bf):12.4f} {st.ratio_estimate(bw):8.4f}")
-    if not same and not args.include_anchor0_tiles:
-        alt = derive(train, True)[2]
-        print(f"\nwith --include-anchor0-tiles (all-zero tiles counted as ZERO in bucket 0) the derivation "
-              f"{'REPRODUCES' if alt == frozen else 'does not reproduce'} the frozen table.")
     return 0
 
 

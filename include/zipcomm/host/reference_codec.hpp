@@ -210,8 +210,9 @@ inline Status decode_chunk(const uint8_t* in, uint32_t bytes, uint32_t elems, ui
   }
   const uint32_t hdr = format::chunk_header_bytes(tiles);
   if (bytes > raw_bytes || bytes < hdr || bytes % format::ALIGN) return Status::corrupt_stream;
+  // No encoder writes more than CODED_WORD_LIMIT words; the area may hold up to 3 more words of padding.
+  if (bytes > format::coded_chunk_bytes(tiles, format::CODED_WORD_LIMIT)) return Status::corrupt_stream;
   const uint32_t max_words = (bytes - hdr) / 4;
-  if (max_words > format::CODED_WORD_LIMIT) return Status::corrupt_stream;  // no encoder writes that
   for (uint32_t b = tiles + (tiles + 3) / 4; b < hdr; ++b)
     if (in[b]) return Status::corrupt_stream;
   if (tiles % 4 && (in[tiles + tiles / 4] >> (2 * (tiles % 4)))) return Status::corrupt_stream;

@@ -49,9 +49,8 @@ class WarpChunkDecoder {
     const uint32_t lane = lane_id();
     const uint32_t tiles = format::chunk_tiles(elems);
     const uint32_t raw_bytes = format::raw_chunk_bytes(D, elems);
-    bool bad = false;
-
     if (bytes == raw_bytes) {
+      bool bad = false;
       for (uint32_t t = 0; t < tiles; ++t) {
         const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
         const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * ITEMS;
@@ -85,15 +84,16 @@ class WarpChunkDecoder {
     const uint32_t hdr = format::chunk_header_bytes(tiles);
     // Warp-uniform: control flow below must not diverge around the ballots.
     const bool size_bad = bytes > raw_bytes || bytes < hdr || bytes % format::ALIGN ||
-                          (bytes - hdr) / 4 > format::CODED_WORD_LIMIT;
-    bad = size_bad;
-    const uint32_t max_words = size_bad ? 0u : (bytes - hdr) / 4;
+                          bytes > format::coded_chunk_bytes(tiles, format::CODED_WORD_LIMIT);
+    uint32_t bad = size_bad;  // a mask of lane-local failures, folded once at the end
+    // Words past CODED_WORD_LIMIT can only be padding (checked through the exact size at the end).
+    const uint32_t max_words = size_bad ? 0u : min((bytes - hdr) / 4, format::CODED_WORD_LIMIT);
     const uint32_t* gw = reinterpret_cast<const uint32_t*>(stream + hdr);
     for (uint32_t i = lane; i < max_words; i += 32) temp_.words[i] = __ldg(gw + i);
     const uint32_t used_hdr = tiles + (tiles + 3) / 4;
     if (!bad)
       for (uint32_t b = used_hdr + lane; b < hdr; b += 32) bad |= stream[b] != 0;
-    if (!bad && tiles % 4 && lane == 0) bad |= (stream[tiles + tiles / 4] >> (2 * (tiles % 4))) != 0;
+    if (!bad && tiles % 4 && lane == 0) bad |= (stream[tiles + tiles / 4] >> (2 * (tiles % 4))) != 0 ? 1u : 0u;
     __syncwarp();
 
     const int32_t final_pair = thread::lane_final_pair(elems, lane);
@@ -104,6 +104,7 @@ class WarpChunkDecoder {
     const uint32_t anchor_hi = !size_bad && lane + 32 < tiles ? stream[lane + 32] : 0u;
     const uint32_t frac_byte = !size_bad && lane < frac_bytes ? stream[tiles + lane] : 0u;
 
+    const uint32_t* words = temp_.words;
     uint32_t base = 0;
     uint32_t hi = 0, lo = 0;  // bit buffer, MSB first: `avail` valid bits
     uint32_t avail = 0;
@@ -114,9 +115,9 @@ class WarpChunkDecoder {
           const uint32_t pos = base + __popc(mask & lt);
           uint32_t w = 0;
           if (pos < max_words)
-            w = temp_.words[pos];
+            w = words[pos];
           else
-            bad = true;
+            bad = 1u;
           // avail < 32 here: the word lands right after the valid bits.
           hi |= avail ? w >> avail : w;
           lo |= avail ? w << (32 - avail) : 0u;
@@ -220,10 +221,10 @@ class WarpChunkDecoder {
       for (int i = 0; i < ITEMS; ++i)
         if (uint32_t(i) < cnt) mag = max(mag, FB::magnitude(x[i]));
       mag = __reduce_max_sync(FULL_MASK, mag);
-      if ((mag >> FB::MANT_BITS) != a || thread::fraction_of<D>(mag) != f) bad = true;
+      if ((mag >> FB::MANT_BITS) != a || thread::fraction_of<D>(mag) != f) bad = 1u;
       sink(t, x, cnt);
     }
-    if (!bad && format::coded_chunk_bytes(tiles, base) != bytes) bad = true;
+    if (!bad && format::coded_chunk_bytes(tiles, base) != bytes) bad = 1u;
     for (uint32_t i = base + lane; !bad && i < max_words; i += 32) bad |= temp_.words[i] != 0;
     __syncwarp();
     return __any_sync(FULL_MASK, bad) ? Status::corrupt_stream : Status::ok;
