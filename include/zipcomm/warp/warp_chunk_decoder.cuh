@@ -112,15 +112,13 @@ class WarpChunkDecoder {
       const uint32_t mask = __ballot_sync(FULL_MASK, need);
       if (mask) {
         if (need) {
-          const uint32_t pos = base + __popc(mask & lt);
-          uint32_t w = 0;
-          if (pos < max_words)
-            w = words[pos];
-          else
-            bad = 1u;
+          // An index past the chunk's words reads a stale word; the exact-size check at the end rejects
+          // such a stream (base > words), so the hot loop needs no bounds branch.
+          const uint32_t pos = min(base + __popc(mask & lt), format::CODED_WORD_LIMIT - 1);
+          const uint32_t w = words[pos];
           // avail < 32 here: the word lands right after the valid bits.
-          hi |= avail ? w >> avail : w;
-          lo |= avail ? w << (32 - avail) : 0u;
+          hi |= w >> avail;
+          lo |= __funnelshift_r(0u, w, avail);
           avail += 32;
         }
         base += __popc(mask);
@@ -133,6 +131,7 @@ class WarpChunkDecoder {
       avail -= min(n, avail);
     };
 
+    uint32_t impossible = 0;
     uint32_t x[ITEMS], next[ITEMS];
     read_planes<D>(planes, first_tile, first_tile * format::TILE_ELEMS + lane * ITEMS,
                    thread::lane_valid_count(elems, 0, lane), next);
@@ -174,7 +173,7 @@ class WarpChunkDecoder {
               general = true;  // nothing consumed yet: the general path redoes this pair
             } else {
               consume(len0 + len1);  // <= 30 bits, and avail >= 32 after the refill
-              bad |= (e0 | e1) > 0xFFu;
+              impossible |= e0 | e1;  // bit 8 marks a rank that cannot occur in this tile
               x[2 * p] |= FB::assemble(e0 & 0xFFu, 0, 0);
               x[2 * p + 1] |= FB::assemble(e1 & 0xFFu, 0, 0);
             }
@@ -224,7 +223,8 @@ class WarpChunkDecoder {
       if ((mag >> FB::MANT_BITS) != a || thread::fraction_of<D>(mag) != f) bad = 1u;
       sink(t, x, cnt);
     }
-    if (!bad && format::coded_chunk_bytes(tiles, base) != bytes) bad = 1u;
+    bad |= impossible > 0xFFu;
+    if (!bad && (base > max_words || format::coded_chunk_bytes(tiles, base) != bytes)) bad = 1u;
     for (uint32_t i = base + lane; !bad && i < max_words; i += 32) bad |= temp_.words[i] != 0;
     __syncwarp();
     return __any_sync(FULL_MASK, bad) ? Status::corrupt_stream : Status::ok;
