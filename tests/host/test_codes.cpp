@@ -187,3 +187,33 @@ TEST_CASE("symbol_of and exponent_of and escape_valid agree for all exponent/anc
   check_symbol_mapping<GaussianCode>(31);  // fp16 range, same functions
   check_symbol_mapping<Window3Code>(31);
 }
+
+namespace {
+/// decode_rank (the branch-free form the device hot loop uses) must agree with decode for every prefix.
+template <class Code>
+void check_decode_rank(std::mt19937_64& rng) {
+  for (uint32_t top = 0; top < (1u << 16); ++top) {
+    const uint32_t peek = (top << 16) | uint32_t(rng() & 0xFFFFu);
+    for (uint32_t f = 0; f < 4; ++f) {
+      const typename Code::Table tab = Code::table(f);
+      uint32_t len_a = 0, len_b = 0;
+      const uint32_t sym = Code::decode(tab, peek, len_a);
+      const uint32_t rank = Code::decode_rank(peek, len_b);
+      INFO("peek " << peek << " f " << f);
+      REQUIRE(len_a == len_b);
+      if (sym == Code::ESC) {
+        REQUIRE(rank == Code::ESC_RANK);
+      } else {
+        REQUIRE(rank < Code::NUM_RANKS);
+        REQUIRE(Code::rank_to_symbol(tab, rank) == sym);
+      }
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("decode_rank agrees with decode for every 16-bit prefix", "[codes]") {
+  ZT_RNG("decode_rank");
+  check_decode_rank<GaussianCode>(rng);
+  check_decode_rank<Window3Code>(rng);
+}

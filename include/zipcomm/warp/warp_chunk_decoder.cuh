@@ -132,27 +132,34 @@ class WarpChunkDecoder {
     };
 
     uint32_t impossible = 0;
+    // Symbol of each rank under each of the 4 orders, one rank per lane, one order per byte: the per-tile
+    // rank -> exponent table is then two byte operations away.
+    uint32_t rank_syms = 0xFFFFFFFFu;
+    if (lane < Code::NUM_RANKS) {
+      rank_syms = 0;
+#pragma unroll
+      for (uint32_t fo = 0; fo < 4; ++fo) rank_syms |= Code::rank_to_symbol(Code::table(fo), lane) << (8 * fo);
+    }
+    const uint32_t full_tiles = elems / format::TILE_ELEMS;  // tiles where every lane owns 8 items
+    auto lane_count = [&](uint32_t tile) {
+      return tile < full_tiles ? uint32_t(ITEMS) : thread::lane_valid_count(elems, tile, lane);
+    };
     uint32_t x[ITEMS], next[ITEMS];
-    read_planes<D>(planes, first_tile, first_tile * format::TILE_ELEMS + lane * ITEMS,
-                   thread::lane_valid_count(elems, 0, lane), next);
+    const uint64_t lane_first = first_tile * format::TILE_ELEMS + lane * ITEMS;
+    read_planes<D>(planes, first_tile, lane_first, lane_count(0), next);
     for (uint32_t t = 0; t < tiles; ++t) {
-      const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+      const uint32_t cnt = lane_count(t);
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) x[i] = next[i];
       if (t + 1 < tiles)  // prefetch: the next tile's planes load while this one decodes
-        read_planes<D>(planes, first_tile + t + 1, (first_tile + t + 1) * format::TILE_ELEMS + lane * ITEMS,
-                       thread::lane_valid_count(elems, t + 1, lane), next);
+        read_planes<D>(planes, first_tile + t + 1, lane_first + (t + 1) * format::TILE_ELEMS, lane_count(t + 1), next);
       const uint32_t a = __shfl_sync(FULL_MASK, t < 32 ? anchor_lo : anchor_hi, t & 31);
       const uint32_t f = (__shfl_sync(FULL_MASK, frac_byte, t >> 2) >> (2 * (t & 3))) & 3u;
 
       if (a != 0) {
         // Exponent of each rank for this tile, one rank per lane; 0x100 marks a rank that cannot occur.
-        const typename Code::Table tab = Code::table(f);
-        uint32_t rank_exp = 0x100u;
-        if (lane < Code::NUM_RANKS) {
-          const uint32_t sym = Code::rank_to_symbol(tab, lane);
-          rank_exp = sym == Code::ZERO ? 0u : sym < a ? a - sym : 0x100u;
-        }
+        const uint32_t sym = (rank_syms >> (8 * f)) & 0xFFu;
+        const uint32_t rank_exp = sym == Code::ZERO ? 0u : sym < a ? a - sym : 0x100u;
         const bool tile_lazy =
             __any_sync(FULL_MASK, cnt > 0 && thread::pair_is_lazy(final_pair, int32_t(4 * t + 3)));
         // Full tiles outside the lazy tail (all but the last two of a chunk) take the fast path: refill
