@@ -103,13 +103,24 @@ class WarpChunkEncoder {
       }
     };
 
+    // Codeword of each symbol under each of the 4 orders, one symbol per lane: bits | len << 16.
+    uint32_t sym_code_f[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (uint32_t fo = 0; fo < 4; ++fo)
+      if (lane <= Code::ESC) {
+        uint32_t b, l;
+        Code::encode(Code::table(fo), lane, b, l);
+        sym_code_f[fo] = b | (l << 16);
+      }
+    const uint32_t full_tiles = elems / format::TILE_ELEMS;
+
     uint32_t x[ITEMS], next[ITEMS];
     load(0, next);
     for (uint32_t t = 0; t < tiles; ++t) {
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) x[i] = next[i];
       if (t + 1 < tiles) load(t + 1, next);  // prefetch: the next tile loads while this one is coded
-      const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+      const uint32_t cnt = t < full_tiles ? uint32_t(ITEMS) : thread::lane_valid_count(elems, t, lane);
       const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * ITEMS;
       write_planes<D>(planes, first_tile + t, first, cnt, x);
 
@@ -127,14 +138,7 @@ class WarpChunkEncoder {
       }
       if (a == 0) continue;  // all exponents zero: nothing to code
 
-      // Codeword of each symbol for this tile, one symbol per lane: bits | len << 16.
-      const typename Code::Table tab = Code::table(f);
-      uint32_t sym_code = 0;
-      if (lane <= Code::ESC) {
-        uint32_t b, l;
-        Code::encode(tab, lane, b, l);
-        sym_code = b | (l << 16);
-      }
+      const uint32_t sym_code = f == 0 ? sym_code_f[0] : f == 1 ? sym_code_f[1] : f == 2 ? sym_code_f[2] : sym_code_f[3];
       uint32_t cw[ITEMS], ce[ITEMS];
       bool esc_any = false;
 #pragma unroll
