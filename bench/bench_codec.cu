@@ -142,8 +142,9 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
 
   const double ratio = double(bytes) / double(n * eb);
   const double enc_gbps = n * eb / enc_ms / 1e6, dec_gbps = n * eb / dec_ms / 1e6;
-  // Roofline of the bytes each direction must move: read input + write output.
-  const double enc_roof = copy_tbps * 1e3 * 2.0 / (1.0 + ratio), dec_roof = enc_roof;
+  // Roofline of the bytes each direction must move per uncompressed byte: 1 + ratio (read one, write the
+  // other), against the copy's bytes read + written per second.
+  const double enc_roof = copy_tbps * 1e3 / (1.0 + ratio), dec_roof = enc_roof;
   const std::string dt = dtype_name(D), code = Code::ID == CodeId::gaussian ? "gaussian" : "window3";
   rows.push_back({name, dt, "device encode (" + code + ")", double(mib), ratio, enc_gbps, 100.0 * enc_gbps / enc_roof});
   rows.push_back({name, dt, "device decode (" + code + ")", double(mib), ratio, dec_gbps, 100.0 * dec_gbps / dec_roof});
@@ -280,8 +281,8 @@ int main(int argc, char** argv) {
   for (const Row& r : rows)
     std::printf("%-20s %-5s %-40s %7.4f %10.1f %8.1f%%\n", r.data.c_str(), r.dtype.c_str(), r.what.c_str(), r.ratio,
                 r.gbps, r.roof_pct);
-  std::printf("\nGB/s counts uncompressed bytes; %%roof = GB/s over the copy roofline scaled to the bytes the\n"
-              "operation moves (2 / (1 + ratio) x copy TB/s).\n");
+  std::printf("\nGB/s counts uncompressed bytes; %%roof = GB/s over the roofline of the bytes the operation\n"
+              "moves: copy TB/s (read + write) / (1 + ratio).\n");
   if (!json.empty()) {
     std::ofstream o(json);
     o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"copy_tbps\": " << copy_tbps << ",\n  \"mib\": " << mib
