@@ -18,12 +18,10 @@ namespace warp {
 
 /// \brief Decodes one chunk; all 32 lanes of the warp call Decode together.
 ///
-/// The lanes read the chunk's words straight from global memory through the read-only (L1) path: the
-/// words are consumed in increasing order, so after the first touch of a 128-byte line the rest of it
-/// hits L1, and the next lines are prefetched a tile ahead. Keeping the words out of shared memory keeps
-/// occupancy at the register limit. Every tile is checked against its anchor and fraction, every escape
-/// for canonical form, and the word count against the stream size, so a corrupt or truncated stream
-/// yields Status::corrupt_stream; nothing is read outside [stream, stream + bytes).
+/// The lane words of the chunk are first copied into the caller's TempStorage with coalesced loads (the
+/// lanes then read them in an order only known while decoding). Every tile is checked against its anchor
+/// and fraction, every escape for canonical form, and the word count against the stream size, so a corrupt
+/// or truncated stream yields Status::corrupt_stream; nothing is read outside [stream, stream + bytes).
 ///
 /// \code
 /// using Dec = zipcomm::warp::WarpChunkDecoder<zipcomm::DType::bf16>;
@@ -39,10 +37,11 @@ class WarpChunkDecoder {
   static constexpr uint32_t EXP_BITS = FB::EXP_BITS;
 
  public:
-  /// Empty: the decoder lives in registers (kept so callers can union it with other primitives' storage).
-  struct TempStorage {};
+  struct TempStorage {
+    uint32_t words[format::CODED_WORD_LIMIT];
+  };
 
-  ZIPCOMM_DEVICE explicit WarpChunkDecoder(TempStorage& /*temp*/) {}
+  ZIPCOMM_DEVICE explicit WarpChunkDecoder(TempStorage& temp) : temp_(temp) {}
 
   template <class Sink>
   ZIPCOMM_DEVICE Status Decode(const uint8_t* stream, uint32_t bytes, uint32_t elems, uint64_t first_tile,
@@ -89,7 +88,8 @@ class WarpChunkDecoder {
     uint32_t bad = size_bad;  // a mask of lane-local failures, folded once at the end
     // Words past CODED_WORD_LIMIT can only be padding (checked through the exact size at the end).
     const uint32_t max_words = size_bad ? 0u : min((bytes - hdr) / 4, format::CODED_WORD_LIMIT);
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(stream + hdr);
+    const uint32_t* gw = reinterpret_cast<const uint32_t*>(stream + hdr);
+    for (uint32_t i = lane; i < max_words; i += 32) temp_.words[i] = __ldg(gw + i);
     const uint32_t used_hdr = tiles + (tiles + 3) / 4;
     if (!bad)
       for (uint32_t b = used_hdr + lane; b < hdr; b += 32) bad |= stream[b] != 0;
@@ -104,6 +104,7 @@ class WarpChunkDecoder {
     const uint32_t anchor_hi = !size_bad && lane + 32 < tiles ? stream[lane + 32] : 0u;
     const uint32_t frac_byte = !size_bad && lane < frac_bytes ? stream[tiles + lane] : 0u;
 
+    const uint32_t* words = temp_.words;
     uint32_t base = 0;
     uint32_t hi = 0, lo = 0;  // bit buffer, MSB first: `avail` valid bits
     uint32_t avail = 0;
@@ -111,10 +112,10 @@ class WarpChunkDecoder {
       const uint32_t mask = __ballot_sync(FULL_MASK, need);
       if (mask) {
         if (need) {
-          // An index past the chunk's words reads zero; the exact-size check at the end rejects such a
-          // stream (base > words).
-          const uint32_t pos = base + __popc(mask & lt);
-          const uint32_t w = pos < max_words ? __ldg(words + pos) : 0u;
+          // An index past the chunk's words reads a stale word; the exact-size check at the end rejects
+          // such a stream (base > words), so the hot loop needs no bounds branch.
+          const uint32_t pos = min(base + __popc(mask & lt), format::CODED_WORD_LIMIT - 1);
+          const uint32_t w = words[pos];
           // avail < 32 here: the word lands right after the valid bits.
           hi |= w >> avail;
           lo |= __funnelshift_r(0u, w, avail);
@@ -152,8 +153,6 @@ class WarpChunkDecoder {
       for (int i = 0; i < ITEMS; ++i) x[i] = next[i];
       if (t + 1 < tiles)  // prefetch: the next tile's planes load while this one decodes
         read_planes<D>(planes, first_tile + t + 1, lane_first + (t + 1) * format::TILE_ELEMS, lane_count(t + 1), next);
-      if (lane < 2 && base + 32 * (lane + 2) < max_words)  // the lines the next tiles will read
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(words + base + 32 * (lane + 2)));
       const uint32_t a = __shfl_sync(FULL_MASK, t < 32 ? anchor_lo : anchor_hi, t & 31);
       const uint32_t f = (__shfl_sync(FULL_MASK, frac_byte, t >> 2) >> (2 * (t & 3))) & 3u;
 
@@ -233,11 +232,13 @@ class WarpChunkDecoder {
     }
     bad |= impossible > 0xFFu;
     if (!bad && (base > max_words || format::coded_chunk_bytes(tiles, base) != bytes)) bad = 1u;
-    for (uint32_t i = base + lane; !bad && i < max_words; i += 32) bad |= __ldg(words + i) != 0;
+    for (uint32_t i = base + lane; !bad && i < max_words; i += 32) bad |= temp_.words[i] != 0;
     __syncwarp();
     return __any_sync(FULL_MASK, bad) ? Status::corrupt_stream : Status::ok;
   }
 
+ private:
+  TempStorage& temp_;
 };
 
 }  // namespace warp

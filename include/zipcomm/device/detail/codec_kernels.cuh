@@ -23,12 +23,10 @@ namespace zipcomm {
 namespace device {
 namespace detail {
 
-/// Tuning (H200): 8 warps per block. The encoder stages 8.3 KB per warp (3 blocks, 24 warps per SM); the
-/// decoder needs no shared memory, so it is held to 64 registers for 4 blocks (32 warps) per SM.
+/// Tuning (H200): 8 warps per block; 8.3 KB of staging per warp keeps 3 blocks (24 warps) per SM.
 struct CodecPolicy {
   static constexpr int WARPS = 8;
   static constexpr int THREADS = WARPS * 32;
-  static constexpr int DECODE_MIN_BLOCKS = 4;
 };
 
 // Look-back status word of a chunk: flag in the top 2 bits, a byte count below.
@@ -157,8 +155,7 @@ ZIPCOMM_DEVICE void report(Status* status, Status s) {
 }
 
 template <DType D, class Code, bool VECTOR>
-__global__ void __launch_bounds__(CodecPolicy::THREADS, CodecPolicy::DECODE_MIN_BLOCKS)
-    decompress_kernel(DecompressArgs args) {
+__global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_kernel(DecompressArgs args) {
   using Dec = warp::WarpChunkDecoder<D, Code>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   typename Dec::TempStorage* temp = reinterpret_cast<typename Dec::TempStorage*>(smem_raw);
