@@ -128,6 +128,15 @@ ZIPCOMM_HOST_DEVICE bool chunk_stays_coded(DType d, uint32_t elems, uint32_t wor
   return words <= CODED_WORD_LIMIT && coded_chunk_bytes(chunk_tiles(elems), words) < raw_chunk_bytes(d, elems);
 }
 
+/// Whether chunk c's stream [start, end) (offsets into the exponent section, from the chunk table) can be
+/// valid for a stream of n elements whose exponent section is exp_bytes long.
+ZIPCOMM_HOST_DEVICE bool chunk_range_valid(DType d, uint64_t n, uint64_t c, uint64_t start, uint64_t end,
+                                           uint64_t exp_bytes) {
+  const bool last = c + 1 == div_up(n, CHUNK_ELEMS);
+  return start <= end && end <= exp_bytes && start % ALIGN == 0 && end % ALIGN == 0 &&
+         end - start <= raw_chunk_bytes(d, chunk_elems(n, c)) && (!last || end == exp_bytes);
+}
+
 /// Upper bound of the compressed size of n elements (every chunk raw).
 ZIPCOMM_HOST_DEVICE uint64_t max_compressed_bytes(DType dtype, uint64_t n) {
   Layout l = layout_for(dtype, n);

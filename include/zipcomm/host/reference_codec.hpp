@@ -367,11 +367,10 @@ inline Status decompress_typed(const uint8_t* src, const Header& h, uint8_t* dst
   uint64_t start = 0;
   for (uint64_t c = 0; c < l.num_chunks; ++c) {
     uint64_t end = get_u64(src + l.table_offset + 8 * c);
-    if (end < start || end > exp_bytes || end % format::ALIGN) return Status::corrupt_stream;
+    if (!format::chunk_range_valid(D, n, c, start, end, exp_bytes)) return Status::corrupt_stream;
     uint32_t elems = format::chunk_elems(n, c);
     for (uint32_t k = 0; k < elems; ++k) chunk_bits[k] = merge_planes<D>(src, l, c * format::CHUNK_ELEMS + k);
     uint64_t len = end - start;
-    if (len > format::raw_chunk_bytes(D, elems)) return Status::corrupt_stream;
     Status s = decode_chunk<D, Code>(src + l.exp_offset + start, uint32_t(len), elems, chunk_bits.data());
     if (s != Status::ok) return s;
     for (uint32_t k = 0; k < elems; ++k) store_bits<D>(dst, c * format::CHUNK_ELEMS + k, chunk_bits[k]);
@@ -399,16 +398,9 @@ inline Status compress(DType dtype, CodeId code, const void* src, uint64_t n, vo
     return Status::invalid_argument;
   auto s = static_cast<const uint8_t*>(src);
   auto d = static_cast<uint8_t*>(dst);
-#define ZIPCOMM_HOST_CASE(DT, CI, CODE) \
-  if (dtype == DT && code == CI) return detail::compress_typed<DT, CODE>(s, n, d, dst_capacity, out_bytes);
-  ZIPCOMM_HOST_CASE(DType::bf16, CodeId::gaussian, thread::GaussianCode)
-  ZIPCOMM_HOST_CASE(DType::fp16, CodeId::gaussian, thread::GaussianCode)
-  ZIPCOMM_HOST_CASE(DType::fp32, CodeId::gaussian, thread::GaussianCode)
-  ZIPCOMM_HOST_CASE(DType::bf16, CodeId::window3, thread::Window3Code)
-  ZIPCOMM_HOST_CASE(DType::fp16, CodeId::window3, thread::Window3Code)
-  ZIPCOMM_HOST_CASE(DType::fp32, CodeId::window3, thread::Window3Code)
-#undef ZIPCOMM_HOST_CASE
-  return Status::invalid_argument;
+  return thread::visit_codec(dtype, code, Status::invalid_argument, [&](auto dt, auto c) {
+    return detail::compress_typed<decltype(dt)::value, decltype(c)>(s, n, d, dst_capacity, out_bytes);
+  });
 }
 
 /// Decompresses a stream of src_bytes bytes into dst (capacity dst_bytes; must hold n * element size).
@@ -421,17 +413,9 @@ inline Status decompress(const void* src, uint64_t src_bytes, void* dst, uint64_
   if (!dst && h.num_elements) return Status::invalid_argument;
   auto s = static_cast<const uint8_t*>(src);
   auto d = static_cast<uint8_t*>(dst);
-  const CodeId code = static_cast<CodeId>(h.code);
-#define ZIPCOMM_HOST_CASE(DT, CI, CODE) \
-  if (dtype == DT && code == CI) return detail::decompress_typed<DT, CODE>(s, h, d);
-  ZIPCOMM_HOST_CASE(DType::bf16, CodeId::gaussian, thread::GaussianCode)
-  ZIPCOMM_HOST_CASE(DType::fp16, CodeId::gaussian, thread::GaussianCode)
-  ZIPCOMM_HOST_CASE(DType::fp32, CodeId::gaussian, thread::GaussianCode)
-  ZIPCOMM_HOST_CASE(DType::bf16, CodeId::window3, thread::Window3Code)
-  ZIPCOMM_HOST_CASE(DType::fp16, CodeId::window3, thread::Window3Code)
-  ZIPCOMM_HOST_CASE(DType::fp32, CodeId::window3, thread::Window3Code)
-#undef ZIPCOMM_HOST_CASE
-  return Status::bad_header;
+  return thread::visit_codec(dtype, static_cast<CodeId>(h.code), Status::bad_header, [&](auto dt, auto c) {
+    return detail::decompress_typed<decltype(dt)::value, decltype(c)>(s, h, d);
+  });
 }
 
 }  // namespace host

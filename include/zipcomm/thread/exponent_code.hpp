@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../format.hpp"
 
@@ -204,6 +205,25 @@ template <>
 struct CodeFor<CodeId::window3> {
   using type = Window3Code;
 };
+
+/// Calls f(DTypeTag, Code) for the run-time pair (dtype, code) and returns its result, or `otherwise` when the
+/// pair is unknown. DTypeTag is std::integral_constant<DType, D>. One place lists the supported pairs.
+template <class R, class F>
+R visit_codec(DType dtype, CodeId code, R otherwise, F&& f) {
+  using B = std::integral_constant<DType, DType::bf16>;
+  using H = std::integral_constant<DType, DType::fp16>;
+  using S = std::integral_constant<DType, DType::fp32>;
+  if (code == CodeId::gaussian) {
+    if (dtype == DType::bf16) return f(B{}, GaussianCode{});
+    if (dtype == DType::fp16) return f(H{}, GaussianCode{});
+    if (dtype == DType::fp32) return f(S{}, GaussianCode{});
+  } else if (code == CodeId::window3) {
+    if (dtype == DType::bf16) return f(B{}, Window3Code{});
+    if (dtype == DType::fp16) return f(H{}, Window3Code{});
+    if (dtype == DType::fp32) return f(S{}, Window3Code{});
+  }
+  return otherwise;
+}
 
 }  // namespace thread
 }  // namespace zipcomm
