@@ -150,8 +150,7 @@ class BlockStreamDecoder {
         const uint64_t start = c ? table[c - 1] : 0, end = table[c];
         const uint32_t elems = format::chunk_elems(n, c);
         Status s = Status::ok;
-        if (end < start || end > exp_bytes || end % format::ALIGN || start % format::ALIGN ||
-            end - start > format::raw_chunk_bytes(D, elems) || (c + 1 == L.num_chunks && end != exp_bytes)) {
+        if (!format::chunk_range_valid(D, n, c, start, end, exp_bytes)) {
           s = Status::corrupt_stream;
         } else {
           const uint64_t first_tile = c * format::CHUNK_TILES;

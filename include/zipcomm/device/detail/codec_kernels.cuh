@@ -42,8 +42,15 @@ struct CompressArgs {
   uint64_t* out_bytes;
   Status* status;
   uint64_t* chunk_state;     // num_chunks words, zeroed before launch
-  uint32_t* chunk_counter;   // zeroed before launch
+  unsigned long long* chunk_counter;  // zeroed before launch
 };
+
+/// The next chunk for this warp, taken in increasing order from a counter shared by the grid.
+ZIPCOMM_DEVICE uint64_t next_chunk(unsigned long long* counter) {
+  unsigned long long c = 0;
+  if (warp::lane_id() == 0) c = atomicAdd(counter, 1ull);
+  return __shfl_sync(warp::FULL_MASK, c, 0);
+}
 
 ZIPCOMM_DEVICE uint64_t warp_sum_u64(uint64_t v) {
 #pragma unroll
@@ -109,11 +116,7 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) compress_kernel(Compress
   uint64_t* table = reinterpret_cast<uint64_t*>(args.out + L.table_offset);
   uint8_t* exp_section = args.out + L.exp_offset;
 
-  for (;;) {
-    uint32_t c32 = 0;
-    if (lane == 0) c32 = atomicAdd(args.chunk_counter, 1u);
-    const uint64_t c = __shfl_sync(warp::FULL_MASK, c32, 0);
-    if (c >= L.num_chunks) break;
+  for (uint64_t c = next_chunk(args.chunk_counter); c < L.num_chunks; c = next_chunk(args.chunk_counter)) {
     const uint32_t elems = format::chunk_elems(args.n, c);
     const uint64_t first_tile = c * format::CHUNK_TILES;
     auto load = [&](uint32_t t, uint32_t (&x)[warp::ITEMS]) {
@@ -147,7 +150,7 @@ struct DecompressArgs {
   void* out;
   uint64_t out_capacity;
   Status* status;
-  uint32_t* chunk_counter;  // zeroed before launch; warps take chunks from it (balances uneven chunks)
+  unsigned long long* chunk_counter;  // zeroed before launch; warps take chunks from it (balances uneven chunks)
 };
 
 ZIPCOMM_DEVICE void report(Status* status, Status s) {
@@ -178,17 +181,12 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_kernel(Decomp
   const warp::ConstPlanes planes{args.in + L.plane0_offset, args.in + L.plane1_offset};
   Dec dec(temp[warp_in_block]);
 
-  for (;;) {
-    uint32_t c32 = 0;
-    if (lane == 0) c32 = atomicAdd(args.chunk_counter, 1u);
-    const uint64_t c = __shfl_sync(warp::FULL_MASK, c32, 0);
-    if (c >= L.num_chunks) break;
+  for (uint64_t c = next_chunk(args.chunk_counter); c < L.num_chunks; c = next_chunk(args.chunk_counter)) {
     const uint64_t start = c ? table[c - 1] : 0;
     const uint64_t end = table[c];
     const uint32_t elems = format::chunk_elems(n, c);
     Status s = Status::ok;
-    if (end < start || end > exp_bytes || end % format::ALIGN || start % format::ALIGN ||
-        end - start > format::raw_chunk_bytes(D, elems) || (c + 1 == L.num_chunks && end != exp_bytes)) {
+    if (!format::chunk_range_valid(D, n, c, start, end, exp_bytes)) {
       s = Status::corrupt_stream;
     } else {
       const uint64_t first_tile = c * format::CHUNK_TILES;
@@ -254,7 +252,7 @@ cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, 
                     d_out_bytes,
                     d_status,
                     reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(d_temp) + 16),
-                    static_cast<uint32_t*>(d_temp)};
+                    static_cast<unsigned long long*>(d_temp)};
   const size_t smem = sizeof(typename warp::WarpChunkEncoder<D, Code>::TempStorage) * CodecPolicy::WARPS;
   const bool vector = reinterpret_cast<uintptr_t>(d_in) % 16 == 0;
   int grid = 1;
@@ -296,7 +294,7 @@ cudaError_t launch_decompress(void* d_temp, size_t& temp_bytes, const void* d_in
   if (e == cudaSuccess) e = cudaMemsetAsync(d_temp, 0, need, stream);
   if (e != cudaSuccess) return e;
   DecompressArgs args{static_cast<const uint8_t*>(d_in), in_bytes,  d_out,
-                      out_capacity_elems,                d_status, static_cast<uint32_t*>(d_temp)};
+                      out_capacity_elems,                d_status, static_cast<unsigned long long*>(d_temp)};
   const size_t smem = sizeof(typename warp::WarpChunkDecoder<D, Code>::TempStorage) * CodecPolicy::WARPS;
   const bool vector = reinterpret_cast<uintptr_t>(d_out) % 16 == 0;
   // The element count lives in the header on the device: size the grid for the whole GPU.
