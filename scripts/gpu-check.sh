@@ -42,5 +42,8 @@ else
 fi
 $BUILD/bench/zipcomm_bench --data tests/data --mib $MIB --reps 20 --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
 log "bench rc=$?"
+$BUILD/bench/zipcomm_bench_fused --data tests/data --mib $MIB --reps 20 --json "$OUT/bench_fused.json" > "$OUT/bench_fused.txt" 2>&1
+log "bench_fused rc=$?"
+cat "$OUT/bench_fused.txt"
 cat "$OUT/bench.txt"
 cat "$OUT/summary.txt"

@@ -11,9 +11,11 @@
 #if defined(__CUDACC__) || defined(__CUDA_ARCH__)
 #define ZIPCOMM_HOST_DEVICE __host__ __device__ __forceinline__
 #define ZIPCOMM_DEVICE __device__ __forceinline__
+#define ZIPCOMM_UNROLL _Pragma("unroll")
 #else
 #define ZIPCOMM_HOST_DEVICE inline
 #define ZIPCOMM_DEVICE inline
+#define ZIPCOMM_UNROLL
 #endif
 
 namespace zipcomm {

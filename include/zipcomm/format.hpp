@@ -185,5 +185,39 @@ ZIPCOMM_HOST_DEVICE Status validate_header(const Header& h, uint64_t available_b
   return Status::ok;
 }
 
+/// A stream whose header was checked: where its sections and chunks are. `in` must be 8-byte aligned.
+struct StreamView {
+  const uint8_t* base = nullptr;
+  Layout layout{};
+  uint64_t exp_bytes = 0;  // length of the exponent section
+
+  /// Checks the header of a stream of `available` readable bytes, expected to hold dtype/code.
+  ZIPCOMM_HOST_DEVICE Status open(const uint8_t* in, uint64_t available, DType dtype, CodeId code) {
+    if (available < HEADER_BYTES) return Status::corrupt_stream;
+    const Header h = *reinterpret_cast<const Header*>(in);
+    Status s = validate_header(h, available);
+    if (s != Status::ok) return s;
+    if (h.dtype != uint8_t(dtype) || h.code != uint8_t(code)) return Status::bad_header;
+    base = in;
+    layout = layout_for(dtype, h.num_elements);
+    exp_bytes = h.total_bytes - layout.exp_offset;
+    return Status::ok;
+  }
+  ZIPCOMM_HOST_DEVICE uint64_t total_bytes() const { return layout.exp_offset + exp_bytes; }
+  ZIPCOMM_HOST_DEVICE const uint8_t* plane0() const { return base + layout.plane0_offset; }
+  ZIPCOMM_HOST_DEVICE const uint8_t* plane1() const { return base + layout.plane1_offset; }
+  ZIPCOMM_HOST_DEVICE const uint64_t* table() const { return reinterpret_cast<const uint64_t*>(base + layout.table_offset); }
+  /// Chunk c's stream; false (and bytes = 0) when its table entries are inconsistent.
+  ZIPCOMM_HOST_DEVICE bool chunk(DType dtype, uint64_t c, const uint8_t*& p, uint32_t& bytes) const {
+    const uint64_t start = c ? table()[c - 1] : 0, end = table()[c];
+    p = base + layout.exp_offset;
+    bytes = 0;
+    if (!chunk_range_valid(dtype, layout.n, c, start, end, exp_bytes)) return false;
+    p += start;
+    bytes = static_cast<uint32_t>(end - start);
+    return true;
+  }
+};
+
 }  // namespace format
 }  // namespace zipcomm

@@ -11,6 +11,7 @@
 #include "../config.hpp"
 #include "../format.hpp"
 #include "../thread/exponent_code.hpp"
+#include "../thread/reduce_op.hpp"
 #include "../warp/lane_io.cuh"
 #include "../warp/warp_chunk_decoder.cuh"
 #include "../warp/warp_chunk_encoder.cuh"
@@ -44,8 +45,21 @@ class BlockStreamEncoder {
 
   ZIPCOMM_DEVICE explicit BlockStreamEncoder(TempStorage& temp) : temp_(temp) {}
 
+  /// Encodes in[0, n). With an avg `pre_op`, each element is first scaled (a rank's own contribution to a
+  /// reduction, thread::reduce_pre); the other operators leave the input as it is.
   template <class Group>
-  ZIPCOMM_DEVICE uint64_t Encode(Group& group, const void* in, uint64_t n, uint8_t* out) {
+  ZIPCOMM_DEVICE uint64_t Encode(Group& group, const void* in, uint64_t n, uint8_t* out,
+                                 const ReduceOp& pre_op = ReduceOp::sum()) {
+    warp::ArrayTileSource<D> src(in, pre_op);
+    return EncodeFrom(group, n, out, src);
+  }
+
+  /// Encodes n elements produced tile by tile by `source`, one object per thread with two members:
+  ///   void begin(uint64_t chunk, uint32_t elems, uint64_t first_tile);   // before a chunk, warp-wide
+  ///   void operator()(uint32_t tile, uint32_t (&x)[8]);                  // the lane's items of a tile
+  /// Tiles of a chunk are asked for in order; a chunk stored raw asks for them a second time, from 0.
+  template <class Group, class Source>
+  ZIPCOMM_DEVICE uint64_t EncodeFrom(Group& group, uint64_t n, uint8_t* out, Source& source) {
     const uint32_t warp_id = uint32_t(group.thread_rank()) / 32;
     const uint32_t lane = warp::lane_id();
     const format::Layout L = format::layout_for(D, n);
@@ -54,7 +68,6 @@ class BlockStreamEncoder {
       for (uint64_t b = L.plane1_offset + L.plane1_bytes + lane; b < L.table_offset; b += 32) out[b] = 0;
       for (uint64_t b = L.table_offset + 8 * L.num_chunks + lane; b < L.exp_offset; b += 32) out[b] = 0;
     }
-    const bool vector = reinterpret_cast<uintptr_t>(in) % 16 == 0;
     WarpEnc enc(temp_.warp[warp_id]);
     const warp::Planes planes{out + L.plane0_offset, out + L.plane1_offset};
     uint64_t* table = reinterpret_cast<uint64_t*>(out + L.table_offset);
@@ -64,16 +77,11 @@ class BlockStreamEncoder {
       const bool mine = c < L.num_chunks;
       const uint32_t elems = mine ? format::chunk_elems(n, c) : 0;
       const uint64_t first_tile = c * format::CHUNK_TILES;
-      auto load = [&](uint32_t t, uint32_t (&x)[warp::ITEMS]) {
-        const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * warp::ITEMS;
-        const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
-        if (vector)
-          warp::load_items<D, true>(in, first, cnt, x);
-        else
-          warp::load_items<D, false>(in, first, cnt, x);
-      };
       warp::ChunkInfo info{0, 0, false};
-      if (mine) info = enc.Encode(elems, first_tile, load, planes);
+      if (mine) {
+        source.begin(c, elems, first_tile);
+        info = enc.Encode(elems, first_tile, source, planes);
+      }
       if (lane == 0) temp_.sizes[warp_id] = info.bytes;
       group.sync();
       uint64_t exclusive = base, round_total = 0;
@@ -83,7 +91,7 @@ class BlockStreamEncoder {
         round_total += s;
       }
       if (mine) {
-        enc.Store(out + L.exp_offset + exclusive, elems, info, load);
+        enc.Store(out + L.exp_offset + exclusive, elems, info, source);
         if (lane == 0) table[c] = exclusive + info.bytes;
       }
       base += round_total;

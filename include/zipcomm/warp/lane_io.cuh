@@ -86,6 +86,23 @@ ZIPCOMM_DEVICE void store_items(void* dst, uint64_t first, uint32_t count, const
   }
 }
 
+/// load_items with the alignment known only at run time (warp-uniform `vector`: base 16-byte aligned).
+template <DType D>
+ZIPCOMM_DEVICE void load_items_any(const void* src, bool vector, uint64_t first, uint32_t count, uint32_t (&x)[ITEMS]) {
+  if (vector)
+    load_items<D, true>(src, first, count, x);
+  else
+    load_items<D, false>(src, first, count, x);
+}
+template <DType D>
+ZIPCOMM_DEVICE void store_items_any(void* dst, bool vector, uint64_t first, uint32_t count, const uint32_t (&x)[ITEMS]) {
+  if (vector)
+    store_items<D, true>(dst, first, count, x);
+  else
+    store_items<D, false>(dst, first, count, x);
+}
+ZIPCOMM_DEVICE bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 /// The raw sign/mantissa planes of one stream (16-byte aligned base, offsets from format::Layout).
 struct Planes {
   uint8_t* plane0;

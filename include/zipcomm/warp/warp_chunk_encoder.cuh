@@ -9,10 +9,36 @@
 #include "../thread/chunk_schedule.hpp"
 #include "../thread/exponent_code.hpp"
 #include "../thread/float_bits.hpp"
+#include "../thread/reduce_op.hpp"
 #include "lane_io.cuh"
 
 namespace zipcomm {
 namespace warp {
+
+/// The tiles of an element array in memory, as an encoder's loader wants them (any alignment). With an
+/// avg `pre_op` each element is scaled first: a rank's own contribution entering a reduction.
+template <DType D>
+struct ArrayTileSource {
+  const void* in;
+  ReduceOp pre_op = ReduceOp::sum();
+  bool vector = false;
+  uint64_t first_tile = 0;
+  uint32_t elems = 0;
+
+  ZIPCOMM_DEVICE ArrayTileSource(const void* array, const ReduceOp& op)
+      : in(array), pre_op(op), vector(reinterpret_cast<uintptr_t>(array) % 16 == 0) {}
+  ZIPCOMM_DEVICE void begin(uint64_t /*chunk*/, uint32_t chunk_elems, uint64_t chunk_first_tile) {
+    elems = chunk_elems;
+    first_tile = chunk_first_tile;
+  }
+  ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[ITEMS]) {
+    const uint32_t lane = lane_id();
+    const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * ITEMS;
+    load_items_any<D>(in, vector, first, thread::lane_valid_count(elems, t, lane), x);
+    thread::pre_items<D>(pre_op, x);
+  }
+  ZIPCOMM_DEVICE Status status() const { return Status::ok; }
+};
 
 /// Size and kind of one encoded chunk stream.
 struct ChunkInfo {

@@ -15,6 +15,7 @@
 #include "../../config.hpp"
 #include "../../format.hpp"
 #include "../../thread/exponent_code.hpp"
+#include "../../thread/reduce_op.hpp"
 #include "../../warp/lane_io.cuh"
 #include "../../warp/warp_chunk_decoder.cuh"
 #include "../../warp/warp_chunk_encoder.cuh"
@@ -43,6 +44,7 @@ struct CompressArgs {
   Status* status;
   uint64_t* chunk_state;     // num_chunks words, zeroed before launch
   unsigned long long* chunk_counter;  // zeroed before launch
+  ReduceOp pre_op;           // avg: scale each element first (a reduction's contribution)
 };
 
 /// The next chunk for this warp, taken in increasing order from a counter shared by the grid.
@@ -91,17 +93,20 @@ ZIPCOMM_DEVICE uint64_t look_back(uint64_t* state, uint64_t c, bool& timed_out) 
   return exclusive;
 }
 
-template <DType D, class Code, bool VECTOR>
-__global__ void __launch_bounds__(CodecPolicy::THREADS) compress_kernel(CompressArgs args) {
-  using Enc = warp::WarpChunkEncoder<D, Code>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  typename Enc::TempStorage* temp = reinterpret_cast<typename Enc::TempStorage*>(smem_raw);
-  const uint32_t warp_in_block = threadIdx.x / 32;
+ZIPCOMM_DEVICE void report(Status* status, Status s) {
+  if (s != Status::ok) atomicCAS(reinterpret_cast<unsigned int*>(status), 0u, static_cast<unsigned int>(s));
+}
+
+/// The body of every kernel that writes a stream: warps take chunks in order, encode what `source` yields
+/// (begin(c, elems, first_tile), operator()(tile, x), status()), place them with the look-back, store them.
+template <DType D, class Code, class Source>
+ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpChunkEncoder<D, Code>::TempStorage& temp,
+                                  Source& source) {
   const uint32_t lane = warp::lane_id();
   const format::Layout L = format::layout_for(D, args.n);
 
   // Alignment gaps between sections are part of the stream: zero them (block 0, one warp).
-  if (blockIdx.x == 0 && warp_in_block == 0) {
+  if (blockIdx.x == 0 && threadIdx.x < 32) {
     for (uint64_t b = L.plane0_offset + L.plane0_bytes + lane; b < L.plane1_offset; b += 32) args.out[b] = 0;
     for (uint64_t b = L.plane1_offset + L.plane1_bytes + lane; b < L.table_offset; b += 32) args.out[b] = 0;
     for (uint64_t b = L.table_offset + 8 * L.num_chunks + lane; b < L.exp_offset; b += 32) args.out[b] = 0;
@@ -111,7 +116,7 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) compress_kernel(Compress
     }
   }
 
-  Enc enc(temp[warp_in_block]);
+  warp::WarpChunkEncoder<D, Code> enc(temp);
   const warp::Planes planes{args.out + L.plane0_offset, args.out + L.plane1_offset};
   uint64_t* table = reinterpret_cast<uint64_t*>(args.out + L.table_offset);
   uint8_t* exp_section = args.out + L.exp_offset;
@@ -119,11 +124,8 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) compress_kernel(Compress
   for (uint64_t c = next_chunk(args.chunk_counter); c < L.num_chunks; c = next_chunk(args.chunk_counter)) {
     const uint32_t elems = format::chunk_elems(args.n, c);
     const uint64_t first_tile = c * format::CHUNK_TILES;
-    auto load = [&](uint32_t t, uint32_t (&x)[warp::ITEMS]) {
-      const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * warp::ITEMS;
-      warp::load_items<D, VECTOR>(args.in, first, thread::lane_valid_count(elems, t, lane), x);
-    };
-    const warp::ChunkInfo info = enc.Encode(elems, first_tile, load, planes);
+    source.begin(c, elems, first_tile);
+    const warp::ChunkInfo info = enc.Encode(elems, first_tile, source, planes);
 
     cuda::atomic_ref<uint64_t, cuda::thread_scope_device> my_state(args.chunk_state[c]);
     if (lane == 0 && c > 0) my_state.store(FLAG_AGGREGATE | info.bytes, cuda::memory_order_relaxed);
@@ -131,10 +133,12 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) compress_kernel(Compress
     const uint64_t exclusive = look_back(args.chunk_state, c, timed_out);
     if (lane == 0) my_state.store(FLAG_INCLUSIVE | (exclusive + info.bytes), cuda::memory_order_relaxed);
 
-    enc.Store(exp_section + exclusive, elems, info, load);
+    enc.Store(exp_section + exclusive, elems, info, source);
+    const Status s = source.status();
     if (lane == 0) {
       table[c] = exclusive + info.bytes;
-      if (timed_out) *args.status = Status::timeout;
+      report(args.status, s);
+      if (timed_out) report(args.status, Status::timeout);
       if (c + 1 == L.num_chunks) {
         const uint64_t total = L.exp_offset + exclusive + info.bytes;
         *reinterpret_cast<format::Header*>(args.out) = format::make_header(D, Code::ID, args.n, total);
@@ -142,6 +146,15 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) compress_kernel(Compress
       }
     }
   }
+}
+
+template <DType D, class Code>
+__global__ void __launch_bounds__(CodecPolicy::THREADS) compress_kernel(CompressArgs args) {
+  using Enc = warp::WarpChunkEncoder<D, Code>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  typename Enc::TempStorage* temp = reinterpret_cast<typename Enc::TempStorage*>(smem_raw);
+  warp::ArrayTileSource<D> source(args.in, args.pre_op);
+  encode_chunks<D, Code>(args, temp[threadIdx.x / 32], source);
 }
 
 struct DecompressArgs {
@@ -153,65 +166,83 @@ struct DecompressArgs {
   unsigned long long* chunk_counter;  // zeroed before launch; warps take chunks from it (balances uneven chunks)
 };
 
-ZIPCOMM_DEVICE void report(Status* status, Status s) {
-  atomicCAS(reinterpret_cast<unsigned int*>(status), 0u, static_cast<unsigned int>(s));
+/// The body of every kernel that reads a stream: checks the header (exact: n must equal `n_or_capacity`;
+/// else n <= it; then check(view) -> Status for what else the caller needs), then warps take chunks from the
+/// counter and run chunk_op(c, chunk, bytes, view) -> Status (bytes = 0 for a chunk whose table entries are
+/// inconsistent: chunk_op must read nothing of it). Returns whether the header passed (the same in every thread).
+template <DType D, class Code, class Check, class ChunkOp>
+ZIPCOMM_DEVICE bool decode_chunks(const uint8_t* in, uint64_t in_bytes, uint64_t n_or_capacity, bool exact,
+                                  Status* status, unsigned long long* counter, Check& check, ChunkOp& chunk_op) {
+  format::StreamView view;
+  Status hs = view.open(in, in_bytes, D, Code::ID);
+  if (hs == Status::ok && exact && view.layout.n != n_or_capacity) hs = Status::size_mismatch;
+  if (hs == Status::ok && !exact && view.layout.n > n_or_capacity) hs = Status::buffer_too_small;
+  if (hs == Status::ok) hs = check(view);
+  if (hs != Status::ok) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) report(status, hs);
+    return false;
+  }
+  for (uint64_t c = next_chunk(counter); c < view.layout.num_chunks; c = next_chunk(counter)) {
+    const uint8_t* chunk;
+    uint32_t bytes;
+    const bool range_ok = view.chunk(D, c, chunk, bytes);
+    Status s = chunk_op(c, chunk, bytes, view);
+    if (!range_ok) s = Status::corrupt_stream;
+    if (warp::lane_id() == 0) report(status, s);
+  }
+  return true;
 }
 
-template <DType D, class Code, bool VECTOR>
+/// No check beyond the header.
+struct HeaderOnly {
+  ZIPCOMM_DEVICE Status operator()(const format::StreamView&) const { return Status::ok; }
+};
+
+template <DType D, class Code>
 __global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_kernel(DecompressArgs args) {
   using Dec = warp::WarpChunkDecoder<D, Code>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   typename Dec::TempStorage* temp = reinterpret_cast<typename Dec::TempStorage*>(smem_raw);
-  const uint32_t warp_in_block = threadIdx.x / 32;
-  const uint32_t lane = warp::lane_id();
-  const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
-
-  format::Header h = *reinterpret_cast<const format::Header*>(args.in);
-  Status hs = format::validate_header(h, args.in_bytes);
-  if (hs == Status::ok && (h.dtype != uint8_t(D) || h.code != uint8_t(Code::ID))) hs = Status::bad_header;
-  if (hs == Status::ok && h.num_elements > args.out_capacity) hs = Status::buffer_too_small;
-  if (hs != Status::ok) {
-    if (reporter) report(args.status, hs);
-    return;
-  }
-  const uint64_t n = h.num_elements;
-  const format::Layout L = format::layout_for(D, n);
-  const uint64_t exp_bytes = h.total_bytes - L.exp_offset;
-  const uint64_t* table = reinterpret_cast<const uint64_t*>(args.in + L.table_offset);
-  const warp::ConstPlanes planes{args.in + L.plane0_offset, args.in + L.plane1_offset};
-  Dec dec(temp[warp_in_block]);
-
-  for (uint64_t c = next_chunk(args.chunk_counter); c < L.num_chunks; c = next_chunk(args.chunk_counter)) {
-    const uint64_t start = c ? table[c - 1] : 0;
-    const uint64_t end = table[c];
-    const uint32_t elems = format::chunk_elems(n, c);
-    Status s = Status::ok;
-    if (!format::chunk_range_valid(D, n, c, start, end, exp_bytes)) {
-      s = Status::corrupt_stream;
-    } else {
-      const uint64_t first_tile = c * format::CHUNK_TILES;
-      auto sink = [&](uint32_t t, const uint32_t (&x)[warp::ITEMS], uint32_t cnt) {
-        const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * warp::ITEMS;
-        warp::store_items<D, VECTOR>(args.out, first, cnt, x);
-      };
-      s = dec.Decode(args.in + L.exp_offset + start, uint32_t(end - start), elems, first_tile, planes, sink);
-    }
-    if (s != Status::ok && lane == 0) report(args.status, s);
-  }
+  Dec dec(temp[threadIdx.x / 32]);
+  const bool vector = warp::aligned16(args.out);
+  auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
+    const uint64_t first_tile = c * format::CHUNK_TILES;
+    const uint64_t lane_first = first_tile * format::TILE_ELEMS + warp::lane_id() * warp::ITEMS;
+    auto sink = [&](uint32_t t, const uint32_t (&x)[warp::ITEMS], uint32_t cnt) {
+      warp::store_items_any<D>(args.out, vector, lane_first + uint64_t(t) * format::TILE_ELEMS, cnt, x);
+    };
+    return dec.Decode(chunk, bytes, format::chunk_elems(view.layout.n, c), first_tile,
+                      warp::ConstPlanes{view.plane0(), view.plane1()}, sink);
+  };
+  HeaderOnly check;
+  decode_chunks<D, Code>(args.in, args.in_bytes, args.out_capacity, false, args.status, args.chunk_counter, check,
+                         chunk_op);
 }
 
+/// Grid of a persistent kernel: as many blocks as fit on the GPU at once, no more than the work needs.
 template <class Kernel>
-inline cudaError_t persistent_grid(Kernel kernel, size_t smem, uint64_t work_items, int& grid) {
+inline cudaError_t persistent_grid(Kernel kernel, int threads, size_t smem, uint64_t work_items, int& grid) {
   int device = 0, sms = 0, per_sm = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, CodecPolicy::THREADS, smem);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
   if (e != cudaSuccess) return e;
-  uint64_t want = (work_items + CodecPolicy::WARPS - 1) / CodecPolicy::WARPS;
+  const uint64_t warps = uint64_t(threads / 32);
+  uint64_t want = (work_items + warps - 1) / warps;
   uint64_t cap = uint64_t(sms) * uint64_t(per_sm > 0 ? per_sm : 1);
   grid = int(want < cap ? (want > 0 ? want : 1) : cap);
   return cudaSuccess;
+}
+
+template <class Kernel, class Args>
+inline cudaError_t launch_persistent(Kernel kernel, int threads, size_t smem, uint64_t work_items, cudaStream_t stream,
+                                     const Args& args) {
+  int grid = 1;
+  cudaError_t e = persistent_grid(kernel, threads, smem, work_items, grid);
+  if (e != cudaSuccess) return e;
+  kernel<<<grid, threads, smem, stream>>>(args);
+  return cudaGetLastError();
 }
 
 // A template so a header-defined kernel has one definition across translation units.
@@ -220,11 +251,30 @@ __global__ void set_status_kernel(Status* status, Status value) {
   *status = value;
 }
 
+/// An argument error found on the host: written to d_status in stream order, and cudaErrorInvalidValue.
+inline cudaError_t fail_in_stream(Status* d_status, Status s, cudaStream_t stream) {
+  set_status_kernel<><<<1, 1, 0, stream>>>(d_status, s);
+  cudaError_t e = cudaGetLastError();
+  return e != cudaSuccess ? e : cudaErrorInvalidValue;
+}
+
 inline size_t compress_temp_bytes(uint64_t num_chunks) { return 16 + 8 * num_chunks; }
+constexpr uint64_t MAX_ELEMENTS = uint64_t(1) << 50;  // format::validate_header's bound
+
+/// Checks and prepares the arguments every stream-writing launch shares; Status::ok to go on.
+inline Status check_compress_args(DType d, void* d_temp, size_t temp_bytes, uint64_t n, const void* d_out,
+                                  uint64_t out_capacity) {
+  if (temp_bytes < compress_temp_bytes(format::layout_for(d, n).num_chunks) || !d_out ||
+      reinterpret_cast<uintptr_t>(d_out) % 16 || reinterpret_cast<uintptr_t>(d_temp) % 8 || n > MAX_ELEMENTS)
+    return Status::invalid_argument;
+  if (out_capacity < format::max_compressed_bytes(d, n)) return Status::buffer_too_small;
+  return Status::ok;
+}
 
 template <DType D, class Code>
 cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, uint64_t n, void* d_out,
-                            uint64_t out_capacity, uint64_t* d_out_bytes, Status* d_status, cudaStream_t stream) {
+                            uint64_t out_capacity, uint64_t* d_out_bytes, Status* d_status, cudaStream_t stream,
+                            const ReduceOp& pre_op = ReduceOp::sum()) {
   const format::Layout L = format::layout_for(D, n);
   const size_t need = compress_temp_bytes(L.num_chunks);
   if (d_temp == nullptr) {
@@ -232,17 +282,9 @@ cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, 
     return cudaSuccess;
   }
   if (!d_status || !d_out_bytes) return cudaErrorInvalidValue;
-  Status host_check = Status::ok;
-  if (temp_bytes < need || !d_out || (!d_in && n) || (reinterpret_cast<uintptr_t>(d_out) % 16) ||
-      (reinterpret_cast<uintptr_t>(d_temp) % 8) || n > (uint64_t(1) << 50))
-    host_check = Status::invalid_argument;
-  else if (out_capacity < format::max_compressed_bytes(D, n))
-    host_check = Status::buffer_too_small;
-  if (host_check != Status::ok) {
-    set_status_kernel<><<<1, 1, 0, stream>>>(d_status, host_check);
-    cudaError_t e = cudaGetLastError();
-    return e != cudaSuccess ? e : cudaErrorInvalidValue;
-  }
+  Status host_check = check_compress_args(D, d_temp, temp_bytes, n, d_out, out_capacity);
+  if (host_check == Status::ok && ((!d_in && n) || !reduce_op_valid(pre_op))) host_check = Status::invalid_argument;
+  if (host_check != Status::ok) return fail_in_stream(d_status, host_check, stream);
   cudaError_t e = cudaMemsetAsync(d_temp, 0, need, stream);
   if (e == cudaSuccess) e = cudaMemsetAsync(d_status, 0, sizeof(Status), stream);  // Status::ok
   if (e != cudaSuccess) return e;
@@ -252,18 +294,18 @@ cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, 
                     d_out_bytes,
                     d_status,
                     reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(d_temp) + 16),
-                    static_cast<unsigned long long*>(d_temp)};
+                    static_cast<unsigned long long*>(d_temp),
+                    pre_op};
   const size_t smem = sizeof(typename warp::WarpChunkEncoder<D, Code>::TempStorage) * CodecPolicy::WARPS;
-  const bool vector = reinterpret_cast<uintptr_t>(d_in) % 16 == 0;
-  int grid = 1;
-  if (vector) {
-    e = persistent_grid(compress_kernel<D, Code, true>, smem, L.num_chunks, grid);
-    if (e == cudaSuccess) compress_kernel<D, Code, true><<<grid, CodecPolicy::THREADS, smem, stream>>>(args);
-  } else {
-    e = persistent_grid(compress_kernel<D, Code, false>, smem, L.num_chunks, grid);
-    if (e == cudaSuccess) compress_kernel<D, Code, false><<<grid, CodecPolicy::THREADS, smem, stream>>>(args);
-  }
-  return e != cudaSuccess ? e : cudaGetLastError();
+  return launch_persistent(compress_kernel<D, Code>, CodecPolicy::THREADS, smem, L.num_chunks, stream, args);
+}
+
+/// Checks the arguments every stream-reading launch shares; Status::ok to go on.
+inline Status check_decompress_args(const void* d_in, uint64_t in_bytes, const void* d_temp, size_t temp_bytes) {
+  if (!d_in || reinterpret_cast<uintptr_t>(d_in) % 16 || temp_bytes < 16 || reinterpret_cast<uintptr_t>(d_temp) % 8)
+    return Status::invalid_argument;
+  if (in_bytes < format::HEADER_BYTES) return Status::corrupt_stream;
+  return Status::ok;
 }
 
 template <DType D, class Code>
@@ -275,39 +317,17 @@ cudaError_t launch_decompress(void* d_temp, size_t& temp_bytes, const void* d_in
     return cudaSuccess;
   }
   if (!d_status) return cudaErrorInvalidValue;
-  Status host_check = Status::ok;
-  if (!d_in || (reinterpret_cast<uintptr_t>(d_in) % 16) || (!d_out && out_capacity_elems))
-    host_check = Status::invalid_argument;
-  else if (in_bytes < format::HEADER_BYTES)
-    host_check = Status::corrupt_stream;
-  if (host_check != Status::ok) {
-    set_status_kernel<><<<1, 1, 0, stream>>>(d_status, host_check);
-    cudaError_t e = cudaGetLastError();
-    return e != cudaSuccess ? e : cudaErrorInvalidValue;
-  }
-  if (temp_bytes < need || reinterpret_cast<uintptr_t>(d_temp) % 8) {
-    set_status_kernel<><<<1, 1, 0, stream>>>(d_status, Status::invalid_argument);
-    cudaError_t e = cudaGetLastError();
-    return e != cudaSuccess ? e : cudaErrorInvalidValue;
-  }
+  Status host_check = check_decompress_args(d_in, in_bytes, d_temp, temp_bytes);
+  if (host_check == Status::ok && !d_out && out_capacity_elems) host_check = Status::invalid_argument;
+  if (host_check != Status::ok) return fail_in_stream(d_status, host_check, stream);
   cudaError_t e = cudaMemsetAsync(d_status, 0, sizeof(Status), stream);
   if (e == cudaSuccess) e = cudaMemsetAsync(d_temp, 0, need, stream);
   if (e != cudaSuccess) return e;
   DecompressArgs args{static_cast<const uint8_t*>(d_in), in_bytes,  d_out,
                       out_capacity_elems,                d_status, static_cast<unsigned long long*>(d_temp)};
   const size_t smem = sizeof(typename warp::WarpChunkDecoder<D, Code>::TempStorage) * CodecPolicy::WARPS;
-  const bool vector = reinterpret_cast<uintptr_t>(d_out) % 16 == 0;
   // The element count lives in the header on the device: size the grid for the whole GPU.
-  const uint64_t many = uint64_t(1) << 40;
-  int grid = 1;
-  if (vector) {
-    e = persistent_grid(decompress_kernel<D, Code, true>, smem, many, grid);
-    if (e == cudaSuccess) decompress_kernel<D, Code, true><<<grid, CodecPolicy::THREADS, smem, stream>>>(args);
-  } else {
-    e = persistent_grid(decompress_kernel<D, Code, false>, smem, many, grid);
-    if (e == cudaSuccess) decompress_kernel<D, Code, false><<<grid, CodecPolicy::THREADS, smem, stream>>>(args);
-  }
-  return e != cudaSuccess ? e : cudaGetLastError();
+  return launch_persistent(decompress_kernel<D, Code>, CodecPolicy::THREADS, smem, uint64_t(1) << 40, stream, args);
 }
 
 }  // namespace detail

@@ -1,0 +1,206 @@
+// Kernels behind the device-wide fused steps (device/device_fused.cuh). They reuse the codec's persistent
+// chunk loops (codec_kernels.cuh): decode_chunks for the steps that read a stream, encode_chunks (with its
+// look-back) for the step that writes one.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../../config.hpp"
+#include "../../format.hpp"
+#include "../../thread/reduce_op.hpp"
+#include "../../warp/lane_io.cuh"
+#include "../../warp/warp_chunk_fused.cuh"
+#include "codec_kernels.cuh"
+
+namespace zipcomm {
+namespace device {
+namespace detail {
+
+/// decode + reduce + encode keeps a decoder and an encoder per warp (16.3 KB): 4 warps a block let 3
+/// blocks share an SM.
+struct FusedEncodePolicy {
+  static constexpr int WARPS = 4;
+  static constexpr int THREADS = WARPS * 32;
+};
+
+struct FusedArgs {
+  const uint8_t* in;
+  uint64_t in_bytes;
+  const void* local;
+  void* out;  // elements (decode + reduce, decode + forward)
+  uint64_t n;
+  ReduceOp op;
+  uint8_t* fwd;  // decode + forward: where the incoming stream goes on
+  uint64_t fwd_capacity;
+  Status* status;
+  unsigned long long* chunk_counter;
+};
+
+template <DType D, class Code>
+__global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_reduce_kernel(FusedArgs args) {
+  using Fused = warp::WarpChunkDecodeReduce<D, Code>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Fused fused(reinterpret_cast<typename Fused::TempStorage*>(smem_raw)[threadIdx.x / 32]);
+  auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
+    return fused.DecodeReduce(chunk, bytes, format::chunk_elems(args.n, c), c * format::CHUNK_TILES,
+                              warp::ConstPlanes{view.plane0(), view.plane1()}, args.local, args.out, args.op);
+  };
+  HeaderOnly check;
+  decode_chunks<D, Code>(args.in, args.in_bytes, args.n, true, args.status, args.chunk_counter, check, chunk_op);
+}
+
+template <DType D, class Code>
+__global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_forward_kernel(FusedArgs args) {
+  using Fused = warp::WarpChunkDecodeForward<D, Code>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Fused fused(reinterpret_cast<typename Fused::TempStorage*>(smem_raw)[threadIdx.x / 32]);
+  auto check = [&](const format::StreamView& view) {
+    return view.total_bytes() > args.fwd_capacity ? Status::buffer_too_small : Status::ok;
+  };
+  auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
+    const format::Layout& L = view.layout;
+    if (c == 0) {
+      // Header, alignment gaps and the chunk table: all of the stream but planes and chunk streams.
+      for (uint64_t b = warp::lane_id(); b < L.plane0_offset; b += 32) args.fwd[b] = args.in[b];
+      for (uint64_t b = L.plane0_offset + L.plane0_bytes + warp::lane_id(); b < L.plane1_offset; b += 32)
+        args.fwd[b] = args.in[b];
+      for (uint64_t b = L.plane1_offset + L.plane1_bytes + warp::lane_id(); b < L.exp_offset; b += 32)
+        args.fwd[b] = args.in[b];
+    }
+    uint8_t* fwd_chunk = bytes ? args.fwd + (chunk - args.in) : nullptr;
+    return fused.DecodeForward(chunk, bytes, format::chunk_elems(args.n, c), c * format::CHUNK_TILES,
+                               warp::ConstPlanes{view.plane0(), view.plane1()}, args.out, fwd_chunk,
+                               warp::Planes{args.fwd + L.plane0_offset, args.fwd + L.plane1_offset});
+  };
+  const bool ok =
+      decode_chunks<D, Code>(args.in, args.in_bytes, args.n, true, args.status, args.chunk_counter, check, chunk_op);
+  if (ok && args.n == 0 && blockIdx.x == 0 && threadIdx.x < 32)  // no chunk: the header travels alone
+    for (uint64_t b = threadIdx.x; b < format::layout_for(D, 0).exp_offset; b += 32) args.fwd[b] = args.in[b];
+}
+
+/// Chunk c of the incoming stream, decoded and reduced tile by tile, for encode_chunks.
+template <DType D, class Code>
+struct StreamReducedSource {
+  warp::ReducedTileSource<D, Code> tiles;
+  const format::StreamView& view;
+  ZIPCOMM_DEVICE void begin(uint64_t c, uint32_t elems, uint64_t first_tile) {
+    const uint8_t* chunk;
+    uint32_t bytes;
+    view.chunk(D, c, chunk, bytes);  // bytes = 0 when inconsistent: the decoder reports it, reading nothing
+    tiles.set_chunk(chunk, bytes, elems, first_tile, warp::ConstPlanes{view.plane0(), view.plane1()});
+  }
+  ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[warp::ITEMS]) { tiles(t, x); }
+  ZIPCOMM_DEVICE Status status() const { return tiles.status(); }
+};
+
+template <DType D, class Code>
+__global__ void __launch_bounds__(FusedEncodePolicy::THREADS)
+    decompress_reduce_compress_kernel(FusedArgs in_args, CompressArgs out_args) {
+  using Fused = warp::WarpChunkDecodeReduceEncode<D, Code>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  typename Fused::TempStorage& temp = reinterpret_cast<typename Fused::TempStorage*>(smem_raw)[threadIdx.x / 32];
+  format::StreamView view;
+  Status hs = view.open(in_args.in, in_args.in_bytes, D, Code::ID);
+  if (hs == Status::ok && view.layout.n != in_args.n) hs = Status::size_mismatch;
+  if (hs != Status::ok) {  // the same in every thread: the whole grid returns
+    if (blockIdx.x == 0 && threadIdx.x == 0) report(out_args.status, hs);
+    return;
+  }
+  StreamReducedSource<D, Code> source{warp::ReducedTileSource<D, Code>(temp.dec, in_args.local, in_args.op), view};
+  encode_chunks<D, Code>(out_args, temp.enc, source);
+}
+
+template <DType D, class Code>
+cudaError_t launch_decompress_reduce(void* d_temp, size_t& temp_bytes, const void* d_in, uint64_t in_bytes,
+                                     const void* d_local, void* d_out, uint64_t n, const ReduceOp& op,
+                                     Status* d_status, cudaStream_t stream) {
+  constexpr size_t need = 16;  // the chunk counter
+  if (d_temp == nullptr) {
+    temp_bytes = need;
+    return cudaSuccess;
+  }
+  if (!d_status) return cudaErrorInvalidValue;
+  Status host_check = check_decompress_args(d_in, in_bytes, d_temp, temp_bytes);
+  if (host_check == Status::ok && ((n && (!d_local || !d_out)) || !reduce_op_valid(op) || n > MAX_ELEMENTS))
+    host_check = Status::invalid_argument;
+  if (host_check != Status::ok) return fail_in_stream(d_status, host_check, stream);
+  cudaError_t e = cudaMemsetAsync(d_status, 0, sizeof(Status), stream);
+  if (e == cudaSuccess) e = cudaMemsetAsync(d_temp, 0, need, stream);
+  if (e != cudaSuccess) return e;
+  FusedArgs args{static_cast<const uint8_t*>(d_in), in_bytes, d_local, d_out, n, op, nullptr, 0, d_status,
+                 static_cast<unsigned long long*>(d_temp)};
+  const size_t smem = sizeof(typename warp::WarpChunkDecodeReduce<D, Code>::TempStorage) * CodecPolicy::WARPS;
+  return launch_persistent(decompress_reduce_kernel<D, Code>, CodecPolicy::THREADS, smem,
+                           format::layout_for(D, n).num_chunks, stream, args);
+}
+
+template <DType D, class Code>
+cudaError_t launch_decompress_forward(void* d_temp, size_t& temp_bytes, const void* d_in, uint64_t in_bytes,
+                                      void* d_out, uint64_t n, void* d_fwd, uint64_t fwd_capacity, Status* d_status,
+                                      cudaStream_t stream) {
+  constexpr size_t need = 16;
+  if (d_temp == nullptr) {
+    temp_bytes = need;
+    return cudaSuccess;
+  }
+  if (!d_status) return cudaErrorInvalidValue;
+  Status host_check = check_decompress_args(d_in, in_bytes, d_temp, temp_bytes);
+  if (host_check == Status::ok &&
+      ((n && !d_out) || !d_fwd || reinterpret_cast<uintptr_t>(d_fwd) % 16 || n > MAX_ELEMENTS))
+    host_check = Status::invalid_argument;
+  if (host_check != Status::ok) return fail_in_stream(d_status, host_check, stream);
+  cudaError_t e = cudaMemsetAsync(d_status, 0, sizeof(Status), stream);
+  if (e == cudaSuccess) e = cudaMemsetAsync(d_temp, 0, need, stream);
+  if (e != cudaSuccess) return e;
+  FusedArgs args{static_cast<const uint8_t*>(d_in), in_bytes, nullptr, d_out, n, ReduceOp::sum(),
+                 static_cast<uint8_t*>(d_fwd), fwd_capacity, d_status, static_cast<unsigned long long*>(d_temp)};
+  const size_t smem = sizeof(typename warp::WarpChunkDecodeForward<D, Code>::TempStorage) * CodecPolicy::WARPS;
+  return launch_persistent(decompress_forward_kernel<D, Code>, CodecPolicy::THREADS, smem,
+                           format::layout_for(D, n).num_chunks, stream, args);
+}
+
+template <DType D, class Code>
+cudaError_t launch_decompress_reduce_compress(void* d_temp, size_t& temp_bytes, const void* d_in, uint64_t in_bytes,
+                                              const void* d_local, uint64_t n, const ReduceOp& op, void* d_out,
+                                              uint64_t out_capacity, uint64_t* d_out_bytes, Status* d_status,
+                                              cudaStream_t stream) {
+  const format::Layout L = format::layout_for(D, n);
+  const size_t need = compress_temp_bytes(L.num_chunks);
+  if (d_temp == nullptr) {
+    temp_bytes = need;
+    return cudaSuccess;
+  }
+  if (!d_status || !d_out_bytes) return cudaErrorInvalidValue;
+  Status host_check = check_decompress_args(d_in, in_bytes, d_temp, temp_bytes);
+  if (host_check == Status::ok) host_check = check_compress_args(D, d_temp, temp_bytes, n, d_out, out_capacity);
+  if (host_check == Status::ok && ((n && !d_local) || !reduce_op_valid(op))) host_check = Status::invalid_argument;
+  if (host_check != Status::ok) return fail_in_stream(d_status, host_check, stream);
+  cudaError_t e = cudaMemsetAsync(d_temp, 0, need, stream);
+  if (e == cudaSuccess) e = cudaMemsetAsync(d_status, 0, sizeof(Status), stream);
+  if (e == cudaSuccess) e = cudaMemsetAsync(d_out_bytes, 0, sizeof(uint64_t), stream);
+  if (e != cudaSuccess) return e;
+  FusedArgs in_args{static_cast<const uint8_t*>(d_in), in_bytes, d_local, nullptr, n, op, nullptr, 0, d_status,
+                    nullptr};
+  CompressArgs out_args{nullptr,
+                        n,
+                        static_cast<uint8_t*>(d_out),
+                        d_out_bytes,
+                        d_status,
+                        reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(d_temp) + 16),
+                        static_cast<unsigned long long*>(d_temp),
+                        ReduceOp::sum()};
+  const size_t smem = sizeof(typename warp::WarpChunkDecodeReduceEncode<D, Code>::TempStorage) * FusedEncodePolicy::WARPS;
+  auto kernel = decompress_reduce_compress_kernel<D, Code>;
+  int grid = 1;
+  e = persistent_grid(kernel, FusedEncodePolicy::THREADS, smem, L.num_chunks, grid);
+  if (e != cudaSuccess) return e;
+  kernel<<<grid, FusedEncodePolicy::THREADS, smem, stream>>>(in_args, out_args);
+  return cudaGetLastError();
+}
+
+}  // namespace detail
+}  // namespace device
+}  // namespace zipcomm

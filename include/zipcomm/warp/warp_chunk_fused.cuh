@@ -1,0 +1,196 @@
+// Warp level: the fused steps of a compressed collective, one chunk at a time, each touching memory once.
+//
+//   WarpChunkDecodeReduce        out = op(decode(in), local)                      (a reduce hop's last step)
+//   WarpChunkDecodeReduceEncode  out stream = encode(op(decode(in), local))      (a reduce-scatter hop)
+//   WarpChunkDecodeForward       out = decode(in), and in's bytes copied to fwd  (an all-gather hop)
+//
+// Element arrays (local, out) are indexed by the element's global index (first_tile * 256 + ...), any
+// alignment (16-byte aligned arrays take vector loads). out may be the same array as local. The numeric
+// result is thread::reduce_items' (docs/REDUCE.md): bit-identical to decoding first, then reducing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../config.hpp"
+#include "../format.hpp"
+#include "../thread/reduce_op.hpp"
+#include "lane_io.cuh"
+#include "warp_chunk_decoder.cuh"
+#include "warp_chunk_encoder.cuh"
+
+namespace zipcomm {
+namespace warp {
+
+/// \brief Decode + reduce: out[i] = combine(decoded[i], pre(local[i])) for one chunk.
+/// \code
+/// using Fused = zipcomm::warp::WarpChunkDecodeReduce<zipcomm::DType::bf16>;
+/// __shared__ Fused::TempStorage temp[WARPS];                 // 8 KB per warp
+/// zipcomm::Status s = Fused(temp[warp]).DecodeReduce(chunk, bytes, elems, first_tile, planes,
+///                                                      local, out, zipcomm::ReduceOp::sum());
+/// \endcode
+template <DType D, class Code = thread::GaussianCode>
+class WarpChunkDecodeReduce {
+  using Dec = WarpChunkDecoder<D, Code>;
+
+ public:
+  using TempStorage = typename Dec::TempStorage;
+
+  ZIPCOMM_DEVICE explicit WarpChunkDecodeReduce(TempStorage& temp) : temp_(temp) {}
+
+  ZIPCOMM_DEVICE Status DecodeReduce(const uint8_t* chunk, uint32_t bytes, uint32_t elems, uint64_t first_tile,
+                                     const ConstPlanes& planes, const void* local, void* out, const ReduceOp& op) {
+    const bool vector = aligned16(local) && aligned16(out);
+    const uint64_t lane_first = first_tile * format::TILE_ELEMS + lane_id() * ITEMS;
+    auto sink = [&](uint32_t t, uint32_t (&x)[ITEMS], uint32_t cnt) {
+      const uint64_t first = lane_first + uint64_t(t) * format::TILE_ELEMS;
+      uint32_t y[ITEMS];
+      load_items_any<D>(local, vector, first, cnt, y);
+      thread::reduce_items<D>(op, x, y);
+      store_items_any<D>(out, vector, first, cnt, x);
+    };
+    Dec dec(temp_);
+    dec.Begin(chunk, bytes, elems, first_tile, planes);
+    for (uint32_t t = 0; t < dec.tiles(); ++t) {
+      uint32_t x[ITEMS];
+      const uint32_t cnt = dec.DecodeTile(t, x);
+      sink(t, x, cnt);
+    }
+    return dec.Finish();
+  }
+
+ private:
+  TempStorage& temp_;
+};
+
+/// \brief Decode + forward: out = decode(chunk), and the chunk (exponent stream and planes) is written
+/// unchanged to fwd_chunk / fwd_planes for the next peer, from the same loads.
+template <DType D, class Code = thread::GaussianCode>
+class WarpChunkDecodeForward {
+  using Dec = WarpChunkDecoder<D, Code>;
+
+ public:
+  using TempStorage = typename Dec::TempStorage;
+
+  ZIPCOMM_DEVICE explicit WarpChunkDecodeForward(TempStorage& temp) : temp_(temp) {}
+
+  /// fwd_chunk: 16-byte aligned, `bytes` long (nullptr: the caller forwards the exponent stream itself).
+  ZIPCOMM_DEVICE Status DecodeForward(const uint8_t* chunk, uint32_t bytes, uint32_t elems, uint64_t first_tile,
+                                      const ConstPlanes& planes, void* out, uint8_t* fwd_chunk,
+                                      const Planes& fwd_planes) {
+    const bool vector = aligned16(out);
+    const uint64_t lane_first = first_tile * format::TILE_ELEMS + lane_id() * ITEMS;
+    Dec dec(temp_);
+    dec.Begin(chunk, bytes, elems, first_tile, planes, fwd_chunk);
+    for (uint32_t t = 0; t < dec.tiles(); ++t) {
+      uint32_t x[ITEMS];
+      const uint32_t cnt = dec.DecodeTile(t, x);
+      const uint64_t first = lane_first + uint64_t(t) * format::TILE_ELEMS;
+      store_items_any<D>(out, vector, first, cnt, x);
+      write_planes<D>(fwd_planes, first_tile + t, first, cnt, x);  // the planes as read: same bytes
+    }
+    return dec.Finish();
+  }
+
+ private:
+  TempStorage& temp_;
+};
+
+/// \brief The tiles of op(decode(chunk), local), in order, as an encoder's loader wants them (the source
+/// behind decode + reduce + encode). Asking for tile 0 again restarts the decoder: a chunk the encoder
+/// stores raw is decoded and reduced a second time. status() is the first pass's outcome.
+template <DType D, class Code = thread::GaussianCode>
+class ReducedTileSource {
+  using Dec = WarpChunkDecoder<D, Code>;
+
+ public:
+  ZIPCOMM_DEVICE ReducedTileSource(typename Dec::TempStorage& temp, const void* local, const ReduceOp& op)
+      : dec_(temp), local_(local), op_(op), vector_(aligned16(local)) {}
+
+  /// The incoming chunk (bytes = 0: known to be corrupt; only its planes are read).
+  ZIPCOMM_DEVICE void set_chunk(const uint8_t* chunk, uint32_t bytes, uint32_t elems, uint64_t first_tile,
+                                const ConstPlanes& planes) {
+    chunk_ = chunk;
+    bytes_ = bytes;
+    elems_ = elems;
+    first_tile_ = first_tile;
+    planes_ = planes;
+    passes_ = 0;
+    status_ = Status::ok;
+  }
+
+  ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[ITEMS]) {
+    if (t == 0) {
+      dec_.Begin(chunk_, bytes_, elems_, first_tile_, planes_);
+      ++passes_;
+    }
+    const uint32_t cnt = dec_.DecodeTile(t, x);
+    uint32_t y[ITEMS];
+    const uint64_t first = (first_tile_ + t) * format::TILE_ELEMS + lane_id() * ITEMS;
+    load_items_any<D>(local_, vector_, first, cnt, y);
+    thread::reduce_items<D>(op_, x, y);
+    if (passes_ == 1 && t + 1 == dec_.tiles()) status_ = dec_.Finish();
+  }
+
+  ZIPCOMM_DEVICE Status status() const { return status_; }
+
+ private:
+  Dec dec_;
+  const void* local_;
+  ReduceOp op_;
+  bool vector_;
+  const uint8_t* chunk_ = nullptr;
+  uint32_t bytes_ = 0, elems_ = 0, passes_ = 0;
+  uint64_t first_tile_ = 0;
+  ConstPlanes planes_{};
+  Status status_ = Status::ok;
+};
+
+/// \brief Decode + reduce + encode: the reduced chunk is encoded again with no uncompressed copy in memory.
+/// Two phases, like WarpChunkEncoder: Encode() decodes, reduces and codes (the result's planes are written
+/// at once); Store() writes the exponent stream once the caller knows where the chunk goes. A chunk whose
+/// result does not compress is stored raw: Store() then decodes and reduces it a second time.
+/// \code
+/// using Fused = zipcomm::warp::WarpChunkDecodeReduceEncode<zipcomm::DType::bf16>;
+/// __shared__ Fused::TempStorage temp[WARPS];                 // 16.3 KB per warp
+/// Fused f(temp[warp], local, zipcomm::ReduceOp::sum());
+/// zipcomm::Status s;
+/// zipcomm::warp::ChunkInfo info = f.Encode(chunk, bytes, elems, first_tile, in_planes, out_planes, s);
+/// f.Store(out_chunk, info);                                   // 16-byte aligned, info.bytes long
+/// \endcode
+/// `bytes` = 0 marks an incoming chunk already known to be corrupt: nothing of it is read but its planes,
+/// and the status is corrupt_stream.
+template <DType D, class Code = thread::GaussianCode>
+class WarpChunkDecodeReduceEncode {
+  using Dec = WarpChunkDecoder<D, Code>;
+  using Enc = WarpChunkEncoder<D, Code>;
+
+ public:
+  struct TempStorage {
+    typename Dec::TempStorage dec;
+    typename Enc::TempStorage enc;
+  };
+
+  ZIPCOMM_DEVICE WarpChunkDecodeReduceEncode(TempStorage& temp, const void* local, const ReduceOp& op)
+      : source_(temp.dec, local, op), enc_(temp.enc) {}
+
+  ZIPCOMM_DEVICE ChunkInfo Encode(const uint8_t* chunk, uint32_t bytes, uint32_t elems, uint64_t first_tile,
+                                  const ConstPlanes& in_planes, const Planes& out_planes, Status& status) {
+    source_.set_chunk(chunk, bytes, elems, first_tile, in_planes);
+    elems_ = elems;
+    const ChunkInfo info = enc_.Encode(elems, first_tile, source_, out_planes);
+    status = source_.status();
+    return info;
+  }
+
+  ZIPCOMM_DEVICE void Store(uint8_t* dst, const ChunkInfo& info) { enc_.Store(dst, elems_, info, source_); }
+
+ private:
+  ReducedTileSource<D, Code> source_;
+  Enc enc_;
+  uint32_t elems_ = 0;
+};
+
+}  // namespace warp
+}  // namespace zipcomm
