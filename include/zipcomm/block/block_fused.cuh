@@ -169,18 +169,18 @@ class BlockDecodeForward {
 /// (D, n); out_bytes receives the stream size (in every thread).
 /// \code
 /// using Fused = zipcomm::block::BlockDecodeReduceEncode<zipcomm::DType::bf16, 8>;
-/// extern __shared__ Fused::TempStorage temp;      // ~130 KB for 8 warps: dynamic shared memory
+/// extern __shared__ Fused::TempStorage temp;      // ~67 KB for 8 warps: dynamic shared memory
 /// uint64_t bytes;
 /// zipcomm::Status s = Fused(temp).DecodeReduceEncode(cta, in, in_bytes, local, n, op, out, cap, bytes);
 /// \endcode
 template <DType D, int WARPS, class Code = thread::GaussianCode>
 class BlockDecodeReduceEncode {
   using Enc = BlockStreamEncoder<D, WARPS, Code>;
-  using Dec = warp::WarpChunkDecoder<D, Code>;
+  using Dec = warp::WarpChunkDecoder<D, Code, false>;  // words through L1: the shared memory is the encoder's
 
   // Per thread: finds chunk c of the incoming stream for the tile source.
   struct StreamSource {
-    warp::ReducedTileSource<D, Code> tiles;
+    warp::ReducedTileSource<D, Code, false> tiles;
     const format::StreamView* view;
     detail::BlockStatus* status;
     bool pending = false;  // a chunk's first-pass status not yet reported
@@ -224,7 +224,7 @@ class BlockDecodeReduceEncode {
       if (group.thread_rank() == 0) temp_.status.report(st);
       return temp_.status.collect(group);
     }
-    StreamSource source{warp::ReducedTileSource<D, Code>(temp_.dec[warp_id], local, op), &view, &temp_.status};
+    StreamSource source{warp::ReducedTileSource<D, Code, false>(temp_.dec[warp_id], local, op), &view, &temp_.status};
     const uint64_t total = Enc(temp_.enc).EncodeFrom(group, n, out, source);
     source.flush();
     const Status result = temp_.status.collect(group);

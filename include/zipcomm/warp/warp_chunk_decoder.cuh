@@ -39,14 +39,18 @@ namespace warp {
 /// Every lane sees every tile in order (count = 0 for lanes with no item in the tile), even after an error
 /// was found (then with unspecified values), so the warp stays converged. Begin(..., forward) also copies the
 /// chunk stream unchanged to `forward` (decode + forward), from the same loads.
-template <DType D, class Code = thread::GaussianCode>
+///
+/// \tparam STAGE_WORDS  true (default): lane words are staged in TempStorage (8 KB), the fastest decoder
+///   alone. false: lanes read them from global memory through L1 and TempStorage is 16 bytes, which leaves
+///   shared memory to whatever runs beside the decoder (decode + reduce + encode uses it for occupancy).
+template <DType D, class Code = thread::GaussianCode, bool STAGE_WORDS = true>
 class WarpChunkDecoder {
   using FB = thread::FloatBits<D>;
   static constexpr uint32_t EXP_BITS = FB::EXP_BITS;
 
  public:
   struct TempStorage {
-    uint32_t words[format::CODED_WORD_LIMIT];
+    uint32_t words[STAGE_WORDS ? format::CODED_WORD_LIMIT : 4];
   };
 
   ZIPCOMM_DEVICE explicit WarpChunkDecoder(TempStorage& temp) : temp_(temp) {}
@@ -97,7 +101,9 @@ class WarpChunkDecoder {
     // Words past CODED_WORD_LIMIT can only be padding (checked through the exact size in Finish()).
     max_words_ = size_bad ? 0u : min((bytes - hdr) / 4, format::CODED_WORD_LIMIT);
     const uint32_t* gw = reinterpret_cast<const uint32_t*>(stream + hdr);
-    for (uint32_t i = lane; i < max_words_; i += 32) temp_.words[i] = __ldg(gw + i);
+    global_words_ = gw;
+    if constexpr (STAGE_WORDS)
+      for (uint32_t i = lane; i < max_words_; i += 32) temp_.words[i] = __ldg(gw + i);
     const uint32_t used_hdr = tiles_ + (tiles_ + 3) / 4;
     if (!bad_)
       for (uint32_t b = used_hdr + lane; b < hdr; b += 32) bad_ |= stream[b] != 0;
@@ -138,7 +144,7 @@ class WarpChunkDecoder {
     if (!raw_) {
       bad_ |= impossible_ > 0xFFu;
       if (!bad_ && (base_ > max_words_ || format::coded_chunk_bytes(tiles_, base_) != bytes_)) bad_ = 1u;
-      for (uint32_t i = base_ + lane; !bad_ && i < max_words_; i += 32) bad_ |= temp_.words[i] != 0;
+      for (uint32_t i = base_ + lane; !bad_ && i < max_words_; i += 32) bad_ |= word(i) != 0;
     }
     __syncwarp();
     return __any_sync(FULL_MASK, bad_) ? Status::corrupt_stream : Status::ok;
@@ -176,14 +182,23 @@ class WarpChunkDecoder {
     return cnt;
   }
 
+  // Lane word i of the chunk: from the staged copy, or from global memory (0 past the chunk's words).
+  ZIPCOMM_DEVICE uint32_t word(uint32_t i) const {
+    if constexpr (STAGE_WORDS) {
+      return temp_.words[min(i, format::CODED_WORD_LIMIT - 1)];
+    } else {
+      return i < max_words_ ? __ldg(global_words_ + i) : 0u;
+    }
+  }
+
   ZIPCOMM_DEVICE bool refill(bool need) {
     const uint32_t mask = __ballot_sync(FULL_MASK, need);
     if (mask) {
       if (need) {
         // An index past the chunk's words reads a stale word; the exact-size check in Finish() rejects
         // such a stream (base > words), so the hot loop needs no bounds branch.
-        const uint32_t pos = min(base_ + __popc(mask & lanemask_lt()), format::CODED_WORD_LIMIT - 1);
-        const uint32_t w = temp_.words[pos];
+        const uint32_t pos = base_ + __popc(mask & lanemask_lt());
+        const uint32_t w = word(pos);
         // avail < 32 here: the word lands right after the valid bits.
         hi_ |= w >> avail_;
         lo_ |= __funnelshift_r(0u, w, avail_);
@@ -287,6 +302,7 @@ class WarpChunkDecoder {
  private:
   TempStorage& temp_;
   const uint8_t* stream_ = nullptr;
+  const uint32_t* global_words_ = nullptr;
   ConstPlanes planes_{};
   uint64_t first_tile_ = 0, lane_first_ = 0;
   uint32_t bytes_ = 0, elems_ = 0, tiles_ = 0, full_tiles_ = 0, max_words_ = 0;

@@ -99,10 +99,11 @@ class WarpChunkDecodeForward {
 
 /// \brief The tiles of op(decode(chunk), local), in order, as an encoder's loader wants them (the source
 /// behind decode + reduce + encode). Asking for tile 0 again restarts the decoder: a chunk the encoder
-/// stores raw is decoded and reduced a second time. status() is the first pass's outcome.
-template <DType D, class Code = thread::GaussianCode>
+/// stores raw is decoded and reduced a second time. status() is the first pass's outcome. STAGE_WORDS: as
+/// in WarpChunkDecoder (false leaves the shared memory to the encoder: more warps per SM).
+template <DType D, class Code = thread::GaussianCode, bool STAGE_WORDS = false>
 class ReducedTileSource {
-  using Dec = WarpChunkDecoder<D, Code>;
+  using Dec = WarpChunkDecoder<D, Code, STAGE_WORDS>;
 
  public:
   ZIPCOMM_DEVICE ReducedTileSource(typename Dec::TempStorage& temp, const void* local, const ReduceOp& op)
@@ -153,17 +154,18 @@ class ReducedTileSource {
 /// result does not compress is stored raw: Store() then decodes and reduces it a second time.
 /// \code
 /// using Fused = zipcomm::warp::WarpChunkDecodeReduceEncode<zipcomm::DType::bf16>;
-/// __shared__ Fused::TempStorage temp[WARPS];                 // 16.3 KB per warp
+/// __shared__ Fused::TempStorage temp[WARPS];                 // 8.3 KB per warp
 /// Fused f(temp[warp], local, zipcomm::ReduceOp::sum());
 /// zipcomm::Status s;
 /// zipcomm::warp::ChunkInfo info = f.Encode(chunk, bytes, elems, first_tile, in_planes, out_planes, s);
 /// f.Store(out_chunk, info);                                   // 16-byte aligned, info.bytes long
 /// \endcode
 /// `bytes` = 0 marks an incoming chunk already known to be corrupt: nothing of it is read but its planes,
-/// and the status is corrupt_stream.
+/// and the status is corrupt_stream. The incoming words are read through L1 (see WarpChunkDecoder's
+/// STAGE_WORDS), so TempStorage is little more than the encoder's 8.3 KB.
 template <DType D, class Code = thread::GaussianCode>
 class WarpChunkDecodeReduceEncode {
-  using Dec = WarpChunkDecoder<D, Code>;
+  using Dec = WarpChunkDecoder<D, Code, false>;
   using Enc = WarpChunkEncoder<D, Code>;
 
  public:
@@ -187,7 +189,7 @@ class WarpChunkDecodeReduceEncode {
   ZIPCOMM_DEVICE void Store(uint8_t* dst, const ChunkInfo& info) { enc_.Store(dst, elems_, info, source_); }
 
  private:
-  ReducedTileSource<D, Code> source_;
+  ReducedTileSource<D, Code, false> source_;
   Enc enc_;
   uint32_t elems_ = 0;
 };

@@ -19,8 +19,8 @@ namespace zipcomm {
 namespace device {
 namespace detail {
 
-/// decode + reduce + encode keeps a decoder and an encoder per warp (16.3 KB): 4 warps a block let 3
-/// blocks share an SM.
+/// decode + reduce + encode: the encoder stages 8.3 KB per warp, the decoder reads through L1; 4-warp
+/// blocks let registers, not shared memory, bound the warps per SM.
 struct FusedEncodePolicy {
   static constexpr int WARPS = 4;
   static constexpr int THREADS = WARPS * 32;
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_forward_kerne
 /// Chunk c of the incoming stream, decoded and reduced tile by tile, for encode_chunks.
 template <DType D, class Code>
 struct StreamReducedSource {
-  warp::ReducedTileSource<D, Code> tiles;
+  warp::ReducedTileSource<D, Code, false> tiles;
   const format::StreamView& view;
   ZIPCOMM_DEVICE void begin(uint64_t c, uint32_t elems, uint64_t first_tile) {
     const uint8_t* chunk;
@@ -109,7 +109,8 @@ __global__ void __launch_bounds__(FusedEncodePolicy::THREADS)
     if (blockIdx.x == 0 && threadIdx.x == 0) report(out_args.status, hs);
     return;
   }
-  StreamReducedSource<D, Code> source{warp::ReducedTileSource<D, Code>(temp.dec, in_args.local, in_args.op), view};
+  StreamReducedSource<D, Code> source{warp::ReducedTileSource<D, Code, false>(temp.dec, in_args.local, in_args.op),
+                                     view};
   encode_chunks<D, Code>(out_args, temp.enc, source);
 }
 
