@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, run every test (GPU ones included), compute-sanitizer on the GPU tests,
 # then the benchmarks. Logs go to $OUT (the device tool brings them back). Needs Catch2 carried in .deps/.
-# Usage: bash scripts/gpu-check.sh [quick]    (quick: skip sanitizer and use a 64 MiB bench)
+# Usage: bash scripts/gpu-check.sh [quick|nosan]    (quick: no sanitizers, 64 MiB benches; nosan: no
+# sanitizers, full-size benches)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/zipcomm-out}
@@ -29,17 +30,16 @@ GPU_TESTS=$BUILD/tests/gpu/zipcomm_gpu_tests
 $GPU_TESTS --durations yes > "$OUT/gpu_tests.log" 2>&1
 log "gpu tests rc=$?: $(tail -3 "$OUT/gpu_tests.log" | tr '\n' ' ')"
 
-if [ "$MODE" != quick ]; then
+if [ "$MODE" = full ]; then
   compute-sanitizer --tool memcheck --error-exitcode 99 $GPU_TESTS "~[large]" > "$OUT/memcheck.log" 2>&1
   log "memcheck rc=$?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
   compute-sanitizer --tool racecheck --error-exitcode 99 $GPU_TESTS "[block]" > "$OUT/racecheck.log" 2>&1
   log "racecheck rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
   compute-sanitizer --tool synccheck --error-exitcode 99 $GPU_TESTS "[block]" > "$OUT/synccheck.log" 2>&1
   log "synccheck rc=$?: $(grep -E 'ERROR SUMMARY' "$OUT/synccheck.log" | tail -1)"
-  MIB=256
-else
-  MIB=64
 fi
+MIB=256
+[ "$MODE" = quick ] && MIB=64
 $BUILD/bench/zipcomm_bench --data tests/data --mib $MIB --reps 20 --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
 log "bench rc=$?"
 $BUILD/bench/zipcomm_bench_fused --data tests/data --mib $MIB --reps 20 --json "$OUT/bench_fused.json" > "$OUT/bench_fused.txt" 2>&1

@@ -142,7 +142,11 @@ class BlockDecodeForward {
       // Header, the alignment gaps and the chunk table: everything but planes and chunk streams.
       for (uint64_t b = lane; b < L.plane0_offset; b += 32) fwd[b] = in[b];
       for (uint64_t b = L.plane0_offset + L.plane0_bytes + lane; b < L.plane1_offset; b += 32) fwd[b] = in[b];
-      for (uint64_t b = L.plane1_offset + L.plane1_bytes + lane; b < L.exp_offset; b += 32) fwd[b] = in[b];
+      for (uint64_t b = L.plane1_offset + L.plane1_bytes + lane; b < L.table_offset; b += 32) fwd[b] = in[b];
+      // table and its padding: 16-byte aligned at both ends
+      const uint4* src = reinterpret_cast<const uint4*>(in + L.table_offset);
+      uint4* dst = reinterpret_cast<uint4*>(fwd + L.table_offset);
+      for (uint64_t i = lane; i < (L.exp_offset - L.table_offset) / 16; i += 32) dst[i] = src[i];
     }
     const warp::ConstPlanes planes{view.plane0(), view.plane1()};
     const warp::Planes fwd_planes{fwd + L.plane0_offset, fwd + L.plane1_offset};

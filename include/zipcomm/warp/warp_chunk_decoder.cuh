@@ -16,6 +16,13 @@
 namespace zipcomm {
 namespace warp {
 
+/// Where decode + forward copies a chunk: its exponent stream (16-byte aligned; nullptr: not copied) and
+/// the planes of the forward stream (plane0 nullptr: not copied).
+struct ChunkForward {
+  uint8_t* chunk = nullptr;
+  Planes planes{nullptr, nullptr};
+};
+
 /// \brief Decodes one chunk; all 32 lanes of the warp call every member together.
 ///
 /// The lane words of the chunk are first copied into the caller's TempStorage with coalesced loads (the
@@ -68,9 +75,10 @@ class WarpChunkDecoder {
   }
 
   /// Starts chunk `stream` (16-byte aligned, `bytes` long) of `elems` elements whose first tile has global
-  /// index first_tile. With `forward`, the chunk's bytes are also copied there (16-byte aligned).
+  /// index first_tile. With `forward`, the chunk's exponent stream and its share of the planes are also
+  /// copied, unchanged, to the forward stream (decode + forward).
   ZIPCOMM_DEVICE void Begin(const uint8_t* stream, uint32_t bytes, uint32_t elems, uint64_t first_tile,
-                            const ConstPlanes& planes, uint8_t* forward = nullptr) {
+                            const ConstPlanes& planes, const ChunkForward* forward = nullptr) {
     const uint32_t lane = lane_id();
     stream_ = stream;
     bytes_ = bytes;
@@ -83,10 +91,16 @@ class WarpChunkDecoder {
     const uint32_t raw_bytes = format::raw_chunk_bytes(D, elems);
     raw_ = bytes == raw_bytes;
     bad_ = 0;
-    if (forward != nullptr && bytes % 16 == 0) {
-      const uint4* src = reinterpret_cast<const uint4*>(stream);
-      uint4* dst = reinterpret_cast<uint4*>(forward);
-      for (uint32_t i = lane; i < bytes / 16; i += 32) dst[i] = __ldg(src + i);
+    if (forward != nullptr) {
+      if (forward->chunk != nullptr && bytes % 16 == 0) copy_bytes(forward->chunk, stream, bytes);
+      const uint64_t first_elem = first_tile * format::TILE_ELEMS;
+      if (forward->planes.plane0 != nullptr) {
+        copy_bytes(forward->planes.plane0 + first_elem, planes.plane0 + first_elem, elems);
+        if constexpr (D == DType::fp16)
+          copy_bytes(forward->planes.plane1 + first_tile * 96, planes.plane1 + first_tile * 96, tiles_ * 96);
+        if constexpr (D == DType::fp32)
+          copy_bytes(forward->planes.plane1 + 2 * first_elem, planes.plane1 + 2 * first_elem, 2 * elems);
+      }
     }
     if (raw_) {
       max_words_ = 0;
@@ -151,6 +165,21 @@ class WarpChunkDecoder {
   }
 
  private:
+  // Warp-wide copy of len bytes between 16-byte aligned addresses: 16-byte vectors, then the byte tail.
+  // Four loads in flight per lane before the stores: the copy is latency-bound otherwise.
+  ZIPCOMM_DEVICE static void copy_bytes(uint8_t* dst, const uint8_t* src, uint32_t len) {
+    const uint32_t lane = lane_id(), vecs = len / 16;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    uint32_t i = lane;
+    for (; i + 96 < vecs; i += 128) {
+      const uint4 a = __ldg(s + i), b = __ldg(s + i + 32), c = __ldg(s + i + 64), e = __ldg(s + i + 96);
+      d[i] = a, d[i + 32] = b, d[i + 64] = c, d[i + 96] = e;
+    }
+    for (; i < vecs; i += 32) d[i] = __ldg(s + i);
+    for (uint32_t b = vecs * 16 + lane; b < len; b += 32) dst[b] = src[b];
+  }
+
   ZIPCOMM_DEVICE uint32_t lane_count(uint32_t tile) const {
     return tile < full_tiles_ ? uint32_t(ITEMS) : thread::lane_valid_count(elems_, tile, lane_id());
   }

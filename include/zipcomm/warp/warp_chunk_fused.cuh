@@ -43,19 +43,21 @@ class WarpChunkDecodeReduce {
                                      const ConstPlanes& planes, const void* local, void* out, const ReduceOp& op) {
     const bool vector = aligned16(local) && aligned16(out);
     const uint64_t lane_first = first_tile * format::TILE_ELEMS + lane_id() * ITEMS;
-    auto sink = [&](uint32_t t, uint32_t (&x)[ITEMS], uint32_t cnt) {
-      const uint64_t first = lane_first + uint64_t(t) * format::TILE_ELEMS;
-      uint32_t y[ITEMS];
-      load_items_any<D>(local, vector, first, cnt, y);
-      thread::reduce_items<D>(op, x, y);
-      store_items_any<D>(out, vector, first, cnt, x);
-    };
     Dec dec(temp_);
     dec.Begin(chunk, bytes, elems, first_tile, planes);
+    // The local operand of tile t + 1 loads while tile t decodes.
+    uint32_t y_next[ITEMS];
+    load_items_any<D>(local, vector, lane_first, thread::lane_valid_count(elems, 0, lane_id()), y_next);
     for (uint32_t t = 0; t < dec.tiles(); ++t) {
-      uint32_t x[ITEMS];
+      uint32_t x[ITEMS], y[ITEMS];
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) y[i] = y_next[i];
+      if (t + 1 < dec.tiles())
+        load_items_any<D>(local, vector, lane_first + uint64_t(t + 1) * format::TILE_ELEMS,
+                          thread::lane_valid_count(elems, t + 1, lane_id()), y_next);
       const uint32_t cnt = dec.DecodeTile(t, x);
-      sink(t, x, cnt);
+      thread::reduce_items<D>(op, x, y);
+      store_items_any<D>(out, vector, lane_first + uint64_t(t) * format::TILE_ELEMS, cnt, x);
     }
     return dec.Finish();
   }
@@ -64,8 +66,9 @@ class WarpChunkDecodeReduce {
   TempStorage& temp_;
 };
 
-/// \brief Decode + forward: out = decode(chunk), and the chunk (exponent stream and planes) is written
-/// unchanged to fwd_chunk / fwd_planes for the next peer, from the same loads.
+/// \brief Decode + forward: out = decode(chunk), and the chunk (exponent stream and its share of the planes)
+/// is copied unchanged to fwd_chunk / fwd_planes for the next peer with 16-byte vectors, while the decoder
+/// reads the same bytes (DRAM sees them once; the second read is served by L1/L2).
 template <DType D, class Code = thread::GaussianCode>
 class WarpChunkDecodeForward {
   using Dec = WarpChunkDecoder<D, Code>;
@@ -82,13 +85,14 @@ class WarpChunkDecodeForward {
     const bool vector = aligned16(out);
     const uint64_t lane_first = first_tile * format::TILE_ELEMS + lane_id() * ITEMS;
     Dec dec(temp_);
-    dec.Begin(chunk, bytes, elems, first_tile, planes, fwd_chunk);
+    ChunkForward forward;
+    forward.chunk = fwd_chunk;
+    forward.planes = fwd_planes;
+    dec.Begin(chunk, bytes, elems, first_tile, planes, &forward);  // copies the chunk's bytes on
     for (uint32_t t = 0; t < dec.tiles(); ++t) {
       uint32_t x[ITEMS];
       const uint32_t cnt = dec.DecodeTile(t, x);
-      const uint64_t first = lane_first + uint64_t(t) * format::TILE_ELEMS;
-      store_items_any<D>(out, vector, first, cnt, x);
-      write_planes<D>(fwd_planes, first_tile + t, first, cnt, x);  // the planes as read: same bytes
+      store_items_any<D>(out, vector, lane_first + uint64_t(t) * format::TILE_ELEMS, cnt, x);
     }
     return dec.Finish();
   }
@@ -125,11 +129,13 @@ class ReducedTileSource {
     if (t == 0) {
       dec_.Begin(chunk_, bytes_, elems_, first_tile_, planes_);
       ++passes_;
+      load_local(0, y_next_);
     }
-    const uint32_t cnt = dec_.DecodeTile(t, x);
     uint32_t y[ITEMS];
-    const uint64_t first = (first_tile_ + t) * format::TILE_ELEMS + lane_id() * ITEMS;
-    load_items_any<D>(local_, vector_, first, cnt, y);
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) y[i] = y_next_[i];
+    if (t + 1 < dec_.tiles()) load_local(t + 1, y_next_);  // loads while tile t decodes
+    dec_.DecodeTile(t, x);
     thread::reduce_items<D>(op_, x, y);
     if (passes_ == 1 && t + 1 == dec_.tiles()) status_ = dec_.Finish();
   }
@@ -137,7 +143,13 @@ class ReducedTileSource {
   ZIPCOMM_DEVICE Status status() const { return status_; }
 
  private:
+  ZIPCOMM_DEVICE void load_local(uint32_t t, uint32_t (&y)[ITEMS]) const {
+    const uint64_t first = (first_tile_ + t) * format::TILE_ELEMS + lane_id() * ITEMS;
+    load_items_any<D>(local_, vector_, first, thread::lane_valid_count(elems_, t, lane_id()), y);
+  }
+
   Dec dec_;
+  uint32_t y_next_[ITEMS] = {};
   const void* local_;
   ReduceOp op_;
   bool vector_;

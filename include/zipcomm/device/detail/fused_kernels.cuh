@@ -40,7 +40,7 @@ struct FusedArgs {
 };
 
 template <DType D, class Code>
-__global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_reduce_kernel(FusedArgs args) {
+__global__ void __launch_bounds__(CodecPolicy::THREADS, 3) decompress_reduce_kernel(FusedArgs args) {
   using Fused = warp::WarpChunkDecodeReduce<D, Code>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Fused fused(reinterpret_cast<typename Fused::TempStorage*>(smem_raw)[threadIdx.x / 32]);
@@ -50,6 +50,19 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_reduce_kernel
   };
   HeaderOnly check;
   decode_chunks<D, Code>(args.in, args.in_bytes, args.n, true, args.status, args.chunk_counter, check, chunk_op);
+}
+
+/// The part of a forwarded stream that is neither planes nor chunk streams, spread over the chunks' warps:
+/// chunk c's table entry, and for chunk 0 the header and the alignment gaps between sections.
+ZIPCOMM_DEVICE void forward_stream_frame(const uint8_t* in, uint8_t* fwd, const format::Layout& L, uint64_t c) {
+  const uint32_t lane = warp::lane_id();
+  if (lane == 0)
+    reinterpret_cast<uint64_t*>(fwd + L.table_offset)[c] = reinterpret_cast<const uint64_t*>(in + L.table_offset)[c];
+  if (c != 0) return;
+  for (uint64_t b = lane; b < L.plane0_offset; b += 32) fwd[b] = in[b];
+  for (uint64_t b = L.plane0_offset + L.plane0_bytes + lane; b < L.plane1_offset; b += 32) fwd[b] = in[b];
+  for (uint64_t b = L.plane1_offset + L.plane1_bytes + lane; b < L.table_offset; b += 32) fwd[b] = in[b];
+  for (uint64_t b = L.table_offset + 8 * L.num_chunks + lane; b < L.exp_offset; b += 32) fwd[b] = in[b];
 }
 
 template <DType D, class Code>
@@ -62,14 +75,7 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_forward_kerne
   };
   auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
     const format::Layout& L = view.layout;
-    if (c == 0) {
-      // Header, alignment gaps and the chunk table: all of the stream but planes and chunk streams.
-      for (uint64_t b = warp::lane_id(); b < L.plane0_offset; b += 32) args.fwd[b] = args.in[b];
-      for (uint64_t b = L.plane0_offset + L.plane0_bytes + warp::lane_id(); b < L.plane1_offset; b += 32)
-        args.fwd[b] = args.in[b];
-      for (uint64_t b = L.plane1_offset + L.plane1_bytes + warp::lane_id(); b < L.exp_offset; b += 32)
-        args.fwd[b] = args.in[b];
-    }
+    forward_stream_frame(args.in, args.fwd, L, c);
     uint8_t* fwd_chunk = bytes ? args.fwd + (chunk - args.in) : nullptr;
     return fused.DecodeForward(chunk, bytes, format::chunk_elems(args.n, c), c * format::CHUNK_TILES,
                                warp::ConstPlanes{view.plane0(), view.plane1()}, args.out, fwd_chunk,
