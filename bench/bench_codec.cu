@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.cuh"
+
 #include <zipcomm/block/block_stream_codec.cuh>
 #include <zipcomm/device/device_codec.cuh>
 #include <zipcomm/host/reference_codec.hpp>
@@ -23,38 +25,7 @@
 using namespace zipcomm;
 namespace cg = cooperative_groups;
 
-#define CK(...)                                                                                   \
-  do {                                                                                            \
-    cudaError_t e_ = (__VA_ARGS__);                                                               \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d %s -> %s\n", __FILE__, __LINE__, #__VA_ARGS__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
-
 namespace {
-
-template <class F>
-double median_ms(int reps, F&& f) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 struct Row {
   std::string data, dtype, what;
@@ -124,7 +95,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   CK(device::decompress<D, Code>(nullptr, dtemp_bytes, d_out, cap, d_back, n, d_status));
   CK(cudaMalloc(&d_temp, std::max(temp_bytes, dtemp_bytes)));
 
-  const double enc_ms = median_ms(reps, [&] {
+  const double enc_ms = bench::median_ms(reps, [&] {
     CK(device::compress<D, Code>(d_temp, temp_bytes, d_in, n, d_out, cap, d_bytes, d_status));
   });
   uint64_t bytes = 0;
@@ -132,7 +103,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   CK(cudaMemcpy(&bytes, d_bytes, 8, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
   if (st != Status::ok) std::fprintf(stderr, "compress status %s\n", status_string(st)), std::exit(1);
-  const double dec_ms = median_ms(reps, [&] {
+  const double dec_ms = bench::median_ms(reps, [&] {
     CK(device::decompress<D, Code>(d_temp, dtemp_bytes, d_out, bytes, d_back, n, d_status));
   });
   CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
@@ -173,13 +144,13 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
     // Every block must get work: the grid is one block per slice-round, capped by residency.
     const int grid_e = int(std::min<uint64_t>(slices, uint64_t(sms) * per_sm_e));
     const int grid_d = int(std::min<uint64_t>(slices, uint64_t(sms) * per_sm_d));
-    const double benc_ms = median_ms(reps, [&] {
+    const double benc_ms = bench::median_ms(reps, [&] {
       block_encode_kernel<D><<<grid_e, BLOCK_WARPS * 32, sizeof(typename Enc::TempStorage)>>>(
           static_cast<const uint8_t*>(d_in), n, slice, static_cast<uint8_t*>(d_slots), slot,
           static_cast<uint64_t*>(d_sizes));
     });
     CK(cudaMemset(d_status, 0, 4));
-    const double bdec_ms = median_ms(reps, [&] {
+    const double bdec_ms = bench::median_ms(reps, [&] {
       block_decode_kernel<D><<<grid_d, BLOCK_WARPS * 32, sizeof(typename Dec::TempStorage)>>>(
           static_cast<const uint8_t*>(d_slots), n, slice, slot, static_cast<const uint64_t*>(d_sizes),
           static_cast<uint8_t*>(d_back), d_status);
@@ -207,28 +178,14 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   CK(cudaFree(d_temp));
 }
 
-std::vector<uint8_t> read_file(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string data = "tests/data", json;
-  uint64_t mib = 256;
-  int reps = 20;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--data" && i + 1 < argc) data = argv[++i];
-    else if (a == "--mib" && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
-    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (a == "--json" && i + 1 < argc) json = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--mib 256] [--reps 20] [--json FILE]\n", argv[0]);
-      return 2;
-    }
-  }
+  const bench::Options opt = bench::parse_options(argc, argv);
+  const std::string& data = opt.data;
+  const std::string& json = opt.json;
+  const uint64_t mib = opt.mib;
+  const int reps = opt.reps;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("zipcomm_bench: no GPU on this machine; nothing measured.\n");
@@ -238,15 +195,7 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
 
   // Copy roofline: device-to-device copy, bytes read + written.
-  const uint64_t copy_bytes = mib * 1024 * 1024;
-  void *ca, *cb;
-  CK(cudaMalloc(&ca, copy_bytes));
-  CK(cudaMalloc(&cb, copy_bytes));
-  CK(cudaMemset(ca, 1, copy_bytes));
-  const double copy_ms = median_ms(reps, [&] { CK(cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice)); });
-  const double copy_tbps = 2.0 * copy_bytes / copy_ms / 1e9;
-  CK(cudaFree(ca));
-  CK(cudaFree(cb));
+  const double copy_tbps = bench::copy_roofline_tbps(mib * 1024 * 1024, reps);
 
   // Gaussian N(0, 0.02) reference data (bf16), freshly drawn.
   std::mt19937_64 rng(std::random_device{}());
@@ -260,11 +209,7 @@ int main(int argc, char** argv) {
     std::memcpy(&gauss[2 * i], &h, 2);
   }
   std::vector<Row> rows;
-  auto file = [&](const char* f) {
-    auto v = read_file(data + "/" + f);
-    if (v.empty()) std::fprintf(stderr, "missing %s/%s\n", data.c_str(), f), std::exit(1);
-    return v;
-  };
+  auto file = [&](const char* f) { return bench::read_data_file(data, f); };
   bench_dataset<DType::bf16, thread::GaussianCode>("llama_grads", file("llama_grads.bf16"), mib, reps, copy_tbps, rows);
   bench_dataset<DType::bf16, thread::Window3Code>("llama_grads", file("llama_grads.bf16"), mib, reps, copy_tbps, rows);
   bench_dataset<DType::bf16, thread::GaussianCode>("llama_acts", file("llama_acts.bf16"), mib, reps, copy_tbps, rows);

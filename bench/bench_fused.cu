@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.cuh"
+
 #include <zipcomm/device/device_codec.cuh>
 #include <zipcomm/device/device_fused.cuh>
 #include <zipcomm/host/reference_reduce.hpp>
@@ -28,38 +30,7 @@
 
 using namespace zipcomm;
 
-#define CK(...)                                                                                            \
-  do {                                                                                                     \
-    cudaError_t e_ = (__VA_ARGS__);                                                                        \
-    if (e_ != cudaSuccess) {                                                                               \
-      std::fprintf(stderr, "%s:%d %s -> %s\n", __FILE__, __LINE__, #__VA_ARGS__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                        \
-    }                                                                                                      \
-  } while (0)
-
 namespace {
-
-template <class F>
-double median_ms(int reps, F&& f) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 /// The uncompressed hop: out = combine(acc, pre(local)), 8 elements a thread, vector loads.
 template <DType D>
@@ -79,11 +50,6 @@ struct Row {
   std::string data, dtype, op, what;
   double ratio, gbps, roof_pct, ms;
 };
-
-std::vector<uint8_t> read_file(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
 
 template <DType D>
 void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, uint64_t mib, int reps,
@@ -130,15 +96,17 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
     const std::string opn = reduce_op_name(op.id);
     size_t tb = temp_cap;
     // uncompressed
-    const int grid = 132 * 16;
-    const double raw_ms = median_ms(reps, [&] { uncompressed_reduce<D><<<grid, 256>>>(d_a, d_b, d_out, n, op); });
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int grid = sms * 16;  // 16 blocks of 256 threads per SM: full occupancy, grid-stride beyond
+    const double raw_ms = bench::median_ms(reps, [&] { uncompressed_reduce<D><<<grid, 256>>>(d_a, d_b, d_out, n, op); });
     CK(cudaGetLastError());
     rows.push_back({name, dtype_name(D), opn, "uncompressed reduce (2 reads, 1 write)", 1.0, gbs_per_ms / raw_ms,
                     100.0 * roof_ms(3.0 * B) / raw_ms, raw_ms});
     std::vector<uint8_t> want(B);
     CK(cudaMemcpy(want.data(), d_out, B, cudaMemcpyDeviceToHost));
 
-    const double dr_ms = median_ms(reps, [&] {
+    const double dr_ms = bench::median_ms(reps, [&] {
       CK(device::decompress_reduce<D>(d_temp, tb, d_stream, in_bytes, d_b, d_out, n, op, d_status));
     });
     check("decompress_reduce");
@@ -148,7 +116,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
     rows.push_back({name, dtype_name(D), opn, "decode + reduce", ratio, gbs_per_ms / dr_ms,
                     100.0 * roof_ms((ratio + 2.0) * B) / dr_ms, dr_ms});
 
-    const double dre_ms = median_ms(reps, [&] {
+    const double dre_ms = bench::median_ms(reps, [&] {
       CK(device::decompress_reduce_compress<D>(d_temp, tb, d_stream, in_bytes, d_b, n, op, d_enc, cap, d_bytes,
                                                d_status));
     });
@@ -166,7 +134,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   }
   {
     size_t tb = temp_cap;
-    const double fwd_ms = median_ms(reps, [&] {
+    const double fwd_ms = bench::median_ms(reps, [&] {
       CK(device::decompress_forward<D>(d_temp, tb, d_stream, in_bytes, d_out, n, d_fwd, cap, d_status));
     });
     check("decompress_forward");
@@ -177,12 +145,12 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
     if (got != a || s1 != s2) std::fprintf(stderr, "decompress_forward result differs\n"), std::exit(1);
     rows.push_back({name, dtype_name(D), "-", "decode + forward", ratio, gbs_per_ms / fwd_ms,
                     100.0 * roof_ms((2.0 * ratio + 1.0) * B) / fwd_ms, fwd_ms});
-    const double dec_ms = median_ms(reps, [&] {
+    const double dec_ms = bench::median_ms(reps, [&] {
       CK(device::decompress<D>(d_temp, tb, d_stream, in_bytes, d_out, n, d_status));
     });
     rows.push_back({name, dtype_name(D), "-", "decode alone (reference)", ratio, gbs_per_ms / dec_ms,
                     100.0 * roof_ms((ratio + 1.0) * B) / dec_ms, dec_ms});
-    const double enc_ms = median_ms(reps, [&] {
+    const double enc_ms = bench::median_ms(reps, [&] {
       CK(device::compress<D>(d_temp, tb, d_a, n, d_enc, cap, d_bytes, d_status));
     });
     rows.push_back({name, dtype_name(D), "-", "encode alone (reference)", ratio, gbs_per_ms / enc_ms,
@@ -196,20 +164,11 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string data = "tests/data", json;
-  uint64_t mib = 256;
-  int reps = 20;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--data" && i + 1 < argc) data = argv[++i];
-    else if (a == "--mib" && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
-    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (a == "--json" && i + 1 < argc) json = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--mib 256] [--reps 20] [--json FILE]\n", argv[0]);
-      return 2;
-    }
-  }
+  const bench::Options opt = bench::parse_options(argc, argv);
+  const std::string& data = opt.data;
+  const std::string& json = opt.json;
+  const uint64_t mib = opt.mib;
+  const int reps = opt.reps;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("zipcomm_bench_fused: no GPU on this machine; nothing measured.\n");
@@ -217,21 +176,9 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  const uint64_t copy_bytes = mib * 1024 * 1024;
-  void *ca, *cb;
-  CK(cudaMalloc(&ca, copy_bytes));
-  CK(cudaMalloc(&cb, copy_bytes));
-  CK(cudaMemset(ca, 1, copy_bytes));
-  const double copy_ms = median_ms(reps, [&] { CK(cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice)); });
-  const double copy_tbps = 2.0 * copy_bytes / copy_ms / 1e9;
-  CK(cudaFree(ca));
-  CK(cudaFree(cb));
+  const double copy_tbps = bench::copy_roofline_tbps(mib * 1024 * 1024, reps);
 
-  auto file = [&](const char* f) {
-    auto v = read_file(data + "/" + f);
-    if (v.empty()) std::fprintf(stderr, "missing %s/%s\n", data.c_str(), f), std::exit(1);
-    return v;
-  };
+  auto file = [&](const char* f) { return bench::read_data_file(data, f); };
   std::vector<Row> rows;
   const std::vector<ReduceOp> all_ops = {ReduceOp::sum(), ReduceOp::prod(), ReduceOp::min(), ReduceOp::max(),
                                          ReduceOp::avg(8)};
