@@ -135,6 +135,12 @@ void device_steps_all_sizes() {
       check_device_steps<D>(test_data(D, n, rng), test_data(D, n, rng), n, offset);
     }
   }
+  // random bits: results that do not compress are stored raw (decode + reduce + encode decodes them twice)
+  const uint64_t n = 3 * 16384 + 11;
+  std::vector<uint8_t> a(n * format::elem_bytes(D)), b(a.size());
+  for (auto& x : a) x = uint8_t(rng());
+  for (auto& x : b) x = uint8_t(rng());
+  check_device_steps<D>(a, b, n, 0);
 }
 
 // ---- exhaustive conversions and per-pair semantics ----------------------------------------------------------
