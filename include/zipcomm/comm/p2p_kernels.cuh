@@ -1,0 +1,642 @@
+// P2P pipeline, device side: the sender and receiver kernels of the slot-ring protocol (p2p_protocol.cuh).
+//
+// Sender: warps take items in order; each waits until its frame's slot is free (credit), splits the item's
+// sign/mantissa planes straight into the slot and counts them (the last one publishes the frame's planes
+// flag: split-send), codes the exponents (warp::WarpChunkEncoder), places its chunk with a look-back over the
+// earlier items of the frame, writes it, and counts the item done; the frame's last item writes the item
+// table and header and publishes the exponents flag.
+// Receiver: warps take items in order; the warp holding a frame's first item (the leader) waits for the
+// frame's flags on the ring, checks header and item table once, and mirrors what it saw into device memory;
+// every warp then (optionally) pulls its item from the ring into device staging, decodes it into the output,
+// and counts it done; the frame's last item hands the slot back (credit). A transfer is complete once every
+// frame was decoded, never earlier.
+// Every wait is bounded (Status::timeout) and gives up when the transfer was aborted.
+#pragma once
+
+#include <cuda/atomic>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../config.hpp"
+#include "../format.hpp"
+#include "../thread/chunk_schedule.hpp"
+#include "../thread/exponent_code.hpp"
+#include "../warp/lane_io.cuh"
+#include "../warp/warp_chunk_decoder.cuh"
+#include "../warp/warp_chunk_encoder.cuh"
+#include "p2p_protocol.cuh"
+
+namespace zipcomm {
+namespace comm {
+
+/// Device handle of one ring of frame slots and its sequence flags. `slots` and the flags may live in pinned
+/// host memory (host staging), in the receiver's GPU memory (peer link) or in local GPU memory (relayed
+/// links); the kernels only need them addressable and use system-scope atomics on the flags.
+struct FrameRingView {
+  uint8_t* slots = nullptr;  // num_slots * slot_bytes, 128-byte aligned
+  uint64_t slot_bytes = 0;
+  uint32_t num_slots = 0;
+  uint64_t* ready_planes = nullptr;  // [num_slots] producer -> consumer: planes section of frame q is there
+  uint64_t* ready_exps = nullptr;    // [num_slots] producer -> consumer: the whole frame q is there
+  uint64_t* credits = nullptr;       // [num_slots] consumer -> producer: slot free again after frame q
+  uint32_t* exps_bytes = nullptr;    // [num_slots] optional: section B length, for a host-side relay
+};
+
+/// Tuning: 8 warps per block, one item per warp at a time. With ~66 KB of shared memory per block, two
+/// blocks (a sender's and a receiver's) fit on every SM together.
+struct P2PPolicy {
+  static constexpr int WARPS = 8;
+  static constexpr int THREADS = WARPS * 32;
+};
+
+/// Per-transfer control words of one side (device memory). The host zeroes `status` and `abort` before a
+/// transfer; counters are tagged, so nothing else needs resetting between launches.
+struct SideControl {
+  uint32_t status;       // first error of the transfer (Status), 0 = ok
+  uint32_t abort;        // nonzero: stop waiting (timeout, or peers out of step)
+  uint64_t error_frame;  // frame index (in its message) of the first error
+};
+
+namespace p2p_detail {
+
+ZIPCOMM_DEVICE uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+template <class T>
+ZIPCOMM_DEVICE T load_acquire_sys(T* p) {
+  return cuda::atomic_ref<T, cuda::thread_scope_system>(*p).load(cuda::memory_order_acquire);
+}
+template <class T>
+ZIPCOMM_DEVICE void store_release_sys(T* p, T v) {
+  cuda::atomic_ref<T, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_release);
+}
+template <class T>
+ZIPCOMM_DEVICE T load_acquire_gpu(T* p) {
+  return cuda::atomic_ref<T, cuda::thread_scope_device>(*p).load(cuda::memory_order_acquire);
+}
+template <class T>
+ZIPCOMM_DEVICE void store_release_gpu(T* p, T v) {
+  cuda::atomic_ref<T, cuda::thread_scope_device>(*p).store(v, cuda::memory_order_release);
+}
+
+ZIPCOMM_DEVICE void report(SideControl* ctl, Status s, uint64_t frame, bool stop) {
+  if (atomicCAS(&ctl->status, 0u, uint32_t(s)) == 0u) ctl->error_frame = frame;
+  if (stop) atomicExch(&ctl->abort, 1u);
+}
+
+/// Lane 0 polls `flag` until `state(value)` is not waiting, the wait outlives timeout_ns, or the transfer was
+/// aborted; the outcome goes to every lane. System scope: the flag may be written by another GPU or the host.
+template <bool SYSTEM, class State>
+ZIPCOMM_DEVICE Status warp_wait(uint64_t* flag, State state, const SideControl* ctl, uint64_t timeout_ns) {
+  uint32_t result = 0;
+  if (warp::lane_id() == 0) {
+    const uint64_t start = global_ns();
+    uint32_t sleep = 32;
+    for (;;) {
+      const uint64_t v = SYSTEM ? load_acquire_sys(flag) : load_acquire_gpu(flag);
+      const FlagState s = state(v);
+      if (s == FlagState::ready) break;
+      if (s == FlagState::broken) {
+        result = uint32_t(Status::corrupt_stream);
+        break;
+      }
+      if (*const_cast<volatile const uint32_t*>(&ctl->abort)) {
+        result = uint32_t(Status::timeout);
+        break;
+      }
+      if (global_ns() - start > timeout_ns) {
+        result = uint32_t(Status::timeout);
+        break;
+      }
+      __nanosleep(sleep);
+      sleep = sleep < 1024 ? sleep * 2 : sleep;
+    }
+  }
+  result = __shfl_sync(warp::FULL_MASK, result, 0);
+  __syncwarp();  // orders the other lanes' later reads after lane 0's acquire
+  return Status(result);
+}
+
+/// Whether the transfer was aborted (read by lane 0, the same answer in every lane).
+ZIPCOMM_DEVICE bool aborted(const SideControl* ctl) {
+  uint32_t v = 0;
+  if (warp::lane_id() == 0) v = *const_cast<volatile const uint32_t*>(&ctl->abort);
+  return __shfl_sync(warp::FULL_MASK, v, 0) != 0;
+}
+
+/// Counters shared by the warps of one frame (or launch): the upper half tags the use, so a word left by an
+/// older or aborted use restarts at zero. Returns the count after this increment.
+ZIPCOMM_DEVICE uint32_t tagged_increment(unsigned long long* word, uint32_t tag) {
+  unsigned long long old = *const_cast<volatile unsigned long long*>(word);
+  for (;;) {
+    const unsigned long long next = uint32_t(old >> 32) == tag ? old + 1 : (uint64_t(tag) << 32) | 1u;
+    const unsigned long long seen = atomicCAS(word, old, next);
+    if (seen == old) return uint32_t(next);
+    old = seen;
+  }
+}
+
+/// The next item for this warp, in increasing order (tagged counter: no reset between launches).
+ZIPCOMM_DEVICE uint64_t take_item(unsigned long long* counter, uint32_t tag) {
+  uint32_t c = 0;
+  if (warp::lane_id() == 0) c = tagged_increment(counter, tag) - 1;
+  return __shfl_sync(warp::FULL_MASK, c, 0);
+}
+
+// Look-back entries: [tag:30][flag:2][bytes:32]; tag = low 30 bits of (seq + 1).
+constexpr uint64_t LB_AGGREGATE = 1, LB_INCLUSIVE = 2;
+ZIPCOMM_DEVICE uint64_t lb_pack(uint64_t seq, uint64_t flag, uint32_t bytes) {
+  return (((seq + 1) & 0x3FFFFFFFull) << 34) | (flag << 32) | bytes;
+}
+
+ZIPCOMM_DEVICE uint64_t warp_sum(uint64_t v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(warp::FULL_MASK, v, o);
+  return v;
+}
+
+/// Chunk placement inside a frame: the byte offset of item j's chunk = the sum of the chunk sizes of items
+/// 0..j-1 (decoupled look-back, 32 predecessors per round). Items of a frame are taken in order, so every
+/// item waited for is held by a running warp.
+ZIPCOMM_DEVICE Status look_back(uint64_t* entries, uint32_t j, uint64_t seq, uint32_t bytes, const SideControl* ctl,
+                                uint64_t timeout_ns, uint32_t& exclusive_out) {
+  const uint32_t lane = warp::lane_id();
+  const uint64_t tag = (seq + 1) & 0x3FFFFFFFull;
+  if (lane == 0)
+    cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(entries[j])
+        .store(lb_pack(seq, j == 0 ? LB_INCLUSIVE : LB_AGGREGATE, bytes), cuda::memory_order_relaxed);
+  uint64_t exclusive = 0;
+  int64_t window_end = j;
+  uint32_t failed = 0;
+  while (window_end > 0 && !failed) {
+    const int64_t idx = window_end - 1 - int64_t(lane);
+    uint64_t e = lb_pack(seq, LB_INCLUSIVE, 0);  // before item 0: an inclusive sum of 0
+    if (idx >= 0) {
+      cuda::atomic_ref<uint64_t, cuda::thread_scope_device> ref(entries[idx]);
+      const uint64_t start = global_ns();
+      for (;;) {
+        e = ref.load(cuda::memory_order_relaxed);
+        if ((e >> 34) == tag && ((e >> 32) & 3u) != 0) break;
+        if (*const_cast<volatile const uint32_t*>(&ctl->abort) || global_ns() - start > timeout_ns) {
+          failed = 1;
+          e = lb_pack(seq, LB_INCLUSIVE, 0);
+          break;
+        }
+        __nanosleep(64);
+      }
+    }
+    failed = __any_sync(warp::FULL_MASK, failed);
+    const uint32_t inclusive = __ballot_sync(warp::FULL_MASK, ((e >> 32) & 3u) == LB_INCLUSIVE);
+    if (inclusive) {
+      const uint32_t k = __ffs(inclusive) - 1;  // nearest predecessor that knows its full prefix
+      exclusive += warp_sum(lane <= k ? (e & 0xFFFFFFFFu) : 0);
+      break;
+    }
+    exclusive += warp_sum(e & 0xFFFFFFFFu);
+    window_end -= 32;
+  }
+  if (lane == 0 && !failed && j > 0)
+    cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(entries[j])
+        .store(lb_pack(seq, LB_INCLUSIVE, uint32_t(exclusive + bytes)), cuda::memory_order_relaxed);
+  exclusive_out = uint32_t(exclusive);
+  return failed ? Status::timeout : Status::ok;
+}
+
+/// Copies `bytes` bytes with the warp; 16-byte accesses when both ends allow. VOLATILE_SRC: the source is
+/// written by another agent during the kernel (host memory, a peer GPU), so every load goes to memory.
+template <bool VOLATILE_SRC>
+ZIPCOMM_DEVICE void warp_copy(uint8_t* dst, const uint8_t* src, uint64_t bytes) {
+  const uint32_t lane = warp::lane_id();
+  if (reinterpret_cast<uintptr_t>(dst) % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    const uint64_t vecs = bytes / 16;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    constexpr int UNROLL = 8;  // 4 KiB in flight per warp: a remote read takes microseconds
+    uint64_t i = lane;
+    for (; i + (UNROLL - 1) * 32 < vecs; i += UNROLL * 32) {
+      uint4 v[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) v[u] = VOLATILE_SRC ? __ldcv(s + i + u * 32) : s[i + u * 32];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) d[i + u * 32] = v[u];
+    }
+    for (; i < vecs; i += 32) d[i] = VOLATILE_SRC ? __ldcv(s + i) : s[i];
+    for (uint64_t b = vecs * 16 + lane; b < bytes; b += 32) dst[b] = VOLATILE_SRC ? __ldcv(src + b) : src[b];
+  } else {
+    for (uint64_t b = lane; b < bytes; b += 32) dst[b] = VOLATILE_SRC ? __ldcv(src + b) : src[b];
+  }
+}
+
+ZIPCOMM_DEVICE void warp_zero(uint8_t* dst, uint64_t from, uint64_t to) {
+  for (uint64_t b = from + warp::lane_id(); b < to; b += 32) dst[b] = 0;
+}
+
+ZIPCOMM_DEVICE uint32_t warp_sum32(uint32_t v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(warp::FULL_MASK, v, o);
+  return v;
+}
+
+/// A lane's share of an item's check (elem_check summed over its valid items of tile t).
+ZIPCOMM_DEVICE uint32_t lane_tile_check(uint32_t t, uint32_t cnt, const uint32_t (&x)[warp::ITEMS]) {
+  const uint32_t k0 = t * format::TILE_ELEMS + warp::lane_id() * warp::ITEMS;
+  uint32_t sum = 0;
+#pragma unroll
+  for (int i = 0; i < warp::ITEMS; ++i)
+    if (uint32_t(i) < cnt) sum += elem_check(k0 + i, x[i]);
+  return sum;
+}
+
+/// Writes the planes section of one item (the v1 bytes [64, table_offset) of a stream of these elements);
+/// returns the item's check (same value in every lane).
+template <DType D>
+ZIPCOMM_DEVICE uint32_t split_item_planes(uint8_t* dst, const void* in, bool vector, uint64_t elem0, uint32_t elems) {
+  const format::Layout L = format::layout_for(D, elems);
+  const uint64_t p1 = L.plane1_offset - format::HEADER_BYTES;
+  const warp::Planes planes{dst, dst + p1};
+  const uint32_t lane = warp::lane_id();
+  const uint32_t tiles = format::chunk_tiles(elems);
+  uint32_t check = 0;
+  for (uint32_t t = 0; t < tiles; ++t) {
+    const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+    uint32_t x[warp::ITEMS];
+    const uint64_t at = uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
+    if (vector)
+      warp::load_items<D, true>(in, elem0 + at, cnt, x);
+    else
+      warp::load_items<D, false>(in, elem0 + at, cnt, x);
+    warp::write_planes<D>(planes, t, at, cnt, x);
+    check += lane_tile_check(t, cnt, x);
+  }
+  warp_zero(dst, elems, p1);  // v1 padding is zero
+  warp_zero(dst, p1 + L.plane1_bytes, L.table_offset - format::HEADER_BYTES);
+  return warp_sum32(check);
+}
+
+/// Check of an item read from the (read-only) input.
+template <DType D>
+ZIPCOMM_DEVICE uint32_t input_item_check(const void* in, bool vector, uint64_t elem0, uint32_t elems) {
+  const uint32_t lane = warp::lane_id();
+  uint32_t check = 0;
+  for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
+    const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+    uint32_t x[warp::ITEMS];
+    const uint64_t at = elem0 + uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
+    if (vector)
+      warp::load_items<D, true>(in, at, cnt, x);
+    else
+      warp::load_items<D, false>(in, at, cnt, x);
+    check += lane_tile_check(t, cnt, x);
+  }
+  return warp_sum32(check);
+}
+
+/// Check of `elems` elements this warp just wrote at p (plain loads: coherent with its own stores).
+template <DType D>
+ZIPCOMM_DEVICE uint32_t written_item_check(const uint8_t* p, uint32_t elems) {
+  constexpr uint32_t EB = format::Traits<D>::ELEM_BYTES;
+  uint32_t check = 0;
+  for (uint32_t k = warp::lane_id(); k < elems; k += 32) {
+    uint32_t bits = 0;
+#pragma unroll
+    for (uint32_t b = 0; b < EB; ++b) bits |= uint32_t(p[uint64_t(k) * EB + b]) << (8 * b);
+    check += elem_check(k, bits);
+  }
+  return warp_sum32(check);
+}
+
+}  // namespace p2p_detail
+
+/// Arguments of the sender kernel (by value).
+struct SendArgs {
+  FramePlan plan;
+  const void* in = nullptr;                    // the message: plan.n elements, any alignment
+  uint64_t seq_base = 0;                       // ring sequence number of the message's frame 0
+  uint64_t frame_begin = 0, frame_end = 0;     // frames this launch sends
+  FrameRingView ring;                          // where frames are written
+  bool wait_credits = true;                    // false: the caller guarantees the slots are free (stream order)
+  uint32_t launch_tag = 1;                     // nonzero, different from the previous launch using `item_counter`
+  unsigned long long* item_counter = nullptr;  // tagged; distinct per concurrently running launch
+  unsigned long long* counters = nullptr;      // [2 * num_slots] planes split / items done per slot (tagged)
+  uint64_t* lookback = nullptr;                // [num_slots * MAX_FRAME_ITEMS]
+  uint64_t* credit_seen = nullptr;             // [num_slots] credits as last seen by a frame's first warp
+  uint8_t* scratch = nullptr;                  // per warp: the encoder's planes output (already sent by the split)
+  uint64_t scratch_bytes = 0;
+  SideControl* control = nullptr;
+  uint64_t timeout_ns = 0;
+};
+
+/// Arguments of the receiver kernel (by value).
+struct RecvArgs {
+  FramePlan plan;
+  void* out = nullptr;  // plan.n elements, any alignment
+  uint64_t seq_base = 0;
+  uint64_t frame_begin = 0, frame_end = 0;
+  FrameRingView ring;          // where frames arrive
+  uint8_t* staging = nullptr;  // device copy of the ring's slots (pull), or nullptr: decode in place
+  bool wait_flags = true;      // false: every frame of the launch is known to be in the ring
+  bool give_credits = true;
+  uint32_t launch_tag = 1;
+  unsigned long long* item_counter = nullptr;
+  unsigned long long* frames_done = nullptr;  // tagged, per launch
+  unsigned long long* counters = nullptr;     // [num_slots] items done per slot (tagged)
+  uint64_t* mirror = nullptr;                 // [2 * num_slots] frame flags as seen by the frame's leader (device)
+  uint32_t* frame_status = nullptr;           // [num_slots] the leader's verdict on header and item table
+  uint64_t* done_word = nullptr;              // optional: set to done_value once every frame of the launch is decoded
+  uint64_t done_value = 0;
+  SideControl* control = nullptr;
+  uint64_t timeout_ns = 0;
+};
+
+template <DType D, class Code = thread::GaussianCode>
+__global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArgs a) {
+  using Enc = warp::WarpChunkEncoder<D, Code>;
+  extern __shared__ __align__(16) unsigned char p2p_smem[];
+  Enc enc(reinterpret_cast<typename Enc::TempStorage*>(p2p_smem)[threadIdx.x / 32]);
+  const uint32_t lane = warp::lane_id();
+  const uint64_t warp_index = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  uint8_t* scratch = a.scratch + warp_index * a.scratch_bytes;
+  const bool coded = a.plan.kind == FrameKind::coded;
+  const bool vector = reinterpret_cast<uintptr_t>(a.in) % 16 == 0;
+  const uint32_t eb = format::elem_bytes(D);
+  const uint32_t S = a.ring.num_slots;
+  if (a.frame_begin >= a.frame_end) return;
+  const uint64_t item_begin = a.plan.frame(a.frame_begin).first_item;
+  const uint64_t item_stop = a.frame_end < a.plan.num_frames ? a.plan.frame(a.frame_end).first_item : a.plan.num_items;
+
+  for (;;) {
+    const uint64_t g = item_begin + p2p_detail::take_item(a.item_counter, a.launch_tag);
+    if (g >= item_stop) break;
+    if (p2p_detail::aborted(a.control)) break;
+    uint32_t j = 0;
+    const uint64_t f = a.plan.frame_of_item(g, j);
+    const FrameInfo fi = a.plan.frame(f);
+    const uint64_t q = a.seq_base + f;
+    const uint32_t slot = slot_of(q, S);
+    uint8_t* frame = a.ring.slots + slot * a.ring.slot_bytes;
+
+    // 1. The slot is ours once the consumer handed back frame q - S. The frame's first warp polls the
+    //    (possibly remote) credit word; the others watch its device-local mirror.
+    if (a.wait_credits) {
+      Status s = Status::ok;
+      if (j == 0) {
+        s = p2p_detail::warp_wait<true>(
+            &a.ring.credits[slot], [&](uint64_t v) { return credit_state(v, q, S); }, a.control, a.timeout_ns);
+        if (s == Status::ok && lane == 0) p2p_detail::store_release_gpu(&a.credit_seen[slot], flag_value(q));
+      } else {
+        s = p2p_detail::warp_wait<false>(
+            &a.credit_seen[slot], [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
+      }
+      if (s != Status::ok) {
+        if (lane == 0) p2p_detail::report(a.control, s, f, true);
+        break;
+      }
+    }
+
+    // 2. Split-send: the item's planes (or raw bytes) go straight into the slot.
+    const uint32_t elems = fi.item_elems_at(j);
+    const uint64_t elem0 = fi.first_elem + uint64_t(j) * fi.item_elems;
+    uint8_t* planes = frame + item_planes_offset(a.plan, fi, j);
+    uint32_t check = 0;
+    if (coded) {
+      check = p2p_detail::split_item_planes<D>(planes, a.in, vector, elem0, elems);
+    } else {
+      p2p_detail::warp_copy<false>(planes, static_cast<const uint8_t*>(a.in) + elem0 * eb, uint64_t(elems) * eb);
+      if (j + 1 == fi.items) p2p_detail::warp_zero(frame, fi.elems * eb, fi.planes_bytes);
+      check = p2p_detail::input_item_check<D>(a.in, vector, elem0, elems);
+    }
+    __threadfence_system();
+    __syncwarp();
+    if (lane == 0 && p2p_detail::tagged_increment(&a.counters[2 * slot], uint32_t(q + 1)) == fi.items) {
+      __threadfence_system();
+      p2p_detail::store_release_sys(&a.ring.ready_planes[slot], flag_value(q));
+    }
+
+    // 3. Exponents: code the item, place its chunk after those of the frame's earlier items, write it.
+    uint8_t* section_b = frame + fi.planes_bytes;
+    uint32_t* entry = reinterpret_cast<uint32_t*>(section_b + FRAME_HEADER_BYTES + uint64_t(ITEM_ENTRY_BYTES) * j);
+    const uint64_t table_bytes = item_table_bytes(fi.items);
+    if (!coded && lane == 0) *reinterpret_cast<uint2*>(entry) = make_uint2(0u, check);
+    if (coded) {
+      auto load = [&](uint32_t t, uint32_t(&x)[warp::ITEMS]) {
+        const uint64_t at = elem0 + uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
+        const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+        if (vector)
+          warp::load_items<D, true>(a.in, at, cnt, x);
+        else
+          warp::load_items<D, false>(a.in, at, cnt, x);
+      };
+      const format::Layout L = format::layout_for(D, elems);
+      const warp::Planes discard{scratch, scratch + (L.plane1_offset - format::HEADER_BYTES)};
+      const warp::ChunkInfo info = enc.Encode(elems, 0, load, discard);
+      uint32_t exclusive = 0;
+      const Status s = p2p_detail::look_back(a.lookback + uint64_t(slot) * MAX_FRAME_ITEMS, j, q, info.bytes, a.control,
+                                             a.timeout_ns, exclusive);
+      if (s != Status::ok) {
+        if (lane == 0) p2p_detail::report(a.control, s, f, true);
+        break;
+      }
+      enc.Store(section_b + FRAME_HEADER_BYTES + table_bytes + exclusive, elems, info, load);
+      if (lane == 0) *reinterpret_cast<uint2*>(entry) = make_uint2(exclusive + info.bytes, check);
+    }
+
+    // 4. The frame's last item closes it: table padding, header, exponents flag.
+    __threadfence_system();
+    __syncwarp();
+    uint32_t done = 0;
+    if (lane == 0) done = p2p_detail::tagged_increment(&a.counters[2 * slot + 1], uint32_t(q + 1));
+    done = __shfl_sync(warp::FULL_MASK, done, 0);
+    if (done == fi.items) {
+      __threadfence_system();
+      uint32_t exps_bytes = uint32_t(FRAME_HEADER_BYTES + table_bytes);
+      if (coded) {
+        const uint64_t last = cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(
+                                  a.lookback[uint64_t(slot) * MAX_FRAME_ITEMS + fi.items - 1])
+                                  .load(cuda::memory_order_relaxed);
+        exps_bytes += uint32_t(last & 0xFFFFFFFFu);
+      }
+      p2p_detail::warp_zero(section_b + FRAME_HEADER_BYTES, uint64_t(ITEM_ENTRY_BYTES) * fi.items, table_bytes);
+      if (lane == 0) {
+        alignas(16) const FrameHeader h = make_frame_header(a.plan, fi, Code::ID, q, exps_bytes);
+        const uint4* hv = reinterpret_cast<const uint4*>(&h);
+        uint4* dst = reinterpret_cast<uint4*>(section_b);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) dst[i] = hv[i];
+        if (a.ring.exps_bytes) p2p_detail::store_release_sys(&a.ring.exps_bytes[slot], exps_bytes);
+      }
+      __threadfence_system();
+      __syncwarp();
+      if (lane == 0) p2p_detail::store_release_sys(&a.ring.ready_exps[slot], flag_value(q));
+    }
+  }
+}
+
+namespace p2p_detail {
+
+/// Warp-parallel validate_item_table (same rules): lane k checks entries k, k + 32, ...
+ZIPCOMM_DEVICE Status warp_validate_item_table(const uint8_t* table, const FrameInfo& fi, DType dtype, FrameKind kind,
+                                               uint32_t exps_bytes) {
+  const uint32_t lane = warp::lane_id();
+  const uint64_t chunks = exps_bytes - FRAME_HEADER_BYTES - item_table_bytes(fi.items);
+  bool bad = false;
+  for (uint32_t j = lane; j < fi.items; j += 32) bad |= !item_entry_valid(table, fi, dtype, kind, chunks, j);
+  if (lane == 0 && kind == FrameKind::coded) bad |= item_end(table, fi.items - 1) != chunks;
+  for (uint64_t b = uint64_t(ITEM_ENTRY_BYTES) * fi.items + lane; b < item_table_bytes(fi.items); b += 32)
+    bad |= table[b] != 0;
+  return __any_sync(warp::FULL_MASK, bad) ? Status::corrupt_stream : Status::ok;
+}
+
+}  // namespace p2p_detail
+
+template <DType D, class Code = thread::GaussianCode>
+__global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArgs a) {
+  using Dec = warp::WarpChunkDecoder<D, Code>;
+  extern __shared__ __align__(16) unsigned char p2p_smem[];
+  Dec dec(reinterpret_cast<typename Dec::TempStorage*>(p2p_smem)[threadIdx.x / 32]);
+  const uint32_t lane = warp::lane_id();
+  const bool coded = a.plan.kind == FrameKind::coded;
+  const bool pull = a.staging != nullptr;
+  const bool vector = reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  const uint32_t eb = format::elem_bytes(D);
+  const uint32_t S = a.ring.num_slots;
+  if (a.frame_begin >= a.frame_end) return;
+  const uint64_t item_begin = a.plan.frame(a.frame_begin).first_item;
+  const uint64_t item_stop = a.frame_end < a.plan.num_frames ? a.plan.frame(a.frame_end).first_item : a.plan.num_items;
+  const uint64_t launch_frames = a.frame_end - a.frame_begin;
+
+  for (;;) {
+    const uint64_t g = item_begin + p2p_detail::take_item(a.item_counter, a.launch_tag);
+    if (g >= item_stop) break;
+    if (p2p_detail::aborted(a.control)) break;
+    uint32_t j = 0;
+    const uint64_t f = a.plan.frame_of_item(g, j);
+    const FrameInfo fi = a.plan.frame(f);
+    const uint64_t q = a.seq_base + f;
+    const uint32_t slot = slot_of(q, S);
+    const uint8_t* src = a.ring.slots + slot * a.ring.slot_bytes;
+    uint8_t* dev = pull ? a.staging + slot * a.ring.slot_bytes : const_cast<uint8_t*>(src);
+    uint64_t* mirror_planes = &a.mirror[2 * slot];
+    uint64_t* mirror_exps = &a.mirror[2 * slot + 1];
+    auto fail = [&](Status s, bool stop) {
+      if (lane == 0) p2p_detail::report(a.control, s, f, stop);
+    };
+
+    // 1. Leader: wait for the frame on the ring, check it once, tell the frame's other warps.
+    if (j == 0) {
+      Status s = Status::ok;
+      if (a.wait_flags)
+        s = p2p_detail::warp_wait<true>(
+            &a.ring.ready_planes[slot], [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
+      if (s != Status::ok) {
+        fail(s, true);
+        break;
+      }
+      if (lane == 0) p2p_detail::store_release_gpu(mirror_planes, flag_value(q));
+      if (a.wait_flags)
+        s = p2p_detail::warp_wait<true>(
+            &a.ring.ready_exps[slot], [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
+      if (s != Status::ok) {
+        fail(s, true);
+        break;
+      }
+      // Header (and, for coded frames, the item table) into device memory, then checked there.
+      if (pull) p2p_detail::warp_copy<true>(dev + fi.planes_bytes, src + fi.planes_bytes, FRAME_HEADER_BYTES);
+      __syncwarp();
+      alignas(16) FrameHeader h;
+      {
+        const uint4* hv = reinterpret_cast<const uint4*>(dev + fi.planes_bytes);
+        uint4* hd = reinterpret_cast<uint4*>(&h);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) hd[i] = pull ? hv[i] : __ldcv(hv + i);
+      }
+      Status hs = validate_frame_header(h, a.plan, fi, Code::ID, q);
+      if (hs == Status::ok) {
+        const uint64_t tb = item_table_bytes(fi.items);
+        if (pull)
+          p2p_detail::warp_copy<true>(dev + fi.planes_bytes + FRAME_HEADER_BYTES,
+                                      src + fi.planes_bytes + FRAME_HEADER_BYTES, tb);
+        __syncwarp();
+        __threadfence_block();
+        hs = p2p_detail::warp_validate_item_table(dev + fi.planes_bytes + FRAME_HEADER_BYTES, fi, D, a.plan.kind,
+                                                  h.exps_bytes);
+      }
+      if (lane == 0) {
+        a.frame_status[slot] = uint32_t(hs);
+        p2p_detail::store_release_gpu(mirror_exps, flag_value(q));
+      }
+      // Out-of-step peers (another message size or sequence) cannot recover: stop the transfer.
+      if (hs != Status::ok) fail(hs, hs == Status::size_mismatch || hs == Status::bad_header);
+    }
+
+    // 2. The item's planes (or raw bytes).
+    const uint32_t elems = fi.item_elems_at(j);
+    const uint64_t elem0 = fi.first_elem + uint64_t(j) * fi.item_elems;
+    const uint64_t planes_at = item_planes_offset(a.plan, fi, j);
+    Status s = p2p_detail::warp_wait<false>(
+        mirror_planes, [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
+    if (s != Status::ok) {
+      fail(s, true);
+      break;
+    }
+    if (coded && pull) p2p_detail::warp_copy<true>(dev + planes_at, src + planes_at, item_plane_bytes(D, elems));
+    s = p2p_detail::warp_wait<false>(
+        mirror_exps, [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
+    if (s != Status::ok) {
+      fail(s, true);
+      break;
+    }
+    const Status frame_ok = Status(*const_cast<volatile uint32_t*>(&a.frame_status[slot]));
+
+    // 3. Decode into the output (raw frames: copy).
+    if (frame_ok == Status::ok) {
+      uint8_t* out_bytes = static_cast<uint8_t*>(a.out) + elem0 * eb;
+      const uint8_t* table = dev + fi.planes_bytes + FRAME_HEADER_BYTES;
+      const uint32_t expected = item_check(table, j);
+      if (!coded) {
+        p2p_detail::warp_copy<true>(out_bytes, (pull ? src : dev) + planes_at, uint64_t(elems) * eb);
+        __syncwarp();
+        if (p2p_detail::written_item_check<D>(out_bytes, elems) != expected) fail(Status::corrupt_stream, false);
+      } else {
+        const uint32_t start = j ? item_end(table, j - 1) : 0u;
+        const uint32_t end = item_end(table, j);
+        const uint64_t chunk_at = fi.planes_bytes + FRAME_HEADER_BYTES + item_table_bytes(fi.items) + start;
+        if (pull) p2p_detail::warp_copy<true>(dev + chunk_at, src + chunk_at, end - start);
+        __syncwarp();
+        __threadfence();  // the warp's own staging writes, before the decoder's loads
+        const format::Layout L = format::layout_for(D, elems);
+        const warp::ConstPlanes planes{dev + planes_at, dev + planes_at + (L.plane1_offset - format::HEADER_BYTES)};
+        uint32_t check = 0;
+        auto sink = [&](uint32_t t, const uint32_t(&x)[warp::ITEMS], uint32_t cnt) {
+          const uint64_t at = uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
+          if (vector)
+            warp::store_items<D, true>(out_bytes, at, cnt, x);
+          else
+            warp::store_items<D, false>(out_bytes, at, cnt, x);
+          check += p2p_detail::lane_tile_check(t, cnt, x);
+        };
+        Status ds = dec.Decode(dev + chunk_at, end - start, elems, 0, planes, sink);
+        if (ds == Status::ok && p2p_detail::warp_sum32(check) != expected) ds = Status::corrupt_stream;
+        if (ds != Status::ok) fail(ds, false);
+      }
+    }
+
+    // 4. Count the item; the frame's last one hands the slot back, the launch's last frame completes it.
+    __threadfence_system();
+    __syncwarp();
+    if (lane == 0 && p2p_detail::tagged_increment(&a.counters[slot], uint32_t(q + 1)) == fi.items) {
+      __threadfence_system();
+      if (a.give_credits) p2p_detail::store_release_sys(&a.ring.credits[slot], flag_value(q));
+      if (p2p_detail::tagged_increment(a.frames_done, a.launch_tag) == launch_frames && a.done_word != nullptr) {
+        __threadfence_system();
+        p2p_detail::store_release_sys(a.done_word, a.done_value);
+      }
+    }
+  }
+}
+
+}  // namespace comm
+}  // namespace zipcomm

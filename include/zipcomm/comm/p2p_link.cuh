@@ -1,0 +1,967 @@
+// P2P pipeline, host side: the sender and receiver ends (device state + launches), the rings, and two links
+// built from them: HostStagingLink (GPU -> pinned host buffer -> GPU, the slow link one GPU has) and PeerLink
+// (peer GPU memory, two GPUs of one host; the same GPU also works). docs/P2P.md describes the protocol.
+//
+// A host object owns memory and streams and hands kernels plain handles (FrameRingView, SendArgs, RecvArgs).
+// Calls return cudaError_t for CUDA failures and bad arguments (cudaErrorInvalidValue); what the transfer
+// found (timeout, corrupt frame, size mismatch) is the Status that wait() returns.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "../config.hpp"
+#include "../format.hpp"
+#include "../thread/exponent_code.hpp"
+#include "p2p_kernels.cuh"
+#include "p2p_protocol.cuh"
+
+namespace zipcomm {
+namespace comm {
+
+/// Knobs of a link. Defaults are the H200 measurements in bench/RESULTS.md.
+struct P2POptions {
+  PipelineShape shape;                              // how messages are cut into items and frames
+  uint32_t slots = 16;                              // frames in flight (ring depth)
+  uint64_t timeout_ns = 5000000000ull;              // a peer silent this long gives Status::timeout
+  int sender_blocks = 0;                            // 0: one block per SM
+  int receiver_blocks = 0;                          // 0: one block per SM (persistent receivers)
+  uint64_t bypass_bytes = uint64_t(4) << 20;        // messages below go raw; calibrate() measures it
+  uint64_t raw_chunk_bytes = uint64_t(4) << 20;     // largest chunk of the pipelined raw copy (bypass)
+  uint64_t raw_single_bytes = uint64_t(256) << 10;  // raw messages up to this size: one chunk, two copies
+  int decode_streams = 4;                           // relay mode: frames decoding at once
+};
+
+namespace p2p_detail {
+
+inline uint64_t host_ns() {
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+inline uint64_t host_load_acquire(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+inline void host_store_release(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+/// Owns one cudaMalloc'd or cudaHostAlloc'd block (mapped, portable pinned host memory for the latter).
+class Memory {
+ public:
+  Memory() = default;
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+  ~Memory() { release(); }
+  cudaError_t device(int dev, size_t bytes) {
+    release();
+    int prev = 0;
+    cudaError_t e = cudaGetDevice(&prev);
+    if (e == cudaSuccess) e = cudaSetDevice(dev);
+    if (e == cudaSuccess) e = cudaMalloc(&ptr_, bytes ? bytes : 1);
+    if (e == cudaSuccess) e = cudaMemset(ptr_, 0, bytes ? bytes : 1);
+    cudaSetDevice(prev);
+    host_ = false;
+    return e;
+  }
+  cudaError_t pinned(size_t bytes) {
+    release();
+    cudaError_t e = cudaHostAlloc(&ptr_, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e == cudaSuccess) std::memset(ptr_, 0, bytes ? bytes : 1);
+    host_ = true;
+    return e;
+  }
+  void release() {
+    if (ptr_) host_ ? cudaFreeHost(ptr_) : cudaFree(ptr_);
+    ptr_ = nullptr;
+  }
+  template <class T = uint8_t>
+  T* get(size_t byte_offset = 0) const {
+    return reinterpret_cast<T*>(static_cast<uint8_t*>(ptr_) + byte_offset);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  bool host_ = false;
+};
+
+inline cudaError_t first_error(std::initializer_list<cudaError_t> es) {
+  for (cudaError_t e : es)
+    if (e != cudaSuccess) return e;
+  return cudaSuccess;
+}
+
+/// Scoped cudaSetDevice.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int dev) {
+    cudaGetDevice(&prev_);
+    cudaSetDevice(dev);
+  }
+  ~DeviceGuard() { cudaSetDevice(prev_); }
+
+ private:
+  int prev_ = 0;
+};
+
+}  // namespace p2p_detail
+
+/// A ring of frame slots with its flags in one memory block: pinned host memory (mapped; the host and every
+/// GPU can use it) or one GPU's memory.
+class FrameRing {
+ public:
+  cudaError_t init_pinned(uint32_t slots, uint64_t slot_bytes) { return init(-1, slots, slot_bytes); }
+  cudaError_t init_device(int device, uint32_t slots, uint64_t slot_bytes) { return init(device, slots, slot_bytes); }
+  FrameRingView view() const { return view_; }
+  /// Pinned rings: the host address of a device-side pointer into the ring (flags, slots).
+  template <class T>
+  T* host_alias(T* device_ptr) const {
+    return reinterpret_cast<T*>(mem_.get() + (reinterpret_cast<uint8_t*>(device_ptr) - view_.slots));
+  }
+  /// Sets every flag and credit back to 0 (sequence numbers restart at 0). The ring must be idle.
+  cudaError_t reset() {
+    if (device_ < 0) {
+      std::memset(host_alias(view_.ready_planes), 0, flag_bytes());
+      return cudaSuccess;
+    }
+    p2p_detail::DeviceGuard g(device_);
+    cudaError_t e = cudaMemset(view_.ready_planes, 0, flag_bytes());
+    return e != cudaSuccess ? e : cudaDeviceSynchronize();
+  }
+  bool pinned() const { return device_ < 0; }
+
+ private:
+  size_t flag_bytes() const { return size_t(view_.num_slots) * (3 * 8 + 4); }
+  cudaError_t init(int device, uint32_t slots, uint64_t slot_bytes) {
+    if (slots == 0 || slot_bytes % 128) return cudaErrorInvalidValue;
+    device_ = device;
+    const size_t data = size_t(slots) * slot_bytes;
+    const size_t total = data + size_t(slots) * (3 * 8 + 4);
+    cudaError_t e = device < 0 ? mem_.pinned(total) : mem_.device(device, total);
+    if (e != cudaSuccess) return e;
+    uint8_t* base = mem_.get();
+    if (device < 0) {  // kernels use the device alias of the mapped block
+      void* d = nullptr;
+      e = cudaHostGetDevicePointer(&d, base, 0);
+      if (e != cudaSuccess) return e;
+      base = static_cast<uint8_t*>(d);
+    }
+    view_.slots = base;
+    view_.slot_bytes = slot_bytes;
+    view_.num_slots = slots;
+    view_.ready_planes = reinterpret_cast<uint64_t*>(base + data);
+    view_.ready_exps = view_.ready_planes + slots;
+    view_.credits = view_.ready_exps + slots;
+    view_.exps_bytes = reinterpret_cast<uint32_t*>(view_.credits + slots);
+    return cudaSuccess;
+  }
+  p2p_detail::Memory mem_;
+  FrameRingView view_;
+  int device_ = -1;
+};
+
+/// Sender end on one GPU: device state for p2p_send_kernel and its launch.
+template <DType D, class Code = thread::GaussianCode>
+class P2PSender {
+ public:
+  static constexpr size_t smem_bytes() {
+    return sizeof(typename warp::WarpChunkEncoder<D, Code>::TempStorage) * P2PPolicy::WARPS;
+  }
+
+  /// blocks: persistent grid size (0: one per SM).
+  cudaError_t init(int device, uint32_t slots, const PipelineShape& shape, int blocks = 0) {
+    if (!shape_valid(shape) || slots == 0) return cudaErrorInvalidValue;
+    device_ = device;
+    slots_ = slots;
+    p2p_detail::DeviceGuard g(device);
+    int sms = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess) return e;
+    blocks_ = blocks > 0 ? blocks : sms;
+    uint32_t most = 0;
+    for (uint32_t k = 0; k < shape.num_tiers; ++k) most = std::max(most, shape.tier[k].item_elems);
+    scratch_bytes_ = format::align_up(item_plane_bytes(D, most), 16);
+    e = cudaFuncSetAttribute(p2p_send_kernel<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes()));
+    if (e != cudaSuccess) return e;
+    const size_t words = 16 + 2 * slots + size_t(slots) * MAX_FRAME_ITEMS + slots;
+    e = state_.device(device, words * 8 + sizeof(SideControl));
+    if (e != cudaSuccess) return e;
+    return scratch_.device(device, size_t(blocks_) * P2PPolicy::WARPS * scratch_bytes_);
+  }
+
+  /// Enqueues the sending of frames [f0, f1) of `plan` (message at `in`) into `ring`; frame f has sequence
+  /// number seq_base + f. Resets the control words first (status, abort).
+  cudaError_t launch(const FramePlan& plan, const void* in, uint64_t seq_base, uint64_t f0, uint64_t f1,
+                     const FrameRingView& ring, bool wait_credits, uint64_t timeout_ns, cudaStream_t stream) {
+    if (ring.num_slots != slots_) return cudaErrorInvalidValue;
+    p2p_detail::DeviceGuard g(device_);
+    cudaError_t e = cudaMemsetAsync(control(), 0, sizeof(SideControl), stream);
+    if (e != cudaSuccess || f0 >= f1) return e;
+    SendArgs a;
+    a.plan = plan;
+    a.in = in;
+    a.seq_base = seq_base;
+    a.frame_begin = f0;
+    a.frame_end = f1;
+    a.ring = ring;
+    a.wait_credits = wait_credits;
+    a.launch_tag = next_tag();
+    a.item_counter = state_.get<unsigned long long>(0);
+    a.counters = state_.get<unsigned long long>(16 * 8);
+    a.lookback = state_.get<uint64_t>((16 + 2 * size_t(slots_)) * 8);
+    a.credit_seen = state_.get<uint64_t>((16 + 2 * size_t(slots_) + size_t(slots_) * MAX_FRAME_ITEMS) * 8);
+    a.scratch = scratch_.get();
+    a.scratch_bytes = scratch_bytes_;
+    a.control = control();
+    a.timeout_ns = timeout_ns;
+    const uint64_t items =
+        (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
+    const int grid = int(std::min<uint64_t>(uint64_t(blocks_), format::div_up(items, P2PPolicy::WARPS)));
+    p2p_send_kernel<D, Code><<<grid, P2PPolicy::THREADS, smem_bytes(), stream>>>(a);
+    return cudaGetLastError();
+  }
+  SideControl* control() const {
+    return state_.get<SideControl>((16 + 3 * size_t(slots_) + size_t(slots_) * MAX_FRAME_ITEMS) * 8);
+  }
+  /// Clears the device state (after an aborted transfer). The sender must be idle.
+  cudaError_t reset() {
+    p2p_detail::DeviceGuard g(device_);
+    cudaError_t e = cudaMemset(state_.get(), 0,
+                               (16 + 3 * size_t(slots_) + size_t(slots_) * MAX_FRAME_ITEMS) * 8 + sizeof(SideControl));
+    return e != cudaSuccess ? e : cudaDeviceSynchronize();
+  }
+  int device() const { return device_; }
+
+ private:
+  uint32_t next_tag() {
+    if (++tag_ == 0) ++tag_;
+    return tag_;
+  }
+  p2p_detail::Memory state_, scratch_;
+  int device_ = 0, blocks_ = 0;
+  uint32_t slots_ = 0, tag_ = 0;
+  uint64_t scratch_bytes_ = 0;
+};
+
+/// Receiver end on one GPU: device state for p2p_recv_kernel and its launches. `lanes` independent item
+/// counters let that many launches run at once (one per stream).
+template <DType D, class Code = thread::GaussianCode>
+class P2PReceiver {
+ public:
+  static constexpr size_t smem_bytes() {
+    return sizeof(typename warp::WarpChunkDecoder<D, Code>::TempStorage) * P2PPolicy::WARPS;
+  }
+
+  /// staging_slot_bytes > 0: a device copy of the ring's slots is kept (pulls from a remote ring).
+  cudaError_t init(int device, uint32_t slots, int blocks = 0, uint64_t staging_slot_bytes = 0, uint32_t lanes = 1) {
+    if (slots == 0 || lanes == 0) return cudaErrorInvalidValue;
+    device_ = device;
+    slots_ = slots;
+    lanes_ = lanes;
+    p2p_detail::DeviceGuard g(device);
+    int sms = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess) return e;
+    blocks_ = blocks > 0 ? blocks : sms;
+    e = cudaFuncSetAttribute(p2p_recv_kernel<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes()));
+    if (e != cudaSuccess) return e;
+    e = state_.device(device, state_words() * 8 + sizeof(SideControl));
+    if (e != cudaSuccess) return e;
+    if (staging_slot_bytes) e = staging_.device(device, size_t(slots) * staging_slot_bytes);
+    has_staging_ = staging_slot_bytes > 0;
+    return e;
+  }
+
+  /// Enqueues the receiving of frames [f0, f1) of `plan` into `out`. wait_flags: wait for each frame's flags
+  /// on `ring` (false: the frames are already there, by stream order); pull: copy each frame from the ring
+  /// into device staging before decoding (for a ring in host memory). reset_control: clear status/abort first
+  /// (once per transfer). done_word (optional) gets done_value when every frame of the launch is decoded.
+  cudaError_t launch(const FramePlan& plan, void* out, uint64_t seq_base, uint64_t f0, uint64_t f1,
+                     const FrameRingView& ring, bool wait_flags, bool give_credits, bool pull, uint64_t timeout_ns,
+                     cudaStream_t stream, uint32_t lane = 0, bool reset_control = true, int max_blocks = 0,
+                     uint64_t* done_word = nullptr, uint64_t done_value = 0) {
+    if (ring.num_slots != slots_ || lane >= lanes_ || (pull && !has_staging_)) return cudaErrorInvalidValue;
+    p2p_detail::DeviceGuard g(device_);
+    cudaError_t e = reset_control ? cudaMemsetAsync(control(), 0, sizeof(SideControl), stream) : cudaSuccess;
+    if (e != cudaSuccess || f0 >= f1) return e;
+    RecvArgs a;
+    a.plan = plan;
+    a.out = out;
+    a.seq_base = seq_base;
+    a.frame_begin = f0;
+    a.frame_end = f1;
+    a.ring = ring;
+    a.staging = pull ? staging_.get() : nullptr;
+    a.wait_flags = wait_flags;
+    a.give_credits = give_credits;
+    a.launch_tag = next_tag();
+    a.item_counter = state_.get<unsigned long long>(16 * 8 * size_t(lane));
+    a.frames_done = state_.get<unsigned long long>(16 * 8 * size_t(lane) + 8);
+    a.counters = state_.get<unsigned long long>(16 * 8 * size_t(lanes_));
+    a.mirror = state_.get<uint64_t>((16 * size_t(lanes_) + slots_) * 8);
+    a.frame_status = state_.get<uint32_t>((16 * size_t(lanes_) + 3 * size_t(slots_)) * 8);
+    a.done_word = done_word;
+    a.done_value = done_value;
+    a.control = control();
+    a.timeout_ns = timeout_ns;
+    const uint64_t items =
+        (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
+    const int cap = max_blocks > 0 ? std::min(max_blocks, blocks_) : blocks_;
+    const int grid = int(std::min<uint64_t>(uint64_t(cap), format::div_up(items, P2PPolicy::WARPS)));
+    p2p_recv_kernel<D, Code><<<grid, P2PPolicy::THREADS, smem_bytes(), stream>>>(a);
+    return cudaGetLastError();
+  }
+  SideControl* control() const { return state_.get<SideControl>(state_words() * 8); }
+  cudaError_t reset() {
+    p2p_detail::DeviceGuard g(device_);
+    cudaError_t e = cudaMemset(state_.get(), 0, state_words() * 8 + sizeof(SideControl));
+    return e != cudaSuccess ? e : cudaDeviceSynchronize();
+  }
+  int device() const { return device_; }
+  int blocks() const { return blocks_; }
+
+ private:
+  // per lane: 16 words (item counter, frames done); per slot: counter, 2 mirror words; frame_status (u32)
+  size_t state_words() const { return 16 * size_t(lanes_) + 3 * size_t(slots_) + (size_t(slots_) + 1) / 2 + 2; }
+  uint32_t next_tag() {
+    if (++tag_ == 0) ++tag_;
+    return tag_;
+  }
+  p2p_detail::Memory state_, staging_;
+  int device_ = 0, blocks_ = 0;
+  uint32_t slots_ = 0, lanes_ = 1, tag_ = 0;
+  bool has_staging_ = false;
+};
+
+/// Pipelined raw copy through pinned host buffers: chunk i goes device -> host on the caller's stream while
+/// chunk i - 1 goes host -> device on a second stream; a message of one chunk is just the two copies on the
+/// caller's stream. The bypass of HostStagingLink, and the raw baseline of bench/bench_p2p.cu.
+struct StagedRawCopy {
+  /// `buffers` chunks of `chunk_bytes` each at `host` (pinned); `events`: 2 * buffers + 2 events. Later work
+  /// on `stream` sees dst complete.
+  static cudaError_t run(const void* src, void* dst, uint64_t bytes, uint64_t chunk_bytes, uint8_t* host,
+                         uint32_t buffers, cudaEvent_t* events, cudaStream_t stream, cudaStream_t h2d) {
+    if (bytes == 0) return cudaSuccess;
+    if (!src || !dst || !host || buffers == 0 || chunk_bytes == 0) return cudaErrorInvalidValue;
+    if (bytes <= chunk_bytes) {
+      cudaError_t e = cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream);
+      return e != cudaSuccess ? e : cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream);
+    }
+    cudaEvent_t* copied_out = events;           // chunk in the host buffer
+    cudaEvent_t* copied_in = events + buffers;  // host buffer free again
+    cudaEvent_t start = events[2 * buffers], done = events[2 * buffers + 1];
+    cudaError_t e0 = cudaEventRecord(start, stream);
+    if (e0 == cudaSuccess) e0 = cudaStreamWaitEvent(h2d, start, 0);
+    if (e0 != cudaSuccess) return e0;
+    const cudaStream_t d2h = stream;
+    const uint64_t chunks = format::div_up(bytes, chunk_bytes);
+    for (uint64_t i = 0; i < chunks; ++i) {
+      const uint32_t b = uint32_t(i % buffers);
+      const uint64_t off = i * chunk_bytes, len = std::min(chunk_bytes, bytes - off);
+      uint8_t* hb = host + size_t(b) * chunk_bytes;
+      cudaError_t e = i >= buffers ? cudaStreamWaitEvent(d2h, copied_in[b], 0) : cudaSuccess;
+      if (e == cudaSuccess)
+        e = cudaMemcpyAsync(hb, static_cast<const uint8_t*>(src) + off, len, cudaMemcpyDeviceToHost, d2h);
+      if (e == cudaSuccess) e = cudaEventRecord(copied_out[b], d2h);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d, copied_out[b], 0);
+      if (e == cudaSuccess) e = cudaMemcpyAsync(static_cast<uint8_t*>(dst) + off, hb, len, cudaMemcpyHostToDevice, h2d);
+      if (e == cudaSuccess) e = cudaEventRecord(copied_in[b], h2d);
+      if (e != cudaSuccess) return e;
+    }
+    cudaError_t e = cudaEventRecord(done, h2d);
+    return e != cudaSuccess ? e : cudaStreamWaitEvent(stream, done, 0);
+  }
+};
+
+/// Status of a transfer as seen by both ends and, for relayed links, the host relay: the first error.
+inline Status transfer_status(Status relay, const SideControl& send, const SideControl& recv) {
+  if (relay != Status::ok) return relay;
+  if (recv.status) return Status(recv.status);  // what the reader got decides: report its error first
+  if (send.status) return Status(send.status);
+  return Status::ok;
+}
+
+/// How a HostStagingLink moves coded frames (the sender kernel always codes; the modes differ in who moves
+/// the bytes over the link):
+///  copy:   copy engines both ways. The sender writes frames into a ring in GPU memory and publishes its
+///          flags and section B lengths in pinned memory; the host relay copies each frame's planes as soon
+///          as they are split, then its section B, to the pinned ring and on to a device ring, and launches
+///          the frame's decode. transfer() returns once every frame is enqueued.
+///  relay:  the sender's SMs write frames straight into the pinned ring (no device -> host copy to issue);
+///          the host relay copies them on to the GPU and launches the decodes, as in copy mode.
+///  kernel: SMs both ways, no host involvement (transfer() returns at once): the receiver's SMs pull each
+///          frame from the pinned ring.
+/// Which is fastest depends on how well SM loads and stores to pinned memory use the link on a machine;
+/// bench/bench_p2p.cu measures all three.
+enum class HostLinkMode : uint8_t { relay = 1, kernel = 2, copy = 3 };
+
+/// GPU -> pinned host ring -> GPU (src and dst on one GPU here; the ring is portable pinned memory).
+/// \code
+/// zipcomm::comm::HostStagingLink<zipcomm::DType::bf16> link;
+/// link.init(0);                                   // GPU 0 sends and receives
+/// link.transfer(d_src, d_dst, n, stream);         // coded, or raw below link.bypass_threshold()
+/// zipcomm::Status s = link.wait();                // synchronizes; ok once every element arrived intact
+/// \endcode
+/// Transfers on one link are serialized (issue them on one stream, or order the streams). After an error,
+/// reset() before the next transfer.
+template <DType D, class Code = thread::GaussianCode>
+class HostStagingLink {
+ public:
+  static constexpr uint32_t RAW_BUFFERS = 4;
+
+  HostStagingLink() = default;
+  HostStagingLink(const HostStagingLink&) = delete;
+  HostStagingLink& operator=(const HostStagingLink&) = delete;
+  ~HostStagingLink() { destroy(); }
+
+  cudaError_t init(int device, const P2POptions& opt = P2POptions(), HostLinkMode mode = HostLinkMode::copy) {
+    if (!shape_valid(opt.shape) || opt.slots < 2 || opt.decode_streams < 1 || opt.raw_chunk_bytes == 0 ||
+        opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes)
+      return cudaErrorInvalidValue;
+    destroy();
+    device_ = device;
+    opt_ = opt;
+    mode_ = mode;
+    bypass_ = opt.bypass_bytes;
+    p2p_detail::DeviceGuard g(device);
+    const uint64_t slot_bytes = slot_bytes_for(D, opt.shape);
+    cudaError_t e = ring_.init_pinned(opt.slots, slot_bytes);
+    if (e == cudaSuccess) e = raw_buffers_.pinned(size_t(RAW_BUFFERS) * opt.raw_chunk_bytes);
+    if (e == cudaSuccess) e = sender_.init(device, opt.slots, opt.shape, opt.sender_blocks);
+    const bool kernel = mode == HostLinkMode::kernel;
+    if (e == cudaSuccess)
+      e = receiver_.init(device, opt.slots, kernel ? opt.receiver_blocks : 0, kernel ? slot_bytes : 0,
+                         kernel ? 1u : uint32_t(opt.decode_streams));
+    if (e == cudaSuccess && !kernel) e = dev_ring_.device(device, size_t(opt.slots) * slot_bytes);
+    if (e == cudaSuccess && mode == HostLinkMode::copy) e = dev_send_.device(device, size_t(opt.slots) * slot_bytes);
+    if (e == cudaSuccess) e = status_host_.pinned(2 * sizeof(SideControl));
+    for (int i = 0; i < 4 + opt.decode_streams && e == cudaSuccess; ++i) {
+      cudaStream_t st;
+      e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+      if (e == cudaSuccess) streams_.push_back(st);
+    }
+    const size_t nev = 4 + 4 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2;
+    for (size_t i = 0; i < nev && e == cudaSuccess; ++i) {
+      cudaEvent_t ev;
+      e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+      if (e == cudaSuccess) events_.push_back(ev);
+    }
+    ready_ = e == cudaSuccess;
+    return e;
+  }
+
+  /// Sends n elements from src to dst (both device memory of this GPU, any alignment), stream-ordered
+  /// after prior work on `stream`; work later on `stream` sees dst complete (every frame decoded). Coded
+  /// when the message has at least bypass_threshold() bytes, raw (pipelined copy) below.
+  cudaError_t transfer(const void* src, void* dst, uint64_t n, cudaStream_t stream) {
+    return use_bypass(n * format::elem_bytes(D), bypass_) ? transfer_raw(src, dst, n, stream)
+                                                          : transfer_coded(src, dst, n, stream);
+  }
+
+  /// The coded pipeline, whatever the size.
+  cudaError_t transfer_coded(const void* src, void* dst, uint64_t n, cudaStream_t stream) {
+    cudaError_t e = check(src, dst, n);
+    if (e != cudaSuccess) return e;
+    p2p_detail::DeviceGuard g(device_);
+    last_raw_ = false;
+    last_stream_ = stream;
+    relay_status_ = Status::ok;
+    // Transfers are serialized: the internal streams wait for the caller and for the previous transfer.
+    e = cudaEventRecord(ev(0), stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(send_stream(), ev(0), 0);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), ev(0), 0);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(send_stream(), ev(2), 0);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), ev(1), 0);
+    if (e == cudaSuccess) e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), send_stream());
+    if (e == cudaSuccess) e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), recv_stream());
+    if (e != cudaSuccess || n == 0) return finish(stream, e);
+    const FramePlan plan = make_plan(D, FrameKind::coded, n, opt_.shape);
+    const uint64_t seq_base = next_seq_;
+    next_seq_ += plan.num_frames;
+    FrameRingView ring = ring_.view();
+    if (mode_ == HostLinkMode::copy) ring.slots = dev_send_.get();  // frames in GPU memory, flags in pinned
+    e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, ring, true, opt_.timeout_ns, send_stream());
+    if (e != cudaSuccess) return finish(stream, e);
+    if (mode_ == HostLinkMode::kernel) {
+      e = receiver_.launch(plan, dst, seq_base, 0, plan.num_frames, ring, true, true, true, opt_.timeout_ns,
+                           recv_stream(), 0, false);
+      return finish(stream, e);
+    }
+    for (int i = 0; i < opt_.decode_streams && e == cudaSuccess; ++i) {  // decodes follow the control reset
+      e = cudaEventRecord(ev(3), recv_stream());
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(decode_stream(uint32_t(i)), ev(3), 0);
+    }
+    if (e == cudaSuccess) e = relay(plan, dst, seq_base);
+    return finish(stream, e);
+  }
+
+  /// The raw pipelined copy (the bypass), whatever the size. A message of one chunk is two copies on
+  /// `stream` (what a raw transfer costs at best); larger ones overlap the two directions.
+  cudaError_t transfer_raw(const void* src, void* dst, uint64_t n, cudaStream_t stream) {
+    cudaError_t e = check(src, dst, n);
+    if (e != cudaSuccess) return e;
+    p2p_detail::DeviceGuard g(device_);
+    last_raw_ = true;
+    last_stream_ = stream;
+    relay_status_ = Status::ok;
+    const uint64_t bytes = n * format::elem_bytes(D);
+    return StagedRawCopy::run(src, dst, bytes, raw_chunk_for(bytes), raw_buffers_.get(), RAW_BUFFERS, raw_events(),
+                              stream, raw_stream());
+  }
+
+  /// Chunk of the raw copy for a message: one chunk (two copies) when small, else about a quarter of it
+  /// (both directions overlap), at most options().raw_chunk_bytes.
+  uint64_t raw_chunk_for(uint64_t bytes) const {
+    if (bytes <= opt_.raw_single_bytes) return bytes;
+    const uint64_t quarter = format::align_up(format::div_up(bytes, 4), 64 << 10);
+    return std::min(opt_.raw_chunk_bytes, quarter);
+  }
+
+  /// Waits for the last transfer; its Status (ok only when every element arrived and decoded intact).
+  Status wait() {
+    if (!ready_) return Status::invalid_argument;
+    p2p_detail::DeviceGuard g(device_);
+    if (last_raw_) return cudaStreamSynchronize(last_stream_) == cudaSuccess ? Status::ok : Status::invalid_argument;
+    for (cudaStream_t st : streams_)
+      if (cudaStreamSynchronize(st) != cudaSuccess) return Status::invalid_argument;
+    const SideControl* c = status_host_.get<SideControl>();
+    const Status s = transfer_status(relay_status_, c[0], c[1]);
+    if (s != Status::ok) broken_ = true;
+    return s;
+  }
+
+  /// Clears rings and state after an error (sequence numbers restart). Waits for the link to be idle.
+  cudaError_t reset() {
+    p2p_detail::DeviceGuard g(device_);
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = ring_.reset();
+    if (e == cudaSuccess) e = sender_.reset();
+    if (e == cudaSuccess) e = receiver_.reset();
+    next_seq_ = 0;
+    broken_ = false;
+    relay_status_ = Status::ok;
+    std::memset(status_host_.get(), 0, 2 * sizeof(SideControl));
+    return e;
+  }
+
+  /// Measures coded and raw transfers of `sample` (elements on this GPU, tiled when shorter) at sizes
+  /// 64 KiB .. max_bytes and sets the bypass threshold to the smallest size from which coding is at least
+  /// 3% faster at every measured size. Returns the first error.
+  cudaError_t calibrate(const void* sample, uint64_t sample_elems, uint64_t max_bytes = uint64_t(32) << 20) {
+    if (!sample || sample_elems == 0 || !ready_) return cudaErrorInvalidValue;
+    p2p_detail::DeviceGuard g(device_);
+    const uint64_t eb = format::elem_bytes(D);
+    p2p_detail::Memory src, dst;
+    cudaError_t e = src.device(device_, max_bytes);
+    if (e == cudaSuccess) e = dst.device(device_, max_bytes);
+    for (uint64_t off = 0; off < max_bytes && e == cudaSuccess; off += sample_elems * eb)
+      e = cudaMemcpy(src.get() + off, sample, std::min(sample_elems * eb, max_bytes - off), cudaMemcpyDeviceToDevice);
+    cudaStream_t st = nullptr;
+    cudaEvent_t a = nullptr, b = nullptr;
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreate(&a);
+    if (e == cudaSuccess) e = cudaEventCreate(&b);
+    std::vector<uint64_t> sizes;
+    std::vector<double> coded, raw;
+    for (uint64_t bytes = uint64_t(64) << 10; bytes <= max_bytes && e == cudaSuccess; bytes *= 2) {
+      double t[2] = {0, 0};
+      for (int which = 0; which < 2 && e == cudaSuccess; ++which) {
+        std::vector<float> ms;
+        for (int rep = 0; rep < 6 && e == cudaSuccess; ++rep) {
+          e = cudaEventRecord(a, st);
+          if (e == cudaSuccess)
+            e = which == 0 ? transfer_coded(src.get(), dst.get(), bytes / eb, st)
+                           : transfer_raw(src.get(), dst.get(), bytes / eb, st);
+          if (e == cudaSuccess) e = cudaEventRecord(b, st);
+          if (e == cudaSuccess) e = cudaEventSynchronize(b);
+          float m = 0;
+          if (e == cudaSuccess) e = cudaEventElapsedTime(&m, a, b);
+          if (e == cudaSuccess && wait() != Status::ok) e = cudaErrorUnknown;
+          if (rep > 0) ms.push_back(m);  // the first is a warm-up
+        }
+        if (!ms.empty()) {
+          std::sort(ms.begin(), ms.end());
+          t[which] = ms[ms.size() / 2];
+        }
+      }
+      sizes.push_back(bytes);
+      coded.push_back(t[0]);
+      raw.push_back(t[1]);
+    }
+    if (st) cudaStreamDestroy(st);
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    if (e == cudaSuccess) bypass_ = choose_bypass_threshold(sizes.data(), coded.data(), raw.data(), sizes.size(), 0.03);
+    return e;
+  }
+
+  void set_bypass_threshold(uint64_t bytes) { bypass_ = bytes; }
+  uint64_t bypass_threshold() const { return bypass_; }
+  /// Relay mode: bytes the last coded transfer put through the pinned ring (planes + section B of every
+  /// frame), i.e. what crossed the link each way. 0 in kernel mode (the host does not see the frames).
+  uint64_t wire_bytes() const { return wire_bytes_; }
+  HostLinkMode mode() const { return mode_; }
+  const P2POptions& options() const { return opt_; }
+
+ private:
+  cudaStream_t send_stream() const { return streams_[0]; }
+  cudaStream_t recv_stream() const { return streams_[1]; }
+  cudaStream_t raw_stream() const { return streams_[2]; }
+  cudaStream_t d2h_stream() const { return streams_[3]; }
+  cudaStream_t decode_stream(uint32_t k) const { return streams_[4 + k]; }
+  // events: [0] caller's start, [1] send side done, [2] receive side done, [3] joins; then per slot: section B
+  // copied to the device, frame decoded, (copy mode) planes and section B copied to the host; then the raw
+  // copy's events.
+  cudaEvent_t& ev(size_t i) { return events_[i]; }
+  cudaEvent_t* h2d_done() { return &events_[4]; }
+  cudaEvent_t* decode_done() { return &events_[4 + opt_.slots]; }
+  cudaEvent_t* d2h_planes_done() { return &events_[4 + 2 * size_t(opt_.slots)]; }
+  cudaEvent_t* d2h_done() { return &events_[4 + 3 * size_t(opt_.slots)]; }
+  cudaEvent_t* raw_events() { return &events_[4 + 4 * size_t(opt_.slots)]; }
+
+  cudaError_t check(const void* src, const void* dst, uint64_t n) const {
+    if (!ready_ || broken_) return cudaErrorInvalidValue;  // after an error: reset() first
+    if ((n && (!src || !dst)) || n > (uint64_t(1) << 40)) return cudaErrorInvalidValue;
+    return cudaSuccess;
+  }
+
+  cudaError_t finish(cudaStream_t stream, cudaError_t e) {
+    SideControl* host = status_host_.get<SideControl>();
+    cudaError_t f = cudaSuccess;
+    for (int i = 0; i < opt_.decode_streams && f == cudaSuccess && mode_ != HostLinkMode::kernel; ++i) {
+      f = cudaEventRecord(ev(3), decode_stream(uint32_t(i)));
+      if (f == cudaSuccess) f = cudaStreamWaitEvent(recv_stream(), ev(3), 0);
+    }
+    if (f == cudaSuccess && mode_ == HostLinkMode::copy) {
+      f = cudaEventRecord(ev(3), d2h_stream());
+      if (f == cudaSuccess) f = cudaStreamWaitEvent(send_stream(), ev(3), 0);
+    }
+    if (f == cudaSuccess)
+      f = cudaMemcpyAsync(&host[0], sender_.control(), sizeof(SideControl), cudaMemcpyDeviceToHost, send_stream());
+    if (f == cudaSuccess)
+      f = cudaMemcpyAsync(&host[1], receiver_.control(), sizeof(SideControl), cudaMemcpyDeviceToHost, recv_stream());
+    if (f == cudaSuccess) f = cudaEventRecord(ev(1), send_stream());
+    if (f == cudaSuccess) f = cudaEventRecord(ev(2), recv_stream());
+    if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, ev(1), 0);
+    if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, ev(2), 0);
+    return e != cudaSuccess ? e : f;
+  }
+
+  /// Host relay: as each frame's planes, then its section B, are published, move them to the device ring
+  /// with the copy engine (copy mode: first from the sender's device ring to the pinned ring) and launch the
+  /// frame's decode; hand the sender's slots back once their copies are done. Bounded: no progress for
+  /// timeout_ns gives Status::timeout.
+  cudaError_t relay(const FramePlan& plan, void* dst, uint64_t seq_base) {
+    const bool copy_out = mode_ == HostLinkMode::copy;
+    const FrameRingView ring = ring_.view();
+    const uint32_t S = ring.num_slots;
+    const uint64_t SB = ring.slot_bytes;
+    uint8_t* host = ring_.host_alias(ring.slots);
+    const uint64_t* ready_planes = ring_.host_alias(ring.ready_planes);
+    const uint64_t* ready_exps = ring_.host_alias(ring.ready_exps);
+    const uint32_t* exps_words = ring_.host_alias(ring.exps_bytes);
+    uint64_t* credits = ring_.host_alias(ring.credits);
+    FrameRingView dev_ring = ring;
+    dev_ring.slots = dev_ring_.get();
+    uint8_t* dev_send = copy_out ? dev_send_.get() : nullptr;
+    const uint64_t F = plan.num_frames;
+    uint64_t next_planes = 0, next_exps = 0, next_credit = 0;
+    wire_bytes_ = 0;
+    uint64_t last_progress = p2p_detail::host_ns();
+    cudaError_t e = cudaSuccess;
+    while (next_credit < F && e == cudaSuccess) {
+      bool progress = false;
+      // Planes run ahead of section B, as far as free device slots allow (split-send on the copy engines).
+      while (next_planes < F && next_planes < next_exps + S && e == cudaSuccess) {
+        const uint64_t q = seq_base + next_planes;
+        const uint32_t slot = slot_of(q, S);
+        const FlagState st = ready_state(p2p_detail::host_load_acquire(&ready_planes[slot]), q);
+        if (st != FlagState::ready) {
+          if (st == FlagState::broken) relay_status_ = Status::corrupt_stream;
+          break;
+        }
+        const FrameInfo fi = plan.frame(next_planes);
+        if (copy_out) {  // device -> pinned; the pinned slot is free once frame q - S reached the device
+          if (next_planes >= S) e = cudaStreamWaitEvent(d2h_stream(), h2d_done()[slot], 0);
+          if (e == cudaSuccess)
+            e = cudaMemcpyAsync(host + slot * SB, dev_send + slot * SB, fi.planes_bytes, cudaMemcpyDeviceToHost,
+                                d2h_stream());
+          if (e == cudaSuccess) e = cudaEventRecord(d2h_planes_done()[slot], d2h_stream());
+          if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), d2h_planes_done()[slot], 0);
+        }
+        if (e == cudaSuccess && next_planes >= S)
+          e = cudaStreamWaitEvent(recv_stream(), decode_done()[slot], 0);  // device slot free
+        if (e == cudaSuccess)
+          e = cudaMemcpyAsync(dev_ring.slots + slot * SB, host + slot * SB, fi.planes_bytes, cudaMemcpyHostToDevice,
+                              recv_stream());
+        ++next_planes;
+        progress = true;
+      }
+      while (next_exps < next_planes && e == cudaSuccess && relay_status_ == Status::ok) {
+        const uint64_t q = seq_base + next_exps;
+        const uint32_t slot = slot_of(q, S);
+        const FlagState st = ready_state(p2p_detail::host_load_acquire(&ready_exps[slot]), q);
+        if (st != FlagState::ready) {
+          if (st == FlagState::broken) relay_status_ = Status::corrupt_stream;
+          break;
+        }
+        const FrameInfo fi = plan.frame(next_exps);
+        const uint64_t off = slot * SB + fi.planes_bytes;
+        uint32_t len = 0;
+        if (copy_out) {
+          len = __atomic_load_n(&exps_words[slot], __ATOMIC_ACQUIRE);
+        } else {
+          FrameHeader h;
+          std::memcpy(&h, host + off, sizeof h);
+          len = h.exps_bytes;
+        }
+        // Never copy more than the frame can hold; a bad length is left for the decode launch to reject.
+        const uint64_t bytes = len >= FRAME_HEADER_BYTES && len <= fi.exps_bound ? len : FRAME_HEADER_BYTES;
+        if (copy_out) {
+          e = cudaMemcpyAsync(host + off, dev_send + off, bytes, cudaMemcpyDeviceToHost, d2h_stream());
+          if (e == cudaSuccess) e = cudaEventRecord(d2h_done()[slot], d2h_stream());
+          if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), d2h_done()[slot], 0);
+        }
+        if (e == cudaSuccess)
+          e = cudaMemcpyAsync(dev_ring.slots + off, host + off, bytes, cudaMemcpyHostToDevice, recv_stream());
+        wire_bytes_ += fi.planes_bytes + bytes;
+        if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], recv_stream());
+        const uint32_t lane = uint32_t(next_exps % uint64_t(opt_.decode_streams));
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(decode_stream(lane), h2d_done()[slot], 0);
+        if (e == cudaSuccess)
+          e = receiver_.launch(plan, dst, seq_base, next_exps, next_exps + 1, dev_ring, false, false, false,
+                               opt_.timeout_ns, decode_stream(lane), lane, false,
+                               int(std::max<uint64_t>(1, format::div_up(fi.items, P2PPolicy::WARPS))));
+        if (e == cudaSuccess) e = cudaEventRecord(decode_done()[slot], decode_stream(lane));
+        ++next_exps;
+        progress = true;
+      }
+      // The sender's slots go back once read: its device slot (copy mode) or the pinned slot (relay mode).
+      while (next_credit < next_exps && e == cudaSuccess) {
+        const uint64_t q = seq_base + next_credit;
+        const uint32_t slot = slot_of(q, S);
+        const cudaError_t qe = cudaEventQuery(copy_out ? d2h_done()[slot] : h2d_done()[slot]);
+        if (qe == cudaErrorNotReady) break;
+        if (qe != cudaSuccess) {
+          e = qe;
+          break;
+        }
+        p2p_detail::host_store_release(&credits[slot], flag_value(q));
+        ++next_credit;
+        progress = true;
+      }
+      if (relay_status_ != Status::ok) break;
+      const uint64_t now = p2p_detail::host_ns();
+      if (progress) {
+        last_progress = now;
+      } else if (now - last_progress > opt_.timeout_ns) {
+        relay_status_ = Status::timeout;
+        break;
+      }
+    }
+    if (e == cudaErrorNotReady) e = cudaSuccess;
+    return e;
+  }
+
+  void destroy() {
+    if (ready_) {
+      p2p_detail::DeviceGuard g(device_);
+      cudaDeviceSynchronize();
+    }
+    for (cudaStream_t st : streams_) cudaStreamDestroy(st);
+    for (cudaEvent_t ev : events_) cudaEventDestroy(ev);
+    streams_.clear();
+    events_.clear();
+    ready_ = false;
+  }
+
+  P2POptions opt_;
+  HostLinkMode mode_ = HostLinkMode::copy;
+  int device_ = 0;
+  bool ready_ = false, broken_ = false, last_raw_ = false;
+  cudaStream_t last_stream_ = nullptr;
+  uint64_t bypass_ = 0, next_seq_ = 0, wire_bytes_ = 0;
+  Status relay_status_ = Status::ok;
+  FrameRing ring_;
+  p2p_detail::Memory dev_ring_, dev_send_, status_host_, raw_buffers_;
+  P2PSender<D, Code> sender_;
+  P2PReceiver<D, Code> receiver_;
+  std::vector<cudaStream_t> streams_;
+  std::vector<cudaEvent_t> events_;
+};
+
+/// Peer GPU memory: the sender's SMs write frames straight into a ring in the receiver's GPU memory (NVLink
+/// or PCIe peer writes), flags included; the receiver decodes them in place and writes its credits back into
+/// the sender's GPU memory. Both kernels are persistent: no host involvement. send_device == recv_device
+/// works too (one GPU; used by the tests on one-GPU machines).
+template <DType D, class Code = thread::GaussianCode>
+class PeerLink {
+ public:
+  PeerLink() = default;
+  PeerLink(const PeerLink&) = delete;
+  PeerLink& operator=(const PeerLink&) = delete;
+  ~PeerLink() { destroy(); }
+
+  cudaError_t init(int send_device, int recv_device, const P2POptions& opt = P2POptions()) {
+    if (!shape_valid(opt.shape) || opt.slots < 2) return cudaErrorInvalidValue;
+    destroy();
+    send_dev_ = send_device;
+    recv_dev_ = recv_device;
+    opt_ = opt;
+    bypass_ = opt.bypass_bytes;
+    cudaError_t e = cudaSuccess;
+    if (send_device != recv_device) {
+      int can = 0;
+      e = cudaDeviceCanAccessPeer(&can, send_device, recv_device);
+      if (e == cudaSuccess && !can) return cudaErrorPeerAccessUnsupported;
+      int back = 0;
+      if (e == cudaSuccess) e = cudaDeviceCanAccessPeer(&back, recv_device, send_device);
+      if (e == cudaSuccess && !back) return cudaErrorPeerAccessUnsupported;
+      for (int k = 0; k < 2 && e == cudaSuccess; ++k) {
+        p2p_detail::DeviceGuard g(k == 0 ? send_device : recv_device);
+        e = cudaDeviceEnablePeerAccess(k == 0 ? recv_device : send_device, 0);
+        if (e == cudaErrorPeerAccessAlreadyEnabled) {
+          cudaGetLastError();
+          e = cudaSuccess;
+        }
+      }
+    }
+    const uint64_t slot_bytes = slot_bytes_for(D, opt.shape);
+    if (e == cudaSuccess) e = ring_.init_device(recv_device, opt.slots, slot_bytes);
+    if (e == cudaSuccess) e = credits_.device(send_device, size_t(opt.slots) * 8);
+    if (e == cudaSuccess) e = sender_.init(send_device, opt.slots, opt.shape, opt.sender_blocks);
+    if (e == cudaSuccess) e = receiver_.init(recv_device, opt.slots, opt.receiver_blocks, 0, 1);
+    if (e == cudaSuccess) e = status_host_.pinned(2 * sizeof(SideControl));
+    for (int k = 0; k < 2 && e == cudaSuccess; ++k) {
+      p2p_detail::DeviceGuard g(k == 0 ? send_device : recv_device);
+      e = cudaStreamCreateWithFlags(&streams_[k], cudaStreamNonBlocking);
+      if (e == cudaSuccess) e = cudaEventCreateWithFlags(&done_[k], cudaEventDisableTiming);
+      if (e == cudaSuccess) e = cudaEventCreateWithFlags(&start_[k], cudaEventDisableTiming);
+    }
+    ready_ = e == cudaSuccess;
+    return e;
+  }
+
+  /// Sends n elements from src (send device) to dst (receive device). Ordered after prior work on
+  /// send_stream and recv_stream; later work on recv_stream sees dst complete.
+  cudaError_t transfer(const void* src, void* dst, uint64_t n, cudaStream_t send_stream, cudaStream_t recv_stream) {
+    if (!ready_ || broken_) return cudaErrorInvalidValue;
+    if ((n && (!src || !dst)) || n > (uint64_t(1) << 40)) return cudaErrorInvalidValue;
+    cudaError_t e = cudaSuccess;
+    {
+      p2p_detail::DeviceGuard g(send_dev_);
+      e = cudaEventRecord(start_[0], send_stream);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[0], start_[0], 0);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[0], done_[1], 0);  // previous transfer received
+    }
+    {
+      p2p_detail::DeviceGuard g(recv_dev_);
+      if (e == cudaSuccess) e = cudaEventRecord(start_[1], recv_stream);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[1], start_[1], 0);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[1], done_[0], 0);
+    }
+    const uint64_t bytes = n * format::elem_bytes(D);
+    if (e == cudaSuccess && n > 0 && use_bypass(bytes, bypass_)) {
+      p2p_detail::DeviceGuard g(recv_dev_);
+      e = cudaStreamWaitEvent(streams_[1], start_[0], 0);
+      if (e == cudaSuccess) e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), streams_[0]);
+      if (e == cudaSuccess) e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), streams_[1]);
+      if (e == cudaSuccess) e = cudaMemcpyPeerAsync(dst, recv_dev_, src, send_dev_, bytes, streams_[1]);
+    } else if (e == cudaSuccess && n > 0) {
+      const FramePlan plan = make_plan(D, FrameKind::coded, n, opt_.shape);
+      const uint64_t seq_base = next_seq_;
+      next_seq_ += plan.num_frames;
+      FrameRingView send_view = ring_.view();        // frames and ready flags: the receiver's memory
+      send_view.credits = credits_.get<uint64_t>();  // credits: the sender's memory
+      e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, send_view, true, opt_.timeout_ns, streams_[0]);
+      if (e == cudaSuccess)
+        e = receiver_.launch(plan, dst, seq_base, 0, plan.num_frames, send_view, true, true, false, opt_.timeout_ns,
+                             streams_[1]);
+    } else if (e == cudaSuccess) {
+      e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), streams_[0]);
+      if (e == cudaSuccess) e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), streams_[1]);
+    }
+    SideControl* host = status_host_.get<SideControl>();
+    for (int k = 0; k < 2; ++k) {
+      p2p_detail::DeviceGuard g(k == 0 ? send_dev_ : recv_dev_);
+      const cudaError_t f = cudaMemcpyAsync(&host[k], k == 0 ? sender_.control() : receiver_.control(),
+                                            sizeof(SideControl), cudaMemcpyDeviceToHost, streams_[k]);
+      if (e == cudaSuccess) e = f;
+      if (e == cudaSuccess) e = cudaEventRecord(done_[k], streams_[k]);
+    }
+    if (e == cudaSuccess) {
+      p2p_detail::DeviceGuard g(recv_dev_);
+      e = cudaStreamWaitEvent(recv_stream, done_[1], 0);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream, done_[0], 0);
+    }
+    if (e == cudaSuccess) {
+      p2p_detail::DeviceGuard g(send_dev_);
+      e = cudaStreamWaitEvent(send_stream, done_[0], 0);
+    }
+    return e;
+  }
+
+  Status wait() {
+    if (!ready_) return Status::invalid_argument;
+    for (int k = 0; k < 2; ++k) {
+      p2p_detail::DeviceGuard g(k == 0 ? send_dev_ : recv_dev_);
+      if (cudaStreamSynchronize(streams_[k]) != cudaSuccess) return Status::invalid_argument;
+    }
+    const SideControl* c = status_host_.get<SideControl>();
+    const Status s = transfer_status(Status::ok, c[0], c[1]);
+    if (s != Status::ok) broken_ = true;
+    return s;
+  }
+
+  cudaError_t reset() {
+    cudaError_t e = cudaSuccess;
+    for (int dev : {send_dev_, recv_dev_}) {
+      p2p_detail::DeviceGuard g(dev);
+      if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    }
+    if (e == cudaSuccess) e = ring_.reset();
+    if (e == cudaSuccess) {
+      p2p_detail::DeviceGuard g(send_dev_);
+      e = cudaMemset(credits_.get(), 0, size_t(opt_.slots) * 8);
+    }
+    if (e == cudaSuccess) e = sender_.reset();
+    if (e == cudaSuccess) e = receiver_.reset();
+    next_seq_ = 0;
+    broken_ = false;
+    std::memset(status_host_.get(), 0, 2 * sizeof(SideControl));
+    return e;
+  }
+
+  void set_bypass_threshold(uint64_t bytes) { bypass_ = bytes; }
+  uint64_t bypass_threshold() const { return bypass_; }
+
+ private:
+  void destroy() {
+    if (ready_) {
+      for (int k = 0; k < 2; ++k) {
+        p2p_detail::DeviceGuard g(k == 0 ? send_dev_ : recv_dev_);
+        cudaStreamSynchronize(streams_[k]);
+        cudaStreamDestroy(streams_[k]);
+        cudaEventDestroy(done_[k]);
+        cudaEventDestroy(start_[k]);
+      }
+    }
+    ready_ = false;
+  }
+
+  P2POptions opt_;
+  int send_dev_ = 0, recv_dev_ = 0;
+  bool ready_ = false, broken_ = false;
+  uint64_t bypass_ = 0, next_seq_ = 0;
+  FrameRing ring_;
+  p2p_detail::Memory credits_, status_host_;
+  P2PSender<D, Code> sender_;
+  P2PReceiver<D, Code> receiver_;
+  cudaStream_t streams_[2] = {};
+  cudaEvent_t done_[2] = {}, start_[2] = {};
+};
+
+}  // namespace comm
+}  // namespace zipcomm
