@@ -24,7 +24,8 @@
 namespace zipcomm {
 namespace comm {
 
-/// Knobs of a link. Defaults are the H200 measurements in bench/RESULTS.md.
+/// Knobs of a link. The defaults are design choices not yet tuned on a GPU (bench_p2p --sweep times the
+/// alternatives); bypass_bytes is a conservative guess until calibrate() measures it.
 struct P2POptions {
   PipelineShape shape;                              // how messages are cut into items and frames
   uint32_t slots = 16;                              // frames in flight (ring depth)
@@ -34,7 +35,7 @@ struct P2POptions {
   uint64_t bypass_bytes = uint64_t(4) << 20;        // messages below go raw; calibrate() measures it
   uint64_t raw_chunk_bytes = uint64_t(4) << 20;     // largest chunk of the pipelined raw copy (bypass)
   uint64_t raw_single_bytes = uint64_t(256) << 10;  // raw messages up to this size: one chunk, two copies
-  int decode_streams = 4;                           // relay mode: frames decoding at once
+  int decode_streams = 4;                           // copy and relay modes: frames decoding at once
 };
 
 namespace p2p_detail {
@@ -599,7 +600,7 @@ class HostStagingLink {
 
   void set_bypass_threshold(uint64_t bytes) { bypass_ = bytes; }
   uint64_t bypass_threshold() const { return bypass_; }
-  /// Relay mode: bytes the last coded transfer put through the pinned ring (planes + section B of every
+  /// Copy and relay modes: bytes the last coded transfer put through the pinned ring (planes + section B of each
   /// frame), i.e. what crossed the link each way. 0 in kernel mode (the host does not see the frames).
   uint64_t wire_bytes() const { return wire_bytes_; }
   HostLinkMode mode() const { return mode_; }

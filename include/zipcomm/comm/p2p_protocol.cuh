@@ -31,7 +31,7 @@ struct PipelineTier {
   uint64_t region_elems;  // ignored for tier 0
 };
 
-/// How messages are cut. Defaults measured on an H200 over the pinned-host link (bench/RESULTS.md).
+/// How messages are cut. Defaults are design choices (docs/P2P.md section 1), not yet tuned on a GPU.
 struct PipelineShape {
   PipelineTier tier[MAX_PIPELINE_TIERS] = {
       {16384, 128, 0}, {2048, 512, uint64_t(4) << 20}, {256, 1024, uint64_t(256) << 10}};
