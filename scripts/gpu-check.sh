@@ -17,13 +17,18 @@ log "commit $(git rev-parse --short HEAD 2>/dev/null) on $(nvidia-smi -L | head 
 t0=$(date +%s)
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DZIPCOMM_BUILD_FUZZ=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Catch2=ON ${ZIPCOMM_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
-if ! cmake --build $BUILD -j"$(nproc)" > "$OUT/build.log" 2>&1; then
-  log "build FAILED"; grep -E "error" "$OUT/build.log" | head -40; exit 1
+# -k 0: a target that fails to build is reported, and everything else still builds and runs.
+if ! cmake --build $BUILD -j"$(nproc)" -- -k 0 > "$OUT/build.log" 2>&1; then
+  log "build had FAILURES (the rest runs)"; grep -E "error|FAILED" "$OUT/build.log" | head -40
+  [ -x $BUILD/tests/gpu/zipcomm_gpu_tests ] || exit 1
 fi
 log "build ok in $(( $(date +%s) - t0 )) s"
 
-ctest --test-dir $BUILD --output-on-failure -j4 > "$OUT/ctest.log" 2>&1
+# GPU tests one at a time: some run sender and receiver kernels side by side and need the GPU to themselves.
+ctest --test-dir $BUILD --output-on-failure -j4 -LE gpu > "$OUT/ctest.log" 2>&1
 rc=$?
+ctest --test-dir $BUILD --output-on-failure -L gpu >> "$OUT/ctest.log" 2>&1
+rc=$(( rc | $? ))
 log "ctest rc=$rc: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
 [ $rc -ne 0 ] && grep -E "FAILED|Failed|REQUIRE|failed" "$OUT/ctest.log" | head -40
 GPU_TESTS=$BUILD/tests/gpu/zipcomm_gpu_tests
@@ -31,7 +36,7 @@ $GPU_TESTS --durations yes > "$OUT/gpu_tests.log" 2>&1
 log "gpu tests rc=$?: $(tail -3 "$OUT/gpu_tests.log" | tr '\n' ' ')"
 
 if [ "$MODE" = full ]; then
-  compute-sanitizer --tool memcheck --error-exitcode 99 $GPU_TESTS "~[large]" > "$OUT/memcheck.log" 2>&1
+  compute-sanitizer --tool memcheck --error-exitcode 99 $GPU_TESTS "~[large]~[concurrent]" > "$OUT/memcheck.log" 2>&1
   log "memcheck rc=$?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
   compute-sanitizer --tool racecheck --error-exitcode 99 $GPU_TESTS "[block]" > "$OUT/racecheck.log" 2>&1
   log "racecheck rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
@@ -42,8 +47,19 @@ MIB=256
 [ "$MODE" = quick ] && MIB=64
 $BUILD/bench/zipcomm_bench --data tests/data --mib $MIB --reps 20 --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
 log "bench rc=$?"
+# P2P pipeline over the pinned-host link (issue 4): GB/s vs message size, coded modes vs raw; PNG when matplotlib is there
+P2P_ARGS=${ZIPCOMM_P2P_ARGS:---sweep}; [ "$MODE" = quick ] && P2P_ARGS="--max-mib 256"
+timeout 300 $BUILD/bench/zipcomm_bench_p2p --data tests/data $P2P_ARGS --json "$OUT/bench_p2p.json" > "$OUT/bench_p2p.txt" 2>&1
+log "bench_p2p rc=$?: $(grep -E 'min over sizes' "$OUT/bench_p2p.txt" | tr '\n' ' ')"
+python3 bench/plot_p2p.py "$OUT/bench_p2p.json" "$OUT/bench_p2p.png" >> "$OUT/bench_p2p.txt" 2>&1 ||
+  log "plot_p2p: no PNG here; draw it from bench_p2p.json with bench/plot_p2p.py"
 $BUILD/bench/zipcomm_bench_fused --data tests/data --mib $MIB --reps 20 --json "$OUT/bench_fused.json" > "$OUT/bench_fused.txt" 2>&1
 log "bench_fused rc=$?"
+# Ring allreduce (issue 5): compressed vs raw ring, simulated ranks on GPU 0 (peer GPUs and ncclAllReduce where there are several)
+timeout 300 $BUILD/bench/zipcomm_bench_ring --data tests/data --mib $MIB --json "$OUT/bench_ring.json" > "$OUT/bench_ring.txt" 2>&1
+log "bench_ring rc=$?"
 cat "$OUT/bench_fused.txt"
 cat "$OUT/bench.txt"
-cat "$OUT/summary.txt"
+# The device tool brings back at most 8 files: logs travel in one archive.
+( cd "$OUT" && tar czf all-logs.tgz *.log *.txt 2>/dev/null && rm -f *.log bench*.txt machine.txt )
+cat "$OUT/summary.txt" 2>/dev/null
