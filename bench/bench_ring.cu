@@ -1,0 +1,356 @@
+// zipcomm ring allreduce benchmark: algorithm and bus bandwidth (nccl-tests definitions: algbw = S / t for S
+// bytes per rank, busbw = algbw * 2 (R - 1) / R) against message size, for the compressed ring, the same ring
+// uncompressed, and the automatic mode (raw below RingOptions::raw_below_bytes). Prints a table, writes JSON.
+//
+//   one GPU      R simulated ranks share the GPU (its HBM is the "link"): this measures the codec side. For
+//                each size it reports how the compressed ring's block time splits between waiting on flags and
+//                each kind of fused hop (encode, decode + reduce + encode, decode + forward, decode), and the
+//                compressed/raw bytes actually sent.
+//   >= 2 GPUs    additionally one rank per GPU through peer access, and ncclAllReduce when built with NCCL.
+//
+// Every timed call starts from the same inputs (restored by an untimed device copy); the compressed and raw
+// results are compared bit for bit at every size (exit 1 on a difference). Data: a real bf16 gradient sample
+// tiled to the message size and rotated differently on every rank. The device copy bandwidth is measured in
+// the same run.
+// Usage: zipcomm_bench_ring [--data DIR] [--ranks 8] [--mib 256] [--reps 10] [--json FILE]
+//   --mib: the largest message per rank (sizes go from 16 KiB up by 4x)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <zipcomm/comm/ring_communicator.cuh>
+
+#include "bench_common.cuh"
+
+#if defined(ZIPCOMM_BENCH_WITH_NCCL)
+#include <nccl.h>
+#endif
+
+using namespace zipcomm;
+using namespace zipcomm::comm;
+
+namespace {
+
+constexpr DType D = DType::bf16;
+
+struct Row {
+  std::string backend, what;
+  int ranks;
+  uint64_t bytes;  // per rank
+  double ms, algbw, busbw;
+  double sent_ratio;                               // bytes sent / raw ring's bytes sent (rank 0)
+  std::array<double, RING_TIMER_SLOTS> share{};    // fraction of block time per timer slot (compressed rows)
+  bool compressed;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// R ranks' buffers (the ring works in place) and their pristine inputs, on rank_device[r].
+struct Buffers {
+  std::vector<int> device;
+  std::vector<void*> data, pristine;
+  uint64_t bytes = 0;
+  Buffers(const std::vector<int>& rank_device, const std::vector<uint8_t>& sample, uint64_t n) : device(rank_device) {
+    const uint64_t eb = format::elem_bytes(D), m = sample.size() / eb;
+    bytes = n * eb;
+    std::vector<uint8_t> host(bytes), rotated(m * eb);
+    for (size_t r = 0; r < device.size(); ++r) {
+      const uint64_t shift = ((m / 5) * r + r) % m;
+      std::memcpy(rotated.data(), sample.data() + shift * eb, (m - shift) * eb);
+      std::memcpy(rotated.data() + (m - shift) * eb, sample.data(), shift * eb);
+      for (uint64_t off = 0; off < bytes; off += rotated.size())
+        std::memcpy(host.data() + off, rotated.data(), std::min<uint64_t>(rotated.size(), bytes - off));
+      CK(cudaSetDevice(device[r]));
+      void *a, *b;
+      CK(cudaMalloc(&a, bytes));
+      CK(cudaMalloc(&b, bytes));
+      CK(cudaMemcpy(b, host.data(), bytes, cudaMemcpyHostToDevice));
+      data.push_back(a);
+      pristine.push_back(b);
+    }
+  }
+  ~Buffers() {
+    for (size_t r = 0; r < data.size(); ++r) {
+      cudaSetDevice(device[r]);
+      cudaFree(data[r]);
+      cudaFree(pristine[r]);
+    }
+  }
+  /// Restores the inputs, stream-ordered before the next call on each rank's stream.
+  void restore(const std::vector<cudaStream_t>& streams) {
+    for (size_t r = 0; r < data.size(); ++r) {
+      CK(cudaSetDevice(device[r]));
+      CK(cudaMemcpyAsync(data[r], pristine[r], bytes, cudaMemcpyDeviceToDevice, streams[r]));
+    }
+  }
+  std::vector<uint8_t> download(int r) const {
+    std::vector<uint8_t> v(bytes);
+    CK(cudaMemcpy(v.data(), data[r], bytes, cudaMemcpyDefault));
+    return v;
+  }
+};
+
+void sync_streams(const RingCommunicator& comm) {
+  for (int g = 0; g < comm.device_groups(); ++g) CK(cudaStreamSynchronize(comm.stream(g)));
+}
+
+/// Times `reps` calls of the ring in `mode` on `buf`. Single device: CUDA events on its stream; several:
+/// host time around synchronized calls. Fills timers (summed over reps) and bytes sent by rank 0 per call.
+double time_ring(RingCommunicator& comm, Buffers& buf, RingMode mode, int reps,
+                 std::array<uint64_t, RING_TIMER_SLOTS>& timers, uint64_t& sent) {
+  const int R = comm.ranks();
+  std::vector<cudaStream_t> streams(R);
+  for (int r = 0, g = 0; r < R; ++r) {
+    if (r > 0 && buf.device[r] != buf.device[r - 1]) ++g;
+    streams[r] = comm.stream(g);
+  }
+  const uint64_t n = buf.bytes / format::elem_bytes(D);
+  auto call = [&] {
+    CK(comm.allreduce<D>(buf.data.data(), n, ReduceOp::sum(), mode));
+  };
+  Status st;
+  for (int i = 0; i < 2; ++i) buf.restore(streams), call();  // warm-up
+  CK(comm.wait(&st));
+  if (st != Status::ok) std::fprintf(stderr, "ring status %s\n", status_string(st)), std::exit(1);
+  CK(comm.reset_counters());
+  std::vector<double> t;
+  const bool one_device = comm.device_groups() == 1;
+  cudaEvent_t a, b;
+  CK(cudaSetDevice(buf.device[0]));
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < reps; ++i) {
+    buf.restore(streams);
+    if (one_device) {
+      CK(cudaEventRecord(a, streams[0]));
+      call();
+      CK(cudaSetDevice(buf.device[0]));
+      CK(cudaEventRecord(b, streams[0]));
+      CK(cudaEventSynchronize(b));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      t.push_back(ms);
+    } else {  // host time from all streams idle to all streams done (wait() would add its status reads)
+      sync_streams(comm);
+      const double t0 = now_ms();
+      call();
+      sync_streams(comm);
+      t.push_back(now_ms() - t0);
+    }
+  }
+  CK(comm.wait(&st));
+  if (st != Status::ok) std::fprintf(stderr, "ring status %s\n", status_string(st)), std::exit(1);
+  std::vector<uint64_t> bytes_sent;
+  std::vector<std::array<uint64_t, RING_TIMER_SLOTS>> all;
+  CK(comm.read_counters(bytes_sent, &all));
+  timers = all[0];
+  sent = bytes_sent[0] / uint64_t(reps);
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  return median(t);
+}
+
+void add_ring_rows(const std::string& backend, RingCommunicator& comm, Buffers& buf, int reps, std::vector<Row>& rows) {
+  const int R = comm.ranks();
+  const double S = double(buf.bytes), bus = R > 1 ? 2.0 * (R - 1) / R : 1.0;
+  uint64_t raw_sent = 0;
+  std::vector<uint8_t> raw_result;
+  for (RingMode mode : {RingMode::raw, RingMode::compressed, RingMode::automatic}) {
+    std::array<uint64_t, RING_TIMER_SLOTS> timers{};
+    uint64_t sent = 0;
+    const double ms = time_ring(comm, buf, mode, reps, timers, sent);
+    Row row{backend,
+            mode == RingMode::raw ? "uncompressed ring" : mode == RingMode::compressed ? "compressed ring" : "automatic",
+            R, buf.bytes, ms, S / ms / 1e6, S / ms / 1e6 * bus, 0.0, {}, comm.last_call().compressed};
+    if (mode == RingMode::raw) raw_sent = sent;
+    row.sent_ratio = raw_sent ? double(sent) / double(raw_sent) : 0.0;
+    const double total = double(timers[RING_TIMER_TOTAL]);
+    for (int k = 0; k < RING_TIMER_SLOTS; ++k) row.share[k] = total > 0 ? double(timers[k]) / total : 0.0;
+    rows.push_back(row);
+    // the compressed ring's result must be the raw ring's, bit for bit (both ran last from the same inputs)
+    for (int r : {0, R - 1}) {
+      const std::vector<uint8_t> got = buf.download(r);
+      if (mode == RingMode::raw && r == 0) raw_result = got;
+      if (got != raw_result) {
+        std::fprintf(stderr, "%s, %s, %llu bytes: rank %d's result differs from the raw ring's\n", backend.c_str(),
+                     row.what.c_str(), (unsigned long long)buf.bytes, r);
+        std::exit(1);
+      }
+    }
+  }
+}
+
+#if defined(ZIPCOMM_BENCH_WITH_NCCL)
+#define NK(call)                                                                                      \
+  do {                                                                                                \
+    ncclResult_t r_ = (call);                                                                         \
+    if (r_ != ncclSuccess) {                                                                          \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_));     \
+      std::exit(1);                                                                                   \
+    }                                                                                                 \
+  } while (0)
+
+void add_nccl_row(const std::vector<ncclComm_t>& comms, const std::vector<cudaStream_t>& streams, Buffers& buf,
+                  int reps, std::vector<Row>& rows) {
+  const int R = int(comms.size());
+  const uint64_t n = buf.bytes / 2;
+  auto call = [&] {
+    NK(ncclGroupStart());
+    for (int r = 0; r < R; ++r) NK(ncclAllReduce(buf.data[r], buf.data[r], n, ncclBfloat16, ncclSum, comms[r], streams[r]));
+    NK(ncclGroupEnd());
+  };
+  auto sync = [&] {
+    for (int r = 0; r < R; ++r) {
+      CK(cudaSetDevice(buf.device[r]));
+      CK(cudaStreamSynchronize(streams[r]));
+    }
+  };
+  for (int i = 0; i < 2; ++i) buf.restore(streams), call();
+  sync();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    buf.restore(streams);
+    sync();
+    const double t0 = now_ms();
+    call();
+    sync();
+    t.push_back(now_ms() - t0);
+  }
+  const double ms = median(t), S = double(buf.bytes);
+  rows.push_back({"peer", "ncclAllReduce", R, buf.bytes, ms, S / ms / 1e6, S / ms / 1e6 * 2.0 * (R - 1) / R, 0.0, {}, false});
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string data = "tests/data", json;
+  int R = 8, reps = 10;
+  uint64_t max_mib = 256;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool more = i + 1 < argc;
+    if (a == "--data" && more) data = argv[++i];
+    else if (a == "--ranks" && more) R = std::atoi(argv[++i]);
+    else if (a == "--mib" && more) max_mib = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--reps" && more) reps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--json" && more) json = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--data DIR] [--ranks 8] [--mib 256] [--reps 10] [--json FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (R < 2 || R > RING_MAX_RANKS || max_mib == 0)
+    return std::fprintf(stderr, "--ranks must be 2..%d, --mib positive\n", RING_MAX_RANKS), 2;
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("zipcomm_bench_ring: no GPU on this machine; nothing measured.\n");
+    return 0;
+  }
+  const std::vector<uint8_t> sample = bench::read_data_file(data, "llama_grads.bf16");
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const double copy_tbps = bench::copy_roofline_tbps(uint64_t(256) << 20, 10);
+
+  std::vector<uint64_t> sizes;
+  for (uint64_t s = 16 << 10; s <= (max_mib << 20); s *= 4) sizes.push_back(s);
+  std::vector<Row> rows;
+  RingOptions opt;
+  {
+    RingCommunicator comm;
+    CK(comm.init(std::vector<int>(R, 0), opt));
+    for (uint64_t s : sizes) {
+      Buffers buf(std::vector<int>(R, 0), sample, s / 2);
+      add_ring_rows("simulated", comm, buf, reps, rows);
+    }
+  }
+  int peer_ranks = 0;
+  if (devices >= 2) {
+    peer_ranks = std::min(devices, 8);
+    std::vector<int> dev(peer_ranks);
+    for (int r = 0; r < peer_ranks; ++r) dev[r] = r;
+    RingCommunicator comm;
+    const cudaError_t e = comm.init(dev, opt);
+    if (e != cudaSuccess) {
+      std::printf("peer ring not run: %s\n", cudaGetErrorString(e));
+      peer_ranks = 0;
+    } else {
+#if defined(ZIPCOMM_BENCH_WITH_NCCL)
+      std::vector<ncclComm_t> comms(peer_ranks);
+      NK(ncclCommInitAll(comms.data(), peer_ranks, dev.data()));
+      std::vector<cudaStream_t> streams(peer_ranks);
+      for (int r = 0; r < peer_ranks; ++r) streams[r] = comm.stream(r);
+#endif
+      for (uint64_t s : sizes) {
+        Buffers buf(dev, sample, s / 2);
+        add_ring_rows("peer", comm, buf, reps, rows);
+#if defined(ZIPCOMM_BENCH_WITH_NCCL)
+        add_nccl_row(comms, streams, buf, reps, rows);
+#endif
+      }
+#if defined(ZIPCOMM_BENCH_WITH_NCCL)
+      for (ncclComm_t c : comms) ncclCommDestroy(c);
+#endif
+    }
+  }
+
+  std::printf("\nzipcomm ring allreduce on %s (%d SMs, %d GPU(s)); bf16 gradients, sum; median of %d\n", prop.name,
+              prop.multiProcessorCount, devices, reps);
+  std::printf("device copy: %.2f TB/s (read + write). algbw = S/t, busbw = algbw * 2(R-1)/R, S = bytes per rank.\n",
+              copy_tbps);
+  std::printf("simulated: %d ranks on GPU 0 (the ranks share its SMs and HBM)%s\n\n", R,
+              peer_ranks ? "" : "; one GPU: no peer or NCCL rows");
+  std::printf("%-9s %-17s %2s %10s %9s %9s %9s %6s | %6s %6s %6s %6s %6s %6s\n", "backend", "ring", "R", "bytes/rank",
+              "ms", "algbw", "busbw", "sent", "wait", "enc", "dre", "dre+f", "fwd", "dec");
+  for (const Row& r : rows) {
+    std::printf("%-9s %-17s %2d %10llu %9.3f %9.2f %9.2f %6.3f", r.backend.c_str(),
+                (r.what + (r.what == "automatic" ? (r.compressed ? ":c" : ":r") : "")).c_str(), r.ranks,
+                (unsigned long long)r.bytes, r.ms, r.algbw, r.busbw, r.sent_ratio);
+    if (r.compressed)
+      std::printf(" | %5.1f%% %5.1f%% %5.1f%% %5.1f%% %5.1f%% %5.1f%%\n", 100 * r.share[RING_TIMER_WAIT],
+                  100 * r.share[ring_timer_of(RingActionKind::send_own)],
+                  100 * r.share[ring_timer_of(RingActionKind::reduce_send)],
+                  100 * r.share[ring_timer_of(RingActionKind::reduce_keep)],
+                  100 * r.share[ring_timer_of(RingActionKind::forward)],
+                  100 * r.share[ring_timer_of(RingActionKind::receive)]);
+    else
+      std::printf(" |\n");
+  }
+  std::printf("\nGB/s columns are GB/s (1e9 bytes). sent: bytes rank 0 sent / the raw ring's. The right-hand columns\n"
+              "split the compressed ring's block time (rank 0, summed over its blocks): waiting on the previous\n"
+              "rank's flag, encode of the own slice, decode+reduce+encode hops, the last reduce-scatter hop\n"
+              "(decode+reduce+encode, then decode+forward), decode+forward hops, the final decode. Every\n"
+              "compressed result was checked bit for bit against the raw ring's.\n");
+  if (!json.empty()) {
+    std::ofstream o(json);
+    o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"gpus\": " << devices << ",\n  \"copy_tbps\": " << copy_tbps
+      << ",\n  \"dtype\": \"bf16\",\n  \"op\": \"sum\",\n  \"reps\": " << reps << ",\n  \"rows\": [\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      o << "    {\"backend\": \"" << r.backend << "\", \"ring\": \"" << r.what << "\", \"ranks\": " << r.ranks
+        << ", \"bytes_per_rank\": " << r.bytes << ", \"ms\": " << r.ms << ", \"algbw_gbps\": " << r.algbw
+        << ", \"busbw_gbps\": " << r.busbw << ", \"compressed\": " << (r.compressed ? "true" : "false")
+        << ", \"sent_ratio\": " << r.sent_ratio << ", \"share\": {\"wait\": " << r.share[RING_TIMER_WAIT];
+      for (int k = 0; k < RING_ACTION_KINDS; ++k)
+        o << ", \"" << ring_action_name(RingActionKind(k)) << "\": " << r.share[1 + k];
+      o << "}}" << (i + 1 < rows.size() ? ",\n" : "\n");
+    }
+    o << "  ]\n}\n";
+  }
+  return 0;
+}

@@ -1,0 +1,367 @@
+// Ring allreduce, host side, for the ranks one process drives: simulated ranks on one GPU (every rank on
+// the same device, one cooperative kernel runs them all) and one rank per GPU through peer access
+// (cudaDeviceEnablePeerAccess; one kernel per device). Mixed layouts work too: ranks on one device must be
+// contiguous, and each device's ranks run in one launch. The NCCL device-API backend drives the same kernel
+// with windows from ncclGetLsaPointer (examples/05_ring_allreduce/ring_nccl.cu).
+//
+// A call returns cudaError_t: CUDA failures, and cudaErrorInvalidValue for bad arguments (then wait() also
+// returns Status::invalid_argument). What the ring found (timeout, a peer's size or dtype mismatch, a corrupt
+// message) is the Status wait() returns; after an error wait() clears every window, so the next call starts
+// clean.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "../config.hpp"
+#include "../format.hpp"
+#include "../thread/reduce_op.hpp"
+#include "ring_allreduce.cuh"
+#include "ring_schedule.cuh"
+
+namespace zipcomm {
+namespace comm {
+
+enum class RingMode : uint8_t {
+  automatic = 0,   // compressed from RingOptions::raw_below_bytes up, raw below
+  compressed = 1,  // always the compressed ring
+  raw = 2,         // always the uncompressed ring
+};
+
+struct RingOptions {
+  int max_channels = 32;                                 // blocks per rank, at most (fewer for small messages)
+  uint64_t slot_bytes = ring_default_slot_bytes();       // one pipeline chunk's message (multiple of 256)
+  uint32_t rounds_per_pass = 2;                          // pipeline chunks per channel a launch holds (mailbox depth)
+  uint64_t raw_below_bytes = uint64_t(1) << 20;          // per-rank message size below which automatic goes raw
+  uint64_t timeout_ns = 2000000000ull;                   // bound of every wait on a peer
+};
+
+/// What the last call did (for benchmarks and tests).
+struct RingCallInfo {
+  bool compressed = false;
+  int channels = 0;
+  uint64_t chunk_elems = 0;
+  uint64_t rounds = 0;
+  uint32_t passes = 0;
+};
+
+class RingCommunicator {
+ public:
+  RingCommunicator() = default;
+  RingCommunicator(const RingCommunicator&) = delete;
+  RingCommunicator& operator=(const RingCommunicator&) = delete;
+  ~RingCommunicator() { release(); }
+
+  /// rank_device[r]: the CUDA device of rank r (1..RING_MAX_RANKS ranks). Allocates every window on its
+  /// rank's device and enables peer access between the devices used.
+  cudaError_t init(const std::vector<int>& rank_device, const RingOptions& options = RingOptions()) {
+    release();
+    const int R = int(rank_device.size());
+    if (R < 1 || R > RING_MAX_RANKS || options.max_channels < 1 || options.max_channels > RING_MAX_CHANNELS ||
+        options.rounds_per_pass < 1 || options.timeout_ns == 0 || options.slot_bytes % RING_SLOT_ALIGN ||
+        ring_chunk_elems(DType::fp32, options.slot_bytes) == 0)
+      return cudaErrorInvalidValue;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) return e;
+    std::vector<Group> groups;
+    for (int r = 0; r < R; ++r) {
+      if (rank_device[r] < 0 || rank_device[r] >= count) return cudaErrorInvalidDevice;
+      if (r > 0 && rank_device[r] != rank_device[r - 1]) {
+        for (const Group& g : groups)
+          if (g.device == rank_device[r]) return cudaErrorInvalidValue;  // a device's ranks must be contiguous
+      }
+      if (r == 0 || rank_device[r] != rank_device[r - 1]) groups.push_back(Group{rank_device[r], r, 0});
+      groups.back().num_ranks++;
+    }
+    groups_ = groups;
+    options_ = options;
+    rank_device_ = rank_device;
+    const uint32_t slots = options.rounds_per_pass * uint32_t(ring_slots_per_round(R) > 0 ? ring_slots_per_round(R) : 1);
+    layout_ = make_ring_window_layout(options.max_channels, slots, options.slot_bytes);
+    int prev = 0;
+    e = cudaGetDevice(&prev);
+    if (e != cudaSuccess) return e;
+    // Peer access between every pair of devices used (errors go to every rank, not only to neighbours).
+    for (size_t a = 0; a < groups_.size() && e == cudaSuccess; ++a) {
+      for (size_t b = 0; b < groups_.size() && e == cudaSuccess; ++b) {
+        if (a == b) continue;
+        int can = 0;
+        e = cudaDeviceCanAccessPeer(&can, groups_[a].device, groups_[b].device);
+        if (e == cudaSuccess && !can) e = cudaErrorPeerAccessUnsupported;
+        if (e == cudaSuccess) e = cudaSetDevice(groups_[a].device);
+        if (e == cudaSuccess) {
+          e = cudaDeviceEnablePeerAccess(groups_[b].device, 0);
+          if (e == cudaErrorPeerAccessAlreadyEnabled) {
+            (void)cudaGetLastError();
+            e = cudaSuccess;
+          }
+        }
+      }
+    }
+    windows_.assign(R, nullptr);
+    for (int r = 0; r < R && e == cudaSuccess; ++r) {
+      e = cudaSetDevice(rank_device[r]);
+      if (e == cudaSuccess) e = cudaMalloc(&windows_[r], layout_.total_bytes);
+      if (e == cudaSuccess) e = cudaMemset(windows_[r], 0, layout_.mailbox_offset);
+    }
+    for (Group& g : groups_) {
+      if (e == cudaSuccess) e = cudaSetDevice(g.device);
+      if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking);
+      if (e == cudaSuccess) e = cudaMalloc(&g.timers, sizeof(unsigned long long) * RING_TIMER_SLOTS * g.num_ranks);
+      if (e == cudaSuccess) e = cudaMemset(g.timers, 0, sizeof(unsigned long long) * RING_TIMER_SLOTS * g.num_ranks);
+    }
+    // The memsets ran on each device's legacy stream; the ring runs on non-blocking streams.
+    for (const Group& g : groups_) {
+      if (e == cudaSuccess) e = cudaSetDevice(g.device);
+      if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    }
+    const cudaError_t restore = cudaSetDevice(prev);
+    if (e == cudaSuccess) e = restore;
+    if (e != cudaSuccess) release();
+    return e;
+  }
+
+  int ranks() const { return int(rank_device_.size()); }
+  const RingWindowLayout& layout() const { return layout_; }
+  const RingOptions& options() const { return options_; }
+  const RingCallInfo& last_call() const { return last_; }
+  int device_groups() const { return int(groups_.size()); }
+  cudaStream_t stream(int group) const { return groups_[group].stream; }
+  uint8_t* window(int rank) const { return windows_[rank]; }
+
+  /// Whether RingMode::automatic compresses a message of n elements of dtype d.
+  bool compresses(DType d, uint64_t n, RingMode mode) const {
+    return mode == RingMode::compressed ||
+           (mode == RingMode::automatic && n * format::elem_bytes(d) >= options_.raw_below_bytes);
+  }
+
+  /// In-place allreduce of n elements of D: data[r] (on rank r's device, any alignment) holds rank r's input
+  /// and receives the result. Enqueued on the communicator's streams (stream(g)): the inputs must be ready
+  /// when it is called (synchronize, or order them with events). wait() gives the Status.
+  template <DType D>
+  cudaError_t allreduce(void* const* data, uint64_t n, const ReduceOp& op, RingMode mode = RingMode::automatic) {
+    last_ = RingCallInfo();
+    const cudaError_t bad = check_arguments(data, n, op, mode);
+    if (bad != cudaSuccess) {
+      pending_ = Status::invalid_argument;
+      return bad;
+    }
+    if (n == 0) return cudaSuccess;
+    cudaError_t e = cudaSuccess;
+    if (seq_.epoch >= (uint32_t(1) << 30)) e = clear_windows();  // keep flag comparisons far from wrapping
+    if (e != cudaSuccess) return e;
+    const bool compressed = compresses(D, n, mode);
+    int channels = 0;
+    e = compressed ? channels_for<D, true>(n, channels) : channels_for<D, false>(n, channels);
+    if (e != cudaSuccess) return e;
+    RingLaunch call{};
+    call.peers.ranks = ranks();
+    for (int r = 0; r < ranks(); ++r) {
+      call.peers.window[r] = windows_[r];
+      call.peers.data[r] = data[r];
+    }
+    call.part = make_ring_partition(n, ranks(), channels, ring_chunk_elems(D, layout_.slot_bytes));
+    call.layout = layout_;
+    call.op = op;
+    call.timeout_ns = options_.timeout_ns;
+    last_.compressed = compressed;
+    last_.channels = channels;
+    last_.chunk_elems = call.part.chunk_elems;
+    last_.rounds = call.part.rounds;
+    int prev = 0;
+    e = cudaGetDevice(&prev);
+    if (e != cudaSuccess) return e;
+    e = ring_for_each_pass(seq_, call, [&](const RingLaunch& pass) {
+      cudaError_t err = cudaSuccess;
+      for (const Group& g : groups_) {
+        RingLaunch a = pass;
+        a.first_rank = g.first_rank;
+        a.num_ranks = g.num_ranks;
+        a.timers = g.timers;
+        err = cudaSetDevice(g.device);
+        if (err == cudaSuccess)
+          err = compressed ? ring_launch_pass<D, true>(a, g.stream) : ring_launch_pass<D, false>(a, g.stream);
+        if (err != cudaSuccess) break;
+      }
+      if (err == cudaSuccess) ++last_.passes;
+      return err;
+    });
+    const cudaError_t restore = cudaSetDevice(prev);
+    return e != cudaSuccess ? e : restore;
+  }
+
+  /// allreduce with the dtype chosen at run time. A template only so that a translation unit that never calls
+  /// it does not compile the kernels of all three dtypes.
+  template <int UNUSED = 0>
+  cudaError_t allreduce(DType dtype, void* const* data, uint64_t n, const ReduceOp& op,
+                        RingMode mode = RingMode::automatic) {
+    switch (dtype) {
+      case DType::bf16: return allreduce<DType::bf16>(data, n, op, mode);
+      case DType::fp16: return allreduce<DType::fp16>(data, n, op, mode);
+      case DType::fp32: return allreduce<DType::fp32>(data, n, op, mode);
+    }
+    pending_ = Status::invalid_argument;
+    return cudaErrorInvalidValue;
+  }
+
+  /// Waits for every enqueued call; *status = the first error any rank met (ok if none). After an error the
+  /// windows are cleared (flags, epochs, error words), so the ring can be used again.
+  cudaError_t wait(Status* status) {
+    Status result = pending_;
+    pending_ = Status::ok;
+    cudaError_t e = cudaSuccess;
+    for (const Group& g : groups_)
+      if (e == cudaSuccess) e = cudaStreamSynchronize(g.stream);
+    for (int r = 0; r < ranks() && e == cudaSuccess; ++r) {
+      uint32_t word = 0;
+      e = cudaMemcpy(&word, ring_error_word(windows_[r]), sizeof word, cudaMemcpyDefault);
+      if (e == cudaSuccess && word != 0 && result == Status::ok) result = static_cast<Status>(word);
+    }
+    if (e == cudaSuccess && result != Status::ok && result != Status::invalid_argument) e = clear_windows();
+    if (status) *status = result;
+    return e;
+  }
+
+  /// Per rank: bytes it sent since the last reset_counters(), and its timers (RING_TIMER_* slots, ns summed
+  /// over its blocks). Call after wait().
+  cudaError_t read_counters(std::vector<uint64_t>& bytes_sent,
+                            std::vector<std::array<uint64_t, RING_TIMER_SLOTS>>* timers = nullptr) const {
+    bytes_sent.assign(ranks(), 0);
+    cudaError_t e = cudaSuccess;
+    for (int r = 0; r < ranks() && e == cudaSuccess; ++r)
+      e = cudaMemcpy(&bytes_sent[r], ring_bytes_sent(windows_[r]), 8, cudaMemcpyDefault);
+    if (timers) {
+      timers->assign(ranks(), {});
+      for (const Group& g : groups_) {
+        std::vector<unsigned long long> t(size_t(RING_TIMER_SLOTS) * g.num_ranks);
+        if (e == cudaSuccess) e = cudaMemcpy(t.data(), g.timers, t.size() * sizeof(t[0]), cudaMemcpyDefault);
+        for (int i = 0; i < g.num_ranks && e == cudaSuccess; ++i)
+          for (int k = 0; k < RING_TIMER_SLOTS; ++k) (*timers)[g.first_rank + i][k] = t[size_t(i) * RING_TIMER_SLOTS + k];
+      }
+    }
+    return e;
+  }
+
+  cudaError_t reset_counters() {
+    cudaError_t e = sync_all();
+    int prev = 0;
+    if (e == cudaSuccess) e = cudaGetDevice(&prev);
+    for (int r = 0; r < ranks() && e == cudaSuccess; ++r) {
+      e = cudaSetDevice(rank_device_[r]);
+      if (e == cudaSuccess) e = cudaMemset(ring_bytes_sent(windows_[r]), 0, 8);
+    }
+    for (const Group& g : groups_) {
+      if (e == cudaSuccess) e = cudaSetDevice(g.device);
+      if (e == cudaSuccess) e = cudaMemset(g.timers, 0, sizeof(unsigned long long) * RING_TIMER_SLOTS * g.num_ranks);
+      if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    }
+    const cudaError_t restore = cudaSetDevice(prev);
+    return e != cudaSuccess ? e : restore;
+  }
+
+  void release() {
+    for (Group& g : groups_) {
+      cudaSetDevice(g.device);
+      if (g.stream) cudaStreamSynchronize(g.stream), cudaStreamDestroy(g.stream);
+      if (g.timers) cudaFree(g.timers);
+    }
+    for (uint8_t* w : windows_)
+      if (w) cudaFree(w);
+    groups_.clear();
+    windows_.clear();
+    rank_device_.clear();
+    seq_ = RingSequence();
+    pending_ = Status::ok;
+  }
+
+ private:
+  struct Group {
+    int device, first_rank, num_ranks;
+    cudaStream_t stream = nullptr;
+    unsigned long long* timers = nullptr;
+    int resident[6] = {-1, -1, -1, -1, -1, -1};  // per (dtype, compressed): ring_resident_blocks, once
+  };
+
+  cudaError_t check_arguments(void* const* data, uint64_t n, const ReduceOp& op, RingMode mode) const {
+    if (windows_.empty() || !reduce_op_valid(op) || uint8_t(mode) > uint8_t(RingMode::raw) ||
+        n > (uint64_t(1) << 50))
+      return cudaErrorInvalidValue;
+    if (n == 0) return cudaSuccess;
+    if (!data) return cudaErrorInvalidValue;
+    for (int r = 0; r < ranks(); ++r) {
+      // Device (or managed) memory of rank r's device: a host pointer or another device's buffer would be
+      // read by the wrong GPU.
+      cudaPointerAttributes attr{};
+      if (!data[r] || cudaPointerGetAttributes(&attr, data[r]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cudaErrorInvalidValue;
+      }
+      const bool device_memory = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+      if (!device_memory || (attr.type == cudaMemoryTypeDevice && attr.device != rank_device_[r]))
+        return cudaErrorInvalidValue;
+    }
+    return cudaSuccess;
+  }
+
+  /// Channels for this call: what the message needs, what the window holds, and what stays resident
+  /// (ranks sharing a device share its blocks).
+  template <DType D, bool COMPRESSED>
+  cudaError_t channels_for(uint64_t n, int& channels) {
+    const uint64_t wanted = format::div_up(format::div_up(n, uint64_t(ranks())), RING_MIN_CHANNEL_ELEMS);
+    channels = wanted < uint64_t(layout_.channels) ? int(wanted) : layout_.channels;
+    int prev = 0;
+    cudaError_t e = cudaGetDevice(&prev);
+    const int slot = (int(D) - 1) * 2 + (COMPRESSED ? 1 : 0);
+    for (Group& g : groups_) {
+      if (e == cudaSuccess && g.resident[slot] < 0) {
+        e = cudaSetDevice(g.device);
+        if (e == cudaSuccess) e = ring_resident_blocks<D, COMPRESSED>(g.resident[slot]);
+      }
+      if (e == cudaSuccess && g.resident[slot] / g.num_ranks < channels) channels = g.resident[slot] / g.num_ranks;
+    }
+    const cudaError_t restore = cudaSetDevice(prev);
+    if (e == cudaSuccess) e = restore;
+    if (e == cudaSuccess && channels < 1) e = cudaErrorCooperativeLaunchTooLarge;
+    return e;
+  }
+
+  cudaError_t sync_all() {
+    cudaError_t e = cudaSuccess;
+    for (const Group& g : groups_)
+      if (e == cudaSuccess) e = cudaStreamSynchronize(g.stream);
+    return e;
+  }
+
+  /// Zeroes every window's control area (error word, counters, ready flags) and restarts the
+  /// epochs. Only safe with no pass in flight: this process owns every rank.
+  cudaError_t clear_windows() {
+    cudaError_t e = sync_all();
+    int prev = 0;
+    if (e == cudaSuccess) e = cudaGetDevice(&prev);
+    for (int r = 0; r < ranks() && e == cudaSuccess; ++r) {
+      e = cudaSetDevice(rank_device_[r]);
+      if (e == cudaSuccess) e = cudaMemset(windows_[r], 0, layout_.mailbox_offset);
+      if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    }
+    const cudaError_t restore = cudaSetDevice(prev);
+    seq_ = RingSequence();
+    return e != cudaSuccess ? e : restore;
+  }
+
+  RingOptions options_;
+  std::vector<int> rank_device_;
+  std::vector<Group> groups_;
+  std::vector<uint8_t*> windows_;
+  RingWindowLayout layout_{};
+  RingSequence seq_;
+  RingCallInfo last_;
+  Status pending_ = Status::ok;
+};
+
+}  // namespace comm
+}  // namespace zipcomm
