@@ -109,8 +109,8 @@ class BlockDecodeReduce {
 };
 
 /// \brief Decode + forward of a whole stream: out[0, n) = decode(in), and fwd receives in's total_bytes
-/// unchanged (fwd: 16-byte aligned, fwd_capacity bytes). The bytes are forwarded from the same loads that
-/// decode them.
+/// unchanged (fwd: 16-byte aligned, fwd_capacity bytes). Each chunk's bytes are copied by the warp that
+/// decodes it, while they are hot in L1/L2 (DRAM reads them once).
 template <DType D, int WARPS, class Code = thread::GaussianCode>
 class BlockDecodeForward {
   using WarpFused = warp::WarpChunkDecodeForward<D, Code>;

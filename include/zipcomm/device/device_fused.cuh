@@ -59,7 +59,7 @@ cudaError_t decompress_reduce_compress(void* d_temp_storage, size_t& temp_storag
 }
 
 /// d_out[0, n) = decode(d_in), and the stream's bytes (its header's total_bytes) copied to d_fwd (16-byte
-/// aligned, fwd_capacity bytes; too small gives Status::buffer_too_small) from the same loads.
+/// aligned, fwd_capacity bytes; too small gives Status::buffer_too_small), each chunk by the warp decoding it.
 template <DType D, class Code = thread::GaussianCode>
 cudaError_t decompress_forward(void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in, uint64_t in_bytes,
                                void* d_out, uint64_t n, void* d_fwd, uint64_t fwd_capacity, Status* d_status,

@@ -45,7 +45,8 @@ struct ChunkForward {
 /// \endcode
 /// Every lane sees every tile in order (count = 0 for lanes with no item in the tile), even after an error
 /// was found (then with unspecified values), so the warp stays converged. Begin(..., forward) also copies the
-/// chunk stream unchanged to `forward` (decode + forward), from the same loads.
+/// chunk's exponent stream and its share of the planes unchanged to `forward` (decode + forward), with
+/// 16-byte vectors; DRAM sees those bytes once, the decoder's own reads of them hit L1/L2.
 ///
 /// \tparam STAGE_WORDS  true (default): lane words are staged in TempStorage (8 KB), the fastest decoder
 ///   alone. false: lanes read them from global memory through L1 and TempStorage is 16 bytes, which leaves
