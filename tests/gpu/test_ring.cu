@@ -2,7 +2,9 @@
 // is bit-identical to the uncompressed ring's (same slices, chunks and order) and to the host reference of
 // that order, on every rank, for bf16/fp16/fp32 x sum/prod/min/max/avg, random per-rank data with special
 // values, odd sizes, R = 1..8, unaligned buffers; nothing is written outside the buffers; a rank that never
-// sends gives Status::timeout (no hang); bad arguments and mismatched peers give an error status.
+// sends gives Status::timeout (no hang); bad arguments and mismatched peers give an error status. The
+// automatic mode runs the ring the switch chose (raw by default, the user threshold, measurements) and says
+// why; calibrate() measures both rings and automatic follows the measurements.
 #include <chrono>
 #include <memory>
 
@@ -92,6 +94,7 @@ std::vector<std::vector<uint8_t>> run_ring(RingCommunicator& comm, DType d, cons
   INFO("ring status: " << status_string(st));
   REQUIRE(st == Status::ok);
   REQUIRE(comm.last_call().compressed == (mode == RingMode::compressed));
+  REQUIRE(comm.last_call().source == RingSwitchSource::forced);
   std::vector<std::vector<uint8_t>> out;
   for (const auto& b : bufs) out.push_back(b.result());
   return out;
@@ -259,34 +262,155 @@ TEST_CASE("ring allreduce: large messages with the default slots", "[gpu][ring][
   }
 }
 
-TEST_CASE("ring allreduce: the automatic switch runs the raw ring below the threshold, same bits", "[gpu][ring]") {
+/// One RingMode::automatic call of n bf16 elements on R ranks: it must run the expected ring for the expected
+/// reason and give the reference's bits on every rank.
+void check_automatic(RingCommunicator& comm, uint64_t n, bool want_compressed, RingSwitchSource want_source,
+                     std::mt19937_64& rng) {
+  const int R = comm.ranks();
+  CAPTURE(n, want_compressed, ring_switch_source_name(want_source));
+  std::vector<std::vector<uint8_t>> inputs(R);
+  std::vector<const void*> ptrs;
+  for (auto& v : inputs) v = ring_data(DType::bf16, n, rng), ptrs.push_back(v.data());
+  std::vector<uint8_t> want(2 * n);
+  REQUIRE(ring_reference(DType::bf16, ReduceOp::sum(), ptrs, n, want.data()) == Status::ok);
+  const RingSwitchDecision d = comm.decide(DType::bf16, n, RingMode::automatic);
+  REQUIRE(d.compressed == want_compressed);
+  REQUIRE(d.source == want_source);
+  REQUIRE(comm.compresses(DType::bf16, n, RingMode::automatic) == want_compressed);
+  std::vector<RankBuffer> bufs;
+  std::vector<void*> dp;
+  for (const auto& in : inputs) bufs.emplace_back(in, 0);
+  for (const auto& b : bufs) dp.push_back(b.data());
+  CUDA_OK(comm.allreduce<DType::bf16>(dp.data(), n, ReduceOp::sum()));
+  Status st;
+  CUDA_OK(comm.wait(&st));
+  REQUIRE(st == Status::ok);
+  REQUIRE(comm.last_call().compressed == want_compressed);
+  REQUIRE(comm.last_call().source == want_source);
+  for (int r = 0; r < R; ++r) require_same(bufs[r].result(), want, 2, "automatic mode vs host reference");
+}
+
+TEST_CASE("ring allreduce: the automatic switch: raw by default, then the user threshold, then measurements",
+          "[gpu][ring]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  RingOptions o = small_ring_options();
-  o.raw_below_bytes = 64 * 1024;
+  const uint64_t sizes[] = {1000, 32767, 32768, 200000};  // bf16: 2000 B .. 400000 B per rank
   const int R = 4;
+  {
+    // Nothing measured, no threshold: the raw ring (ranks sharing a GPU: HBM is faster than the codec).
+    RingCommunicator comm;
+    CUDA_OK(comm.init(std::vector<int>(R, 0), small_ring_options()));
+    REQUIRE(comm.options().raw_below_bytes == RING_SWITCH_UNSET);
+    for (uint64_t n : sizes) check_automatic(comm, n, false, RingSwitchSource::fallback, rng);
+    // forced modes say so
+    REQUIRE(comm.decide(DType::bf16, 1000, RingMode::compressed).source == RingSwitchSource::forced);
+    REQUIRE(comm.decide(DType::bf16, 1000, RingMode::compressed).compressed);
+    REQUIRE_FALSE(comm.decide(DType::bf16, 1000, RingMode::raw).compressed);
+  }
+  RingOptions o = small_ring_options();
+  o.raw_below_bytes = 64 * 1024;  // the user's threshold, set at init
   RingCommunicator comm;
   CUDA_OK(comm.init(std::vector<int>(R, 0), o));
-  for (uint64_t n : {uint64_t(1000), uint64_t(32767), uint64_t(32768), uint64_t(200000)}) {
-    CAPTURE(n);
-    std::vector<std::vector<uint8_t>> inputs(R);
-    std::vector<const void*> ptrs;
-    for (auto& v : inputs) v = ring_data(DType::bf16, n, rng), ptrs.push_back(v.data());
-    std::vector<uint8_t> want(2 * n);
-    REQUIRE(ring_reference(DType::bf16, ReduceOp::sum(), ptrs, n, want.data()) == Status::ok);
-    std::vector<RankBuffer> bufs;
-    std::vector<void*> dp;
-    for (const auto& in : inputs) bufs.emplace_back(in, 0);
-    for (const auto& b : bufs) dp.push_back(b.data());
-    CUDA_OK(comm.allreduce<DType::bf16>(dp.data(), n, ReduceOp::sum()));
-    Status st;
-    CUDA_OK(comm.wait(&st));
-    REQUIRE(st == Status::ok);
-    REQUIRE(comm.last_call().compressed == (2 * n >= o.raw_below_bytes));
-    REQUIRE(comm.compresses(DType::bf16, n, RingMode::automatic) == (2 * n >= o.raw_below_bytes));
-    for (int r = 0; r < R; ++r) require_same(bufs[r].result(), want, 2, "automatic mode vs host reference");
+  for (uint64_t n : sizes) check_automatic(comm, n, 2 * n >= o.raw_below_bytes, RingSwitchSource::threshold, rng);
+  // Measurements (here: made up, a link on which the compressed ring wins from 64 KiB up) take precedence for
+  // their dtype: raw below 16 KiB (below the range) and between the 16 KiB loss and the 64 KiB win.
+  comm.set_calibration(DType::bf16, {{16 * 1024, 1.0, 2.0}, {64 * 1024, 1.0, 0.5}, {256 * 1024, 1.0, 0.5}});
+  for (uint64_t n : sizes) check_automatic(comm, n, n >= 32768, RingSwitchSource::calibrated, rng);
+  REQUIRE(comm.decide(DType::fp32, 100000, RingMode::automatic).source == RingSwitchSource::threshold);
+  // measurements that say "raw" everywhere
+  comm.set_calibration(DType::bf16, {{16 * 1024, 1.0, 2.0}, {1 << 20, 1.0, 1.0}});
+  check_automatic(comm, 200000, false, RingSwitchSource::calibrated, rng);
+  // setting a threshold drops the measurements; unsetting it goes back to the default
+  comm.set_raw_below_bytes(0);
+  check_automatic(comm, 1000, true, RingSwitchSource::threshold, rng);
+  REQUIRE(comm.calibration(DType::bf16).empty());
+  comm.set_raw_below_bytes(RING_SWITCH_UNSET);
+  check_automatic(comm, 200000, false, RingSwitchSource::fallback, rng);
+}
+
+TEST_CASE("ring allreduce: calibrate() measures both rings on the communicator; automatic follows it", "[gpu][ring]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const int R = 4;
+  RingCommunicator comm;
+  CUDA_OK(comm.init(std::vector<int>(R, 0), small_ring_options()));
+  const std::vector<uint8_t> sample = gpu_test::gaussian_bytes(DType::bf16, 50001, 0.02f, rng);
+  RingCalibration c;
+  c.min_bytes = 16 * 1024;
+  c.max_bytes = 1 << 20;
+  c.reps = 2;
+  Status st = Status::invalid_argument;
+  CUDA_OK(comm.calibrate<DType::bf16>(sample.data(), sample.size(), c, &st));
+  REQUIRE(st == Status::ok);
+  const std::vector<RingSwitchPoint> pts = comm.calibration(DType::bf16);
+  REQUIRE(pts.size() == 4);  // 16, 64, 256, 1024 KiB
+  for (size_t i = 0; i < pts.size(); ++i) {
+    CAPTURE(i, pts[i].bytes, pts[i].raw_ms, pts[i].compressed_ms);
+    REQUIRE(pts[i].bytes == (uint64_t(16 * 1024) << (2 * i)));
+    REQUIRE(pts[i].raw_ms > 0.0);
+    REQUIRE(pts[i].compressed_ms > 0.0);
   }
+  REQUIRE(comm.calibration(DType::fp32).empty());
+  for (uint64_t n : {uint64_t(1000), uint64_t(8192), uint64_t(100000), uint64_t(524288), uint64_t(2000000)}) {
+    const RingSwitchDecision d = comm.decide(DType::bf16, n, RingMode::automatic);
+    REQUIRE(d.source == RingSwitchSource::calibrated);
+    REQUIRE(d.compressed == ring_switch_measured(pts.data(), pts.size(), 2 * n, c.margin));
+  }
+  const bool comp = comm.compresses(DType::bf16, 300000, RingMode::automatic);
+  check_automatic(comm, 300000, comp, RingSwitchSource::calibrated, rng);
+  if (comp) WARN("calibrate() found the compressed ring faster with every rank on one GPU (HBM link)");
+  REQUIRE(comm.last_call().source == RingSwitchSource::calibrated);
+
+  // On the caller's buffers (fp32, 70000 elements per rank): sizes stop at the buffers' size; inputs unchanged.
+  const uint64_t n = 70000;
+  std::vector<std::vector<uint8_t>> inputs(R);
+  std::vector<std::unique_ptr<DeviceBuffer>> dev;
+  std::vector<const void*> dptr;
+  for (int r = 0; r < R; ++r) {
+    inputs[r] = ring_data(DType::fp32, n, rng);
+    dev.emplace_back(new DeviceBuffer(4 * n));
+    CUDA_OK(cudaMemcpy(dev[r]->ptr, inputs[r].data(), 4 * n, cudaMemcpyHostToDevice));
+    dptr.push_back(dev[r]->ptr);
+  }
+  CUDA_OK(comm.calibrate_with_buffers<DType::fp32>(dptr.data(), n, c, &st));
+  REQUIRE(st == Status::ok);
+  const std::vector<RingSwitchPoint>& p32 = comm.calibration(DType::fp32);
+  REQUIRE(p32.size() == 4);  // 16 KiB, 64 KiB, 256 KiB, then 280000 B (the whole buffer)
+  REQUIRE(p32.back().bytes == 4 * n);
+  REQUIRE(comm.calibration(DType::bf16).size() == 4);  // per dtype
+  for (int r = 0; r < R; ++r) {
+    std::vector<uint8_t> back(4 * n);
+    CUDA_OK(cudaMemcpy(back.data(), dev[r]->ptr, back.size(), cudaMemcpyDeviceToHost));
+    REQUIRE(back == inputs[r]);
+  }
+
+  // bad arguments record nothing
+  RingCalibration bad = c;
+  REQUIRE(comm.calibrate<DType::bf16>(nullptr, 100, c) == cudaErrorInvalidValue);
+  REQUIRE(comm.calibrate<DType::bf16>(sample.data(), 1, c) == cudaErrorInvalidValue);  // not one element
+  bad.reps = 0;
+  REQUIRE(comm.calibrate<DType::bf16>(sample.data(), sample.size(), bad) == cudaErrorInvalidValue);
+  bad = c;
+  bad.min_bytes = 2 * c.max_bytes;
+  REQUIRE(comm.calibrate<DType::bf16>(sample.data(), sample.size(), bad) == cudaErrorInvalidValue);
+  bad = c;
+  bad.step = 1;
+  REQUIRE(comm.calibrate<DType::bf16>(sample.data(), sample.size(), bad) == cudaErrorInvalidValue);
+  bad = c;
+  bad.margin = 1.0;
+  REQUIRE(comm.calibrate<DType::bf16>(sample.data(), sample.size(), bad) == cudaErrorInvalidValue);
+  const void* host_ptrs[R] = {sample.data(), sample.data(), sample.data(), sample.data()};
+  REQUIRE(comm.calibrate_with_buffers<DType::bf16>(host_ptrs, 1000, c) == cudaErrorInvalidValue);
+  REQUIRE(comm.calibration(DType::bf16).size() == 4);
+  REQUIRE(comm.calibration(DType::bf16)[0].raw_ms == pts[0].raw_ms);
+  RingCommunicator idle;  // not initialized
+  REQUIRE(idle.calibrate<DType::bf16>(sample.data(), sample.size(), c) == cudaErrorInvalidValue);
+  // init() drops the measurements
+  CUDA_OK(comm.init(std::vector<int>(2, 0), small_ring_options()));
+  REQUIRE(comm.calibration(DType::bf16).empty());
+  REQUIRE(comm.decide(DType::bf16, 1 << 20, RingMode::automatic).source == RingSwitchSource::fallback);
 }
 
 TEST_CASE("ring allreduce: byte counters; the compressed ring sends fewer bytes on Gaussian data", "[gpu][ring]") {
