@@ -1,6 +1,11 @@
 // zipcomm ring allreduce benchmark: algorithm and bus bandwidth (nccl-tests definitions: algbw = S / t for S
 // bytes per rank, busbw = algbw * 2 (R - 1) / R) against message size, for the compressed ring, the same ring
-// uncompressed, and the automatic mode (raw below RingOptions::raw_below_bytes). Prints a table, writes JSON.
+// uncompressed, and the automatic mode. Prints tables, writes JSON.
+//
+// The automatic switch: each communicator is calibrated first (RingCommunicator::calibrate on the same sample,
+// 64 KiB .. --mib per rank; --no-calibrate keeps the untuned default, the raw ring). At every size of the sweep
+// the automatic row says which ring it ran, why (calibrated / default), and whether that was the faster of the
+// two rings measured at that size in the sweep ("right"; "tie" when they are within the switch's 3% margin).
 //
 //   one GPU      R simulated ranks share the GPU (its HBM is the "link"): this measures the codec side. For
 //                each size it reports how the compressed ring's block time splits between waiting on flags and
@@ -12,13 +17,14 @@
 // results are compared bit for bit at every size (exit 1 on a difference). Data: a real bf16 gradient sample
 // tiled to the message size and rotated differently on every rank. The device copy bandwidth is measured in
 // the same run.
-// Usage: zipcomm_bench_ring [--data DIR] [--ranks 8] [--mib 256] [--reps 10] [--json FILE]
+// Usage: zipcomm_bench_ring [--data DIR] [--ranks 8] [--mib 256] [--reps 10] [--json FILE] [--no-calibrate]
 //   --mib: the largest message per rank (sizes go from 16 KiB up by 4x)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,7 +55,15 @@ struct Row {
   double sent_ratio;                               // bytes sent / raw ring's bytes sent (rank 0)
   std::array<double, RING_TIMER_SLOTS> share{};    // fraction of block time per timer slot (compressed rows)
   bool compressed;
+  RingSwitchSource source = RingSwitchSource::forced;  // automatic rows: why that ring
+  std::string verdict;                                 // automatic rows: right / wrong / tie
 };
+
+/// Whether the automatic row ran the faster of the raw and compressed rows of its size.
+std::string switch_verdict(bool compressed, double raw_ms, double comp_ms) {
+  if (std::fabs(comp_ms - raw_ms) <= RING_SWITCH_DEFAULT_MARGIN * raw_ms) return "tie";
+  return compressed == (comp_ms < raw_ms) ? "right" : "wrong";
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -169,6 +183,7 @@ void add_ring_rows(const std::string& backend, RingCommunicator& comm, Buffers& 
   const int R = comm.ranks();
   const double S = double(buf.bytes), bus = R > 1 ? 2.0 * (R - 1) / R : 1.0;
   uint64_t raw_sent = 0;
+  double raw_ms = 0, comp_ms = 0;
   std::vector<uint8_t> raw_result;
   for (RingMode mode : {RingMode::raw, RingMode::compressed, RingMode::automatic}) {
     std::array<uint64_t, RING_TIMER_SLOTS> timers{};
@@ -177,7 +192,10 @@ void add_ring_rows(const std::string& backend, RingCommunicator& comm, Buffers& 
     Row row{backend,
             mode == RingMode::raw ? "uncompressed ring" : mode == RingMode::compressed ? "compressed ring" : "automatic",
             R, buf.bytes, ms, S / ms / 1e6, S / ms / 1e6 * bus, 0.0, {}, comm.last_call().compressed};
-    if (mode == RingMode::raw) raw_sent = sent;
+    row.source = comm.last_call().source;
+    if (mode == RingMode::raw) raw_sent = sent, raw_ms = ms;
+    if (mode == RingMode::compressed) comp_ms = ms;
+    if (mode == RingMode::automatic) row.verdict = switch_verdict(row.compressed, raw_ms, comp_ms);
     row.sent_ratio = raw_sent ? double(sent) / double(raw_sent) : 0.0;
     const double total = double(timers[RING_TIMER_TOTAL]);
     for (int k = 0; k < RING_TIMER_SLOTS; ++k) row.share[k] = total > 0 ? double(timers[k]) / total : 0.0;
@@ -242,6 +260,7 @@ int main(int argc, char** argv) {
   std::string data = "tests/data", json;
   int R = 8, reps = 10;
   uint64_t max_mib = 256;
+  bool calibrate = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool more = i + 1 < argc;
@@ -250,8 +269,11 @@ int main(int argc, char** argv) {
     else if (a == "--mib" && more) max_mib = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--reps" && more) reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--json" && more) json = argv[++i];
+    else if (a == "--no-calibrate") calibrate = false;
     else {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--ranks 8] [--mib 256] [--reps 10] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--data DIR] [--ranks 8] [--mib 256] [--reps 10] [--json FILE] [--no-calibrate]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -271,9 +293,27 @@ int main(int argc, char** argv) {
   for (uint64_t s = 16 << 10; s <= (max_mib << 20); s *= 4) sizes.push_back(s);
   std::vector<Row> rows;
   RingOptions opt;
+  RingCalibration cal;
+  cal.max_bytes = max_mib << 20;
+  cal.min_bytes = std::min<uint64_t>(cal.min_bytes, cal.max_bytes);
+  std::vector<std::pair<std::string, std::vector<RingSwitchPoint>>> calibrations;
+  auto calibrate_ring = [&](const std::string& backend, RingCommunicator& comm) {
+    if (!calibrate) return;
+    const double t0 = now_ms();
+    Status st = Status::ok;
+    CK(comm.calibrate<D>(sample.data(), sample.size(), cal, &st));
+    if (st != Status::ok) {
+      std::fprintf(stderr, "%s: calibrate: ring status %s\n", backend.c_str(), status_string(st));
+      std::exit(1);
+    }
+    CK(comm.reset_counters());
+    calibrations.emplace_back(backend, comm.calibration(D));
+    std::printf("%s: calibrated in %.1f s\n", backend.c_str(), (now_ms() - t0) / 1e3);
+  };
   {
     RingCommunicator comm;
     CK(comm.init(std::vector<int>(R, 0), opt));
+    calibrate_ring("simulated", comm);
     for (uint64_t s : sizes) {
       Buffers buf(std::vector<int>(R, 0), sample, s / 2);
       add_ring_rows("simulated", comm, buf, reps, rows);
@@ -290,6 +330,7 @@ int main(int argc, char** argv) {
       std::printf("peer ring not run: %s\n", cudaGetErrorString(e));
       peer_ranks = 0;
     } else {
+      calibrate_ring("peer", comm);
 #if defined(ZIPCOMM_BENCH_WITH_NCCL)
       std::vector<ncclComm_t> comms(peer_ranks);
       NK(ncclCommInitAll(comms.data(), peer_ranks, dev.data()));
@@ -336,6 +377,49 @@ int main(int argc, char** argv) {
               "rank's flag, encode of the own slice, decode+reduce+encode hops, the last reduce-scatter hop\n"
               "(decode+reduce+encode, then decode+forward), decode+forward hops, the final decode. Every\n"
               "compressed result was checked bit for bit against the raw ring's.\n");
+
+  for (const auto& c : calibrations) {
+    std::printf("\ncalibration of the %s ring (RingCommunicator::calibrate, median of %d; the compressed ring must "
+                "win by %.0f%%)\n", c.first.c_str(), cal.reps, 100 * cal.margin);
+    std::printf("  %12s %10s %14s  %s\n", "bytes/rank", "raw ms", "compressed ms", "winner");
+    for (const RingSwitchPoint& p : c.second)
+      std::printf("  %12llu %10.3f %14.3f  %s\n", (unsigned long long)p.bytes, p.raw_ms, p.compressed_ms,
+                  ring_point_compresses(p, cal.margin) ? "compressed" : "raw");
+  }
+  // One line per automatic row: what it ran, why, and whether that was the faster ring at that size.
+  struct Switch {
+    const Row* row;
+    double raw_ms, comp_ms;
+  };
+  std::vector<Switch> switches;
+  for (const Row& r : rows) {
+    if (r.what != "automatic") continue;
+    Switch w{&r, 0, 0};
+    for (const Row& q : rows)
+      if (q.backend == r.backend && q.bytes == r.bytes) {
+        if (q.what == "uncompressed ring") w.raw_ms = q.ms;
+        if (q.what == "compressed ring") w.comp_ms = q.ms;
+      }
+    switches.push_back(w);
+  }
+  int wrong = 0;
+  std::printf("\nautomatic switch%s: the ring automatic ran at each size, why, and whether it was the faster one\n",
+              calibrate ? "" : " (not calibrated: --no-calibrate)");
+  std::printf("%-9s %10s %9s %9s %11s %11s %-11s %s\n", "backend", "bytes/rank", "raw ms", "compr ms", "faster",
+              "automatic", "why", "verdict");
+  for (const Switch& w : switches) {
+    const Row& r = *w.row;
+    const bool comp_faster = w.comp_ms < w.raw_ms;
+    char faster[32];
+    std::snprintf(faster, sizeof faster, "%s %.2fx", comp_faster ? "compr" : "raw",
+                  comp_faster ? w.raw_ms / w.comp_ms : w.comp_ms / w.raw_ms);
+    wrong += r.verdict == "wrong";
+    std::printf("%-9s %10llu %9.3f %9.3f %11s %11s %-11s %s\n", r.backend.c_str(), (unsigned long long)r.bytes,
+                w.raw_ms, w.comp_ms, faster, r.compressed ? "compressed" : "raw", ring_switch_source_name(r.source),
+                r.verdict.c_str());
+  }
+  std::printf("automatic ran the slower ring at %d of %zu sizes (tie: the two within %.0f%%).\n", wrong,
+              switches.size(), 100 * RING_SWITCH_DEFAULT_MARGIN);
   if (!json.empty()) {
     std::ofstream o(json);
     o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"gpus\": " << devices << ",\n  \"copy_tbps\": " << copy_tbps
@@ -345,10 +429,32 @@ int main(int argc, char** argv) {
       o << "    {\"backend\": \"" << r.backend << "\", \"ring\": \"" << r.what << "\", \"ranks\": " << r.ranks
         << ", \"bytes_per_rank\": " << r.bytes << ", \"ms\": " << r.ms << ", \"algbw_gbps\": " << r.algbw
         << ", \"busbw_gbps\": " << r.busbw << ", \"compressed\": " << (r.compressed ? "true" : "false")
-        << ", \"sent_ratio\": " << r.sent_ratio << ", \"share\": {\"wait\": " << r.share[RING_TIMER_WAIT];
+        << ", \"source\": \"" << ring_switch_source_name(r.source) << "\"";
+      if (!r.verdict.empty()) o << ", \"verdict\": \"" << r.verdict << "\"";
+      o << ", \"sent_ratio\": " << r.sent_ratio << ", \"share\": {\"wait\": " << r.share[RING_TIMER_WAIT];
       for (int k = 0; k < RING_ACTION_KINDS; ++k)
         o << ", \"" << ring_action_name(RingActionKind(k)) << "\": " << r.share[1 + k];
       o << "}}" << (i + 1 < rows.size() ? ",\n" : "\n");
+    }
+    o << "  ],\n  \"calibrated\": " << (calibrate ? "true" : "false") << ",\n  \"calibration\": {";
+    for (size_t i = 0; i < calibrations.size(); ++i) {
+      o << (i ? ",\n" : "\n") << "    \"" << calibrations[i].first << "\": [";
+      const auto& pts = calibrations[i].second;
+      for (size_t k = 0; k < pts.size(); ++k)
+        o << (k ? ", " : "") << "{\"bytes_per_rank\": " << pts[k].bytes << ", \"raw_ms\": " << pts[k].raw_ms
+          << ", \"compressed_ms\": " << pts[k].compressed_ms
+          << ", \"compressed_wins\": " << (ring_point_compresses(pts[k], cal.margin) ? "true" : "false") << "}";
+      o << "]";
+    }
+    o << (calibrations.empty() ? "" : "\n  ") << "},\n  \"switch\": [\n";
+    for (size_t i = 0; i < switches.size(); ++i) {
+      const Row& r = *switches[i].row;
+      o << "    {\"backend\": \"" << r.backend << "\", \"bytes_per_rank\": " << r.bytes
+        << ", \"raw_ms\": " << switches[i].raw_ms << ", \"compressed_ms\": " << switches[i].comp_ms
+        << ", \"faster\": \"" << (switches[i].comp_ms < switches[i].raw_ms ? "compressed" : "raw")
+        << "\", \"automatic\": \"" << (r.compressed ? "compressed" : "raw") << "\", \"source\": \""
+        << ring_switch_source_name(r.source) << "\", \"verdict\": \"" << r.verdict << "\"}"
+        << (i + 1 < switches.size() ? ",\n" : "\n");
     }
     o << "  ]\n}\n";
   }

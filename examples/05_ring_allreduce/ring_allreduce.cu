@@ -6,12 +6,15 @@
 //   --backend peer  rank r on GPU r % (number of GPUs), peer access between the GPUs, one kernel per GPU (on
 //                   one GPU every rank lands on device 0: the same code path as sim)
 // The NCCL device-API backend is ring_nccl.cu. Checks that the compressed ring's result equals the raw ring's
-// bit for bit on every rank, and both equal the host reference of the ring's order; exits 1 otherwise.
+// bit for bit on every rank, and both equal the host reference of the ring's order; then runs the automatic
+// mode (RingMode::automatic) and reports which ring it chose and why, with the same check; exits 1 otherwise.
 //
 // Usage: zipcomm_ring_allreduce [--ranks 4] [--n 4000037] [--dtype bf16|fp16|fp32] [--op sum|prod|min|max|avg]
-//                               [--backend sim|peer] [--data FILE] [--reps 5]
+//                               [--backend sim|peer] [--data FILE] [--reps 5] [--calibrate]
 //   --data FILE: raw elements of --dtype (e.g. tests/data/llama_grads.bf16), tiled to n and rotated per rank;
 //   default: Gaussian data with a different scale and seed per rank.
+//   --calibrate: RingCommunicator::calibrate on rank 0's input (64 KiB .. n elements per rank) before the
+//   automatic run; without it the automatic mode runs the raw ring (its default).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -122,6 +125,7 @@ int main(int argc, char** argv) {
   int R = 4, reps = 5;
   uint64_t n = 4000037;
   std::string dtype = "bf16", op_name = "sum", backend = "sim", data_file;
+  bool calibrate = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool more = i + 1 < argc;
@@ -132,10 +136,11 @@ int main(int argc, char** argv) {
     else if (a == "--backend" && more) backend = argv[++i];
     else if (a == "--data" && more) data_file = argv[++i];
     else if (a == "--reps" && more) reps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--calibrate") calibrate = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--ranks 4] [--n 4000037] [--dtype bf16|fp16|fp32] [--op sum|prod|min|max|avg]\n"
-                   "          [--backend sim|peer] [--data FILE] [--reps 5]\n",
+                   "          [--backend sim|peer] [--data FILE] [--reps 5] [--calibrate]\n",
                    argv[0]);
       return 2;
     }
@@ -175,14 +180,32 @@ int main(int argc, char** argv) {
   CK(comm.init(rank_device));
   const RunResult raw = run(comm, rank_device, d, n, op, RingMode::raw, inputs, reps);
   const RunResult comp = run(comm, rank_device, d, n, op, RingMode::compressed, inputs, reps);
+  if (calibrate) {
+    RingCalibration c;
+    c.max_bytes = n * format::elem_bytes(d);
+    c.min_bytes = std::min(c.min_bytes, c.max_bytes);
+    Status st = Status::ok;
+    const void* sample = inputs[0].data();
+    CK((d == DType::bf16   ? comm.calibrate<DType::bf16>(sample, c.max_bytes, c, &st)
+        : d == DType::fp16 ? comm.calibrate<DType::fp16>(sample, c.max_bytes, c, &st)
+                           : comm.calibrate<DType::fp32>(sample, c.max_bytes, c, &st)));
+    if (st != Status::ok) return std::fprintf(stderr, "calibrate: ring status %s\n", status_string(st)), 1;
+    std::printf("calibration (per-rank bytes: raw ms / compressed ms):");
+    for (const RingSwitchPoint& p : comm.calibration(d))
+      std::printf(" %llu: %.3f / %.3f%s", (unsigned long long)p.bytes, p.raw_ms, p.compressed_ms,
+                  ring_point_compresses(p, c.margin) ? " (compressed)" : "");
+    std::printf("\n");
+  }
+  const RunResult autom = run(comm, rank_device, d, n, op, RingMode::automatic, inputs, reps);
 
   std::vector<uint8_t> want(n * format::elem_bytes(d));
   if (ring_reference(d, op, in_ptrs, n, want.data()) != Status::ok) return std::fprintf(stderr, "reference failed\n"), 1;
   const uint64_t eb = format::elem_bytes(d);
-  int comp_eq_raw = 0, raw_eq_ref = 0;
+  int comp_eq_raw = 0, raw_eq_ref = 0, auto_eq_raw = 0;
   uint64_t diff = 0;
   for (int r = 0; r < R; ++r) {
     comp_eq_raw += comp.out[r] == raw.out[r];
+    auto_eq_raw += autom.out[r] == raw.out[r];
     raw_eq_ref += raw.out[r] == want;
     diff += count_diff(comp.out[r], raw.out[r], eb);
   }
@@ -201,6 +224,9 @@ int main(int argc, char** argv) {
   std::printf("  compressed == raw, bit for bit: %d of %d ranks (%llu elements differ); raw == host reference of "
               "the ring order: %d of %d ranks\n",
               comp_eq_raw, R, (unsigned long long)diff, raw_eq_ref, R);
+  std::printf("  automatic   status %-8s ran the %s ring (%s), %.3f ms; == raw ring: %d of %d ranks\n",
+              status_string(autom.status), autom.info.compressed ? "compressed" : "raw",
+              ring_switch_source_name(autom.info.source), autom.ms, auto_eq_raw, R);
   // Where the compressed ring's time goes (rank 0's blocks, summed): waiting on flags vs each kind of hop.
   const double total = double(comp.timers[RING_TIMER_TOTAL]);
   if (total > 0) {
@@ -210,7 +236,8 @@ int main(int argc, char** argv) {
         std::printf(", %s %.1f%%", ring_action_name(RingActionKind(k)), 100.0 * comp.timers[1 + k] / total);
     std::printf("\n");
   }
-  const bool ok = raw.status == Status::ok && comp.status == Status::ok && comp_eq_raw == R && raw_eq_ref == R;
+  const bool ok = raw.status == Status::ok && comp.status == Status::ok && autom.status == Status::ok &&
+                  comp_eq_raw == R && raw_eq_ref == R && auto_eq_raw == R;
   std::printf("%s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }
