@@ -15,6 +15,13 @@
 //   --ranks N > 1 forks N processes (rank r on GPU r; ncclCommInitRank with a unique id shared through an
 //   anonymous shared mapping). Exit 0: every check passed; 1: a check failed; 77: the device API is not
 //   usable here (header/library versions differ, no symmetric memory, ranks not all load/store accessible).
+//
+// Symmetric memory (which ncclDevCommCreate requires) is decided once, in ncclCommInitRank. NCCL 2.28.3 grants
+// it only when all of: every pair of the node's ranks is directly P2P-connected ("isAllDirectP2p", which
+// obeys NCCL_P2P_LEVEL), the communicator spans one node, NCCL_WIN_ENABLE is not 0, and cuMem is usable
+// (NCCL_CUMEM_ENABLE). A communicator with a single local rank has no pair and NCCL counts it as NOT all
+// direct P2P, so `--ranks 1` cannot use the device API on that release, and no environment variable or
+// ncclConfig_t field changes that: this example then says so and exits 77. docs/RING.md, "Backends".
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <nccl_device.h>
@@ -187,11 +194,31 @@ int run_rank(int rank, const Config& cfg, Shared* shared) {
     return EXIT_SKIP;
   }
   ncclDevComm dev;
+#if defined(NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER)
+  ncclDevCommRequirements reqs = NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER;  // later releases check a magic field
+#else
   ncclDevCommRequirements reqs;
-  std::memset(&reqs, 0, sizeof reqs);  // no initializer macro in every 2.28 release
+  std::memset(&reqs, 0, sizeof reqs);  // 2.28 has no initializer macro
+#endif
   reqs.lsaBarrierCount = 1;
-  if (ncclDevCommCreate(comm, &reqs, &dev) != ncclSuccess) {
-    std::fprintf(stderr, "rank %d: ncclDevCommCreate failed\n", rank);
+  if (const ncclResult_t r = ncclDevCommCreate(comm, &reqs, &dev); r != ncclSuccess) {
+    std::fprintf(stderr, "rank %d: ncclDevCommCreate failed: %s (%s)\n", rank, ncclGetErrorString(r),
+                 ncclGetLastError(comm));
+    if (R == 1 && version <= NCCL_VERSION(2, 28, 3))
+      std::fprintf(stderr,
+                   "rank 0: skipped: NCCL %d grants symmetric memory (needed by ncclDevCommCreate) only if every pair "
+                   "of a node's ranks is directly P2P-connected; a 1-rank communicator has no pair and counts as not "
+                   "(ncclTransportCheckP2pType: isAllDirectP2p = 0 when localRanks == 1; NCCL_DEBUG=INFO prints "
+                   "\"Check P2P Type isAllDirectP2p 0\"). No environment variable or config field changes that: run "
+                   "--ranks 2 or more on GPUs with P2P (NVLink) between them.\n",
+                   version);
+    else
+      std::fprintf(stderr,
+                   "rank %d: skipped: this communicator has no symmetric memory. NCCL grants it at ncclCommInitRank "
+                   "only if the ranks are on one node, every pair of them is directly P2P-connected (within "
+                   "NCCL_P2P_LEVEL up to 2.28.3), NCCL_WIN_ENABLE is not 0 and cuMem works (NCCL_CUMEM_ENABLE); "
+                   "NCCL_DEBUG=INFO shows which failed (\"Check P2P Type\", cuMem lines).\n",
+                   rank);
     return EXIT_SKIP;
   }
   if (dev.lsaSize != R || dev.lsaRank != rank) {
