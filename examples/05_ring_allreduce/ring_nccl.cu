@@ -214,10 +214,10 @@ int run_rank(int rank, const Config& cfg, Shared* shared) {
                    version);
     else
       std::fprintf(stderr,
-                   "rank %d: skipped: this communicator has no symmetric memory. NCCL grants it at ncclCommInitRank "
-                   "only if the ranks are on one node, every pair of them is directly P2P-connected (within "
-                   "NCCL_P2P_LEVEL up to 2.28.3), NCCL_WIN_ENABLE is not 0 and cuMem works (NCCL_CUMEM_ENABLE); "
-                   "NCCL_DEBUG=INFO shows which failed (\"Check P2P Type\", cuMem lines).\n",
+                   "rank %d: skipped (NCCL's warning above names the cause). ncclDevCommCreate needs symmetric "
+                   "memory, which NCCL grants at ncclCommInitRank only if the ranks are on one node, every pair of "
+                   "them is directly P2P-connected (within NCCL_P2P_LEVEL up to 2.28.3), NCCL_WIN_ENABLE is not 0 "
+                   "and cuMem works (NCCL_CUMEM_ENABLE); NCCL_DEBUG=INFO shows the inputs (\"Check P2P Type\").\n",
                    rank);
     return EXIT_SKIP;
   }
