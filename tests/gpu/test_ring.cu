@@ -374,6 +374,7 @@ TEST_CASE("ring allreduce: calibrate() measures both rings on the communicator; 
     CUDA_OK(cudaMemcpy(dev[r]->ptr, inputs[r].data(), 4 * n, cudaMemcpyHostToDevice));
     dptr.push_back(dev[r]->ptr);
   }
+  CUDA_OK(cudaDeviceSynchronize());  // the inputs are read on the ring's (non-blocking) streams
   CUDA_OK(comm.calibrate_with_buffers<DType::fp32>(dptr.data(), n, c, &st));
   REQUIRE(st == Status::ok);
   const std::vector<RingSwitchPoint>& p32 = comm.calibration(DType::fp32);

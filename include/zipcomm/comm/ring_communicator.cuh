@@ -214,6 +214,8 @@ class RingCommunicator {
         e = cudaMemcpy(dst + have * EB, dst, c2 * EB, cudaMemcpyDeviceToDevice);
         have += c2;
       }
+      // device-to-device cudaMemcpy does not wait, and the ring's streams do not wait for the legacy stream
+      if (e == cudaSuccess) e = cudaDeviceSynchronize();
     }
     if (e == cudaSuccess) e = calibrate_with_buffers<D>(pristine.data(), n, c, status);
     for (int r = 0; r < ranks(); ++r) {
@@ -226,7 +228,8 @@ class RingCommunicator {
   }
 
   /// calibrate() on the caller's data: inputs[r], n elements of D on rank r's device (read, not modified;
-  /// sizes above n * sizeof(D) are not measured). Allocates max_bytes per rank for the duration.
+  /// sizes above n * sizeof(D) are not measured), ready when it is called (synchronize first: it reads them on
+  /// the ring's streams). Allocates max_bytes per rank for the duration.
   template <DType D>
   cudaError_t calibrate_with_buffers(const void* const* inputs, uint64_t n,
                                      const RingCalibration& c = RingCalibration(), Status* status = nullptr) {
