@@ -78,7 +78,9 @@ int main(int argc, char** argv) {
   std::string data = "tests/data", json;
   uint64_t max_mib = 1024, min_kib = 1;
   double reps_scale = 1.0;
-  bool sweep = false;
+  bool sweep = false, trace = false, curve = true;
+  uint32_t trace_frame_items = 0;
+  std::string modes = "copy,relay,kernel,stream", sweep_only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--data" && i + 1 < argc)
@@ -93,6 +95,16 @@ int main(int argc, char** argv) {
       reps_scale = std::atof(argv[++i]);
     else if (a == "--sweep")
       sweep = true;
+    else if (a == "--sweep-only" && i + 1 < argc)  // sweep variants whose name starts with this
+      sweep = true, sweep_only = argv[++i];
+    else if (a == "--trace")  // per-frame timelines of kernel and stream mode at 64 MiB
+      trace = true;
+    else if (a == "--trace-frame-items" && i + 1 < argc)  // tier-0 frame size of the traced links
+      trace = true, trace_frame_items = uint32_t(std::strtoul(argv[++i], nullptr, 10));
+    else if (a == "--no-curve")
+      curve = false;
+    else if (a == "--modes" && i + 1 < argc)  // links of the curve, e.g. copy,stream
+      modes = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [--data DIR] [--max-mib 1024] [--min-kib 1] [--json FILE] [--reps-scale X]\n",
                    argv[0]);
@@ -198,17 +210,34 @@ int main(int argc, char** argv) {
                                                                   reinterpret_cast<uint4*>(dst), probe / 16);
       },
       nowait);
+  // Both directions by SMs at once (what kernel mode does: sender stores D2H while receiver loads H2D),
+  // each kernel on half the SMs' worth of blocks, on two streams.
+  const double sm_both = time_ms(
+      5,
+      [&] {
+        CK(cudaEventRecord(a, stream));
+        CK(cudaStreamWaitEvent(side, a, 0));
+        sm_copy<<<prop.multiProcessorCount * 2, 256, 0, stream>>>(reinterpret_cast<const uint4*>(src),
+                                                                  reinterpret_cast<uint4*>(pinned_a), probe / 16);
+        sm_copy<<<prop.multiProcessorCount * 2, 256, 0, side>>>(reinterpret_cast<const uint4*>(pinned_b),
+                                                                reinterpret_cast<uint4*>(dst), probe / 16);
+        CK(cudaEventRecord(b, side));
+        CK(cudaStreamWaitEvent(stream, b, 0));
+      },
+      nowait);
   CK(cudaGetLastError());
   const double gb = double(probe) / 1e9;
   std::printf(
       "link probe (%s): copy engine D2H %.1f GB/s, H2D %.1f GB/s, both at once %.1f GB/s each; "
-      "SM copy D2H %.1f GB/s, H2D %.1f GB/s\n",
-      human(probe).c_str(), gb / d2h * 1e3, gb / h2d * 1e3, gb / both * 1e3, gb / sm_d2h * 1e3, gb / sm_h2d * 1e3);
+      "SM copy D2H %.1f GB/s, H2D %.1f GB/s, both at once %.1f GB/s each\n",
+      human(probe).c_str(), gb / d2h * 1e3, gb / h2d * 1e3, gb / both * 1e3, gb / sm_d2h * 1e3, gb / sm_h2d * 1e3,
+      gb / sm_both * 1e3);
   rows.push_back({probe, "probe_ce_d2h", d2h, gb / d2h * 1e3, ""});
   rows.push_back({probe, "probe_ce_h2d", h2d, gb / h2d * 1e3, ""});
   rows.push_back({probe, "probe_ce_both", both, gb / both * 1e3, "each direction"});
   rows.push_back({probe, "probe_sm_d2h", sm_d2h, gb / sm_d2h * 1e3, ""});
   rows.push_back({probe, "probe_sm_h2d", sm_h2d, gb / sm_h2d * 1e3, ""});
+  rows.push_back({probe, "probe_sm_both", sm_both, gb / sm_both * 1e3, "each direction"});
   CK(cudaFreeHost(pinned_a));
   CK(cudaFreeHost(pinned_b));
 
@@ -255,8 +284,29 @@ int main(int argc, char** argv) {
       o.receiver_blocks = sms / 2;
     });
     add("kernel 32 slots", HostLinkMode::kernel, [](P2POptions& o) { o.slots = 32; });
+    add("stream default", HostLinkMode::stream, [](P2POptions&) {});
+    add("stream frames of 256 items", HostLinkMode::stream, [](P2POptions& o) { o.shape.tier[0].frame_items = 256; });
+    add("stream frames of 512 items", HostLinkMode::stream, [](P2POptions& o) { o.shape.tier[0].frame_items = 512; });
+    add("stream no split-send", HostLinkMode::stream, [](P2POptions& o) { o.split_send = false; });
+    add("stream no split-send, frames of 256", HostLinkMode::stream, [](P2POptions& o) {
+      o.split_send = false;
+      o.shape.tier[0].frame_items = 256;
+    });
+    add("stream frames of 256, no fine tail", HostLinkMode::stream, [](P2POptions& o) {
+      o.shape.tier[0].frame_items = 256;
+      o.shape.num_tiers = 1;
+    });
+    add("stream frames of 256, sender 64 blocks", HostLinkMode::stream, [](P2POptions& o) {
+      o.shape.tier[0].frame_items = 256;
+      o.sender_blocks = 64;
+    });
+    add("stream frames of 256, 32 slots", HostLinkMode::stream, [](P2POptions& o) {
+      o.shape.tier[0].frame_items = 256;
+      o.slots = 32;
+    });
     std::printf("\nknob sweep (coded, always): ms at 64 MiB / 256 MiB, and GB/s\n");
     for (Variant& v : vs) {
+      if (!sweep_only.empty() && std::string(v.name).rfind(sweep_only, 0) != 0) continue;
       HostStagingLink<DType::bf16> link;
       CK(link.init(0, v.opt, v.mode));
       double ms[2];
@@ -282,25 +332,94 @@ int main(int argc, char** argv) {
     }
   }
 
+  // ---- per-frame timelines (tuning): when each frame was taken, published and decoded --------------------
+  if (trace) {
+    const uint64_t bytes = std::min<uint64_t>(max_bytes, uint64_t(64) << 20);
+    const uint64_t n = bytes / 2;
+    const HostLinkMode tm[2] = {HostLinkMode::kernel, HostLinkMode::stream};
+    const char* tn[2] = {"kernel", "stream"};
+    P2POptions topt;
+    if (trace_frame_items) topt.shape.tier[0].frame_items = trace_frame_items;
+    const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n, topt.shape);
+    const uint64_t F = plan.num_frames;
+    uint64_t* d_trace;
+    CK(cudaMalloc(&d_trace, 6 * F * 8));
+    std::vector<uint64_t> h(6 * F);
+    for (int k = 0; k < 2; ++k) {
+      HostStagingLink<DType::bf16> link;
+      CK(link.init(0, topt, tm[k]));
+      for (int w = 0; w < 2; ++w) {
+        CK(link.transfer_coded(src, dst, n, stream));
+        if (link.wait() != Status::ok) std::fprintf(stderr, "trace %s: transfer failed\n", tn[k]), std::exit(1);
+      }
+      CK(cudaMemset(d_trace, 0, 6 * F * 8));
+      link.set_trace(d_trace, d_trace + 3 * F);
+      CK(cudaEventRecord(a, stream));
+      CK(link.transfer_coded(src, dst, n, stream));
+      CK(cudaEventRecord(b, stream));
+      if (link.wait() != Status::ok) std::fprintf(stderr, "trace %s: transfer failed\n", tn[k]), std::exit(1);
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      link.set_trace(nullptr, nullptr);
+      verify(bytes, tn[k]);
+      CK(cudaMemcpy(h.data(), d_trace, 6 * F * 8, cudaMemcpyDeviceToHost));
+      uint64_t t0 = UINT64_MAX;
+      for (uint64_t v : h)
+        if (v) t0 = std::min(t0, v);
+      auto us = [&](uint64_t v) { return v ? double(v - t0) / 1e3 : -1.0; };
+      std::printf("\ntrace, %s mode, %s, %llu frames, %.3f ms (%.1f GB/s); us from the first stamp\n", tn[k],
+                  human(bytes).c_str(), (unsigned long long)F, ms, bytes / ms / 1e6);
+      std::printf("%6s %9s %6s | %9s %9s %9s | %9s %9s %9s\n", "frame", "elems", "items", "s.take", "s.planes",
+                  "s.done", "r.start", "r.ready", "r.done");
+      for (uint64_t f = 0; f < F; ++f) {
+        if (F > 28 && f == 12) std::printf("   ...\n");
+        if (F > 28 && f >= 12 && f + 12 < F) continue;
+        const FrameInfo fi = plan.frame(f);
+        const uint64_t* sv = &h[3 * f];
+        const uint64_t* rv = &h[3 * F + 3 * f];
+        std::printf("%6llu %9llu %6u | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f\n", (unsigned long long)f,
+                    (unsigned long long)fi.elems, fi.items, us(sv[0]), us(sv[1]), us(sv[2]), us(rv[0]), us(rv[1]),
+                    us(rv[2]));
+      }
+      std::fflush(stdout);
+    }
+    CK(cudaFree(d_trace));
+  }
+  if (!curve) return 0;
+
   // ---- the links ------------------------------------------------------------------------------------------
   struct Link {
     const char* name;
     HostStagingLink<DType::bf16> link;
   };
-  constexpr int NL = 3;
-  Link links[NL] = {{"copy", {}}, {"relay", {}}, {"kernel", {}}};
-  CK(links[0].link.init(0, P2POptions(), HostLinkMode::copy));
-  CK(links[1].link.init(0, P2POptions(), HostLinkMode::relay));
-  CK(links[2].link.init(0, P2POptions(), HostLinkMode::kernel));
-  for (Link& l : links) {
+  std::vector<Link> all_links(4);
+  const HostLinkMode all_modes[4] = {HostLinkMode::copy, HostLinkMode::relay, HostLinkMode::kernel,
+                                     HostLinkMode::stream};
+  const char* all_names[4] = {"copy", "relay", "kernel", "stream"};
+  int NL = 0;
+  for (int k = 0; k < 4; ++k) {
+    if ((","+modes+",").find(std::string(",") + all_names[k] + ",") == std::string::npos) continue;
+    all_links[NL].name = all_names[k];
+    CK(all_links[NL].link.init(0, all_modes[k] == HostLinkMode::stream ? P2POptions::stream_tuned() : P2POptions(),
+                               all_modes[k]));
+    ++NL;
+  }
+  Link* links = all_links.data();
+  for (int k = 0; k < NL; ++k) {
+    Link& l = links[k];
     CK(l.link.calibrate(src, sample.size() / 2));
     std::printf("%s mode: measured bypass threshold %s\n", l.name,
                 l.link.bypass_threshold() == UINT64_MAX ? "never code" : human(l.link.bypass_threshold()).c_str());
   }
 
-  std::printf("\n%-9s %9s %8s | %8s %8s %8s | %8s %8s %8s | %6s %6s %6s\n", "size", "raw GB/s", "chunk", "copy",
-              "relay", "kernel", "copy+bp", "relay+bp", "kern+bp", "c/raw", "r/raw", "k/raw");
-  double min_ratio[NL] = {1e9, 1e9, 1e9}, min_ratio_64[NL] = {1e9, 1e9, 1e9};
+  std::printf("\n%-9s %9s %8s |", "size", "raw GB/s", "chunk");
+  for (int k = 0; k < NL; ++k) std::printf(" %8s", links[k].name);
+  std::printf(" |");
+  for (int k = 0; k < NL; ++k) std::printf(" %7s+bp", links[k].name);
+  std::printf(" |");
+  for (int k = 0; k < NL; ++k) std::printf(" %c+bp/raw", links[k].name[0]);
+  std::printf("\n");
+  double min_ratio[4] = {1e9, 1e9, 1e9, 1e9}, min_ratio_64[4] = {1e9, 1e9, 1e9, 1e9};
   for (uint64_t bytes = min_kib << 10; bytes <= max_bytes; bytes *= 2) {
     const uint64_t n = bytes / 2;
     const int reps = std::max(5, int(reps_scale * (bytes <= (uint64_t(1) << 20)    ? 41
@@ -325,7 +444,7 @@ int main(int argc, char** argv) {
     CK(cudaStreamSynchronize(stream));
     verify(bytes, "raw");
     rows.push_back({bytes, "raw", raw_best, bytes / raw_best / 1e6, "chunk " + std::to_string(raw_chunk)});
-    double coded[NL], autob[NL];
+    double coded[4], autob[4];
     for (int k = 0; k < NL; ++k) {
       HostStagingLink<DType::bf16>& link = links[k].link;
       auto wait = [&] {
@@ -355,15 +474,18 @@ int main(int argc, char** argv) {
       min_ratio[k] = std::min(min_ratio[k], r);
       if (bytes >= (uint64_t(64) << 20)) min_ratio_64[k] = std::min(min_ratio_64[k], r);
     }
-    std::printf("%-9s %9.2f %8s | %8.2f %8.2f %8.2f | %8.2f %8.2f %8.2f | %6.3f %6.3f %6.3f\n", human(bytes).c_str(),
-                bytes / raw_best / 1e6, human(raw_chunk).c_str(), bytes / coded[0] / 1e6, bytes / coded[1] / 1e6,
-                bytes / coded[2] / 1e6, bytes / autob[0] / 1e6, bytes / autob[1] / 1e6, bytes / autob[2] / 1e6,
-                raw_best / autob[0], raw_best / autob[1], raw_best / autob[2]);
+    std::printf("%-9s %9.2f %8s |", human(bytes).c_str(), bytes / raw_best / 1e6, human(raw_chunk).c_str());
+    for (int k = 0; k < NL; ++k) std::printf(" %8.2f", bytes / coded[k] / 1e6);
+    std::printf(" |");
+    for (int k = 0; k < NL; ++k) std::printf(" %10.2f", bytes / autob[k] / 1e6);
+    std::printf(" |");
+    for (int k = 0; k < NL; ++k) std::printf(" %9.3f", raw_best / autob[k]);
+    std::printf("\n");
     std::fflush(stdout);
   }
   std::printf(
       "\nGB/s = message bytes / (start .. receiver holds every decoded element); raw = pipelined copy-engine "
-      "transfer, best of one chunk and chunks of {128K..16M}; copy/relay/kernel = the link's modes, coded always; +bp "
+      "transfer, best of one chunk and chunks of {128K..16M}; copy/relay/kernel/stream = the link's modes, coded always; +bp "
       "= "
       "the link as used (raw below its measured bypass threshold); c/r/k/raw = link (+bp) speed over raw.\n");
   for (int k = 0; k < NL; ++k)

@@ -232,8 +232,13 @@ int main(int argc, char** argv) {
   cudaStream_t sync_stream, reader_stream;
   CK(cudaStreamCreateWithFlags(&sync_stream, cudaStreamNonBlocking));
   CK(cudaStreamCreateWithFlags(&reader_stream, cudaStreamNonBlocking));
+  // Stream mode: the GPU schedules the whole pipeline (no host thread); copy mode where the driver lacks the
+  // stream memory operations it needs.
   HostStagingLink<DType::bf16> link;
-  CK(link.init(0));
+  cudaError_t ie = link.init(0, P2POptions::stream_tuned(), HostLinkMode::stream);
+  if (ie == cudaErrorNotSupported) ie = link.init(0);
+  CK(ie);
+  std::printf("pinned host link, %s mode\n", link.mode() == HostLinkMode::stream ? "stream" : "copy");
   CK(link.calibrate(view(trainer, 2), specs[2].elems));  // a q_proj: what most of the bytes look like
   std::printf("%zu buckets of up to %llu MiB; bypass threshold (measured): %s\n", buckets.size(),
               (unsigned long long)bucket_mib,

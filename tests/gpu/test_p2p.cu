@@ -115,12 +115,15 @@ TEST_CASE("p2p host staging link (copy and relay modes): bit-exact at odd sizes 
         [&] { return link.wait(); });
 }
 
-TEST_CASE("p2p host staging link (kernel): bit-exact at odd sizes, ring wrapping", "[gpu][p2p][concurrent]") {
+TEST_CASE("p2p host staging link (kernel and stream modes): bit-exact at odd sizes, ring wrapping",
+          "[gpu][p2p][concurrent]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
+  const HostLinkMode mode = GENERATE(HostLinkMode::kernel, HostLinkMode::stream);
+  CAPTURE(int(mode));
   HostStagingLink<DType::bf16> link;
-  CUDA_OK(link.init(0, small_ring_options(), HostLinkMode::kernel));
+  CUDA_OK(link.init(0, small_ring_options(), mode));
   for (uint64_t n : {uint64_t(1), uint64_t(3000), uint64_t(70001), uint64_t(1) << 21}) {
     const std::vector<uint8_t> host = test_bf16(n, rng);
     check_transfer(
@@ -132,6 +135,36 @@ TEST_CASE("p2p host staging link (kernel): bit-exact at odd sizes, ring wrapping
       real_bf16(uint64_t(5) << 20), 0, 0,
       [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
       [&] { return link.wait(); });
+}
+
+TEST_CASE("p2p stream mode: section B past the budget goes by the overflow path; the budget adapts",
+          "[gpu][p2p][concurrent]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  P2POptions o = small_ring_options();
+  o.exps_budget_per_kelem = 8;  // far too small: every frame's chunks spill into the overflow area
+  HostStagingLink<DType::bf16> link;
+  CUDA_OK(link.init(0, o, HostLinkMode::stream));
+  // Gaussian, real, and incompressible data (random bits: chunks stay raw, section B near its bound).
+  std::vector<uint8_t> noise(2 * ((uint64_t(1) << 20) + 77));
+  for (auto& b : noise) b = uint8_t(rng());
+  const std::vector<std::vector<uint8_t>> inputs = {test_bf16(300001, rng), real_bf16(uint64_t(3) << 20), noise};
+  for (const auto& host : inputs) {
+    check_transfer(
+        host, 0, 2, [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
+        [&] { return link.wait(); });
+  }
+  // After a well-behaved transfer the budget covers such data again: the copy engines move about all of it.
+  const std::vector<uint8_t> real = real_bf16(uint64_t(4) << 20);
+  for (int k = 0; k < 2; ++k)
+    check_transfer(
+        real, 0, 0, [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
+        [&] { return link.wait(); });
+  const double wire = double(link.wire_bytes()) / double(real.size());
+  CAPTURE(wire);
+  REQUIRE(wire > 0.6);
+  REQUIRE(wire < 0.72);  // real bf16 gradients code to ~0.67 of their bytes; the budget adds at most ~2% of that
 }
 
 TEST_CASE("p2p links within one ring's capacity (no concurrency needed)", "[gpu][p2p]") {
@@ -359,13 +392,20 @@ TEST_CASE("p2p peers that disagree on sizes, or never answer, end with an error,
     REQUIRE(p.status(p.rx.control()) == Status::timeout);
     REQUIRE(clock::now() - t0 < std::chrono::seconds(5));
   }
-  SECTION("sender alone, message larger than the ring: timeout") {
+  SECTION("sender alone, message larger than the ring: timeout; the flags copy streams wait on are released") {
     Pair p(4, shape);
+    DeviceBuffer poison(4 * 8);
+    CUDA_OK(cudaMemset(poison.ptr, 0, poison.bytes));
+    P2PLaunchExtras x;
+    x.poison = {poison.as<uint64_t>(), 4};
     const auto t0 = clock::now();
-    CUDA_OK(p.tx.launch(plan, src.ptr, 0, 0, plan.num_frames, p.ring.view(), true, timeout, p.s_tx));
+    CUDA_OK(p.tx.launch(plan, src.ptr, 0, 0, plan.num_frames, p.ring.view(), true, timeout, p.s_tx, x));
     CUDA_OK(cudaStreamSynchronize(p.s_tx));
     REQUIRE(p.status(p.tx.control()) == Status::timeout);
     REQUIRE(clock::now() - t0 < std::chrono::seconds(5));
+    uint64_t words[4];
+    CUDA_OK(cudaMemcpy(words, poison.ptr, sizeof words, cudaMemcpyDeviceToHost));
+    for (uint64_t w : words) REQUIRE(w == p2p_detail::POISON_FLAG);
   }
   SECTION("receiver expects more elements: size mismatch, sender then times out") {
     Pair p(4, shape);

@@ -41,6 +41,12 @@ struct FrameRingView {
   uint64_t* ready_exps = nullptr;    // [num_slots] producer -> consumer: the whole frame q is there
   uint64_t* credits = nullptr;       // [num_slots] consumer -> producer: slot free again after frame q
   uint32_t* exps_bytes = nullptr;    // [num_slots] optional: section B length, for a host-side relay
+  uint8_t* exps_slots = nullptr;     // optional: section B of slot s lives at exps_slots + s * slot_bytes +
+                                     // planes_bytes instead of in `slots` (planes and exponents travel apart)
+
+  ZIPCOMM_HOST_DEVICE uint8_t* planes_slot(uint32_t s) const { return slots + s * slot_bytes; }
+  /// Base of slot s for section B offsets (section B starts at base + planes_bytes).
+  ZIPCOMM_HOST_DEVICE uint8_t* exps_slot(uint32_t s) const { return (exps_slots ? exps_slots : slots) + s * slot_bytes; }
 };
 
 /// Tuning: 8 warps per block, one item per warp at a time. With ~66 KB of shared memory per block, two
@@ -83,9 +89,19 @@ ZIPCOMM_DEVICE void store_release_gpu(T* p, T v) {
   cuda::atomic_ref<T, cuda::thread_scope_device>(*p).store(v, cuda::memory_order_release);
 }
 
-ZIPCOMM_DEVICE void report(SideControl* ctl, Status s, uint64_t frame, bool stop) {
+/// Flags that copy-engine streams wait on (cuStreamWaitValue64, GEQ); an aborting side sets them far ahead so
+/// those streams drain instead of hanging. The link is then broken until reset().
+struct PoisonList {
+  uint64_t* flags = nullptr;
+  uint32_t count = 0;
+};
+constexpr uint64_t POISON_FLAG = uint64_t(1) << 62;
+
+ZIPCOMM_DEVICE void report(SideControl* ctl, Status s, uint64_t frame, bool stop, PoisonList poison = {}) {
   if (atomicCAS(&ctl->status, 0u, uint32_t(s)) == 0u) ctl->error_frame = frame;
-  if (stop) atomicExch(&ctl->abort, 1u);
+  if (stop && atomicExch(&ctl->abort, 1u) == 0u) {
+    for (uint32_t i = 0; i < poison.count; ++i) store_release_sys(&poison.flags[i], POISON_FLAG);
+  }
 }
 
 /// Lane 0 polls `flag` until `state(value)` is not waiting, the wait outlives timeout_ns, or the transfer was
@@ -140,11 +156,22 @@ ZIPCOMM_DEVICE uint32_t tagged_increment(unsigned long long* word, uint32_t tag)
   }
 }
 
-/// The next item for this warp, in increasing order (tagged counter: no reset between launches).
-ZIPCOMM_DEVICE uint64_t take_item(unsigned long long* counter, uint32_t tag) {
-  uint32_t c = 0;
-  if (warp::lane_id() == 0) c = tagged_increment(counter, tag) - 1;
+/// The next item for this warp, in increasing order. One atomicAdd: every warp of the grid takes items from
+/// this word, and a compare-and-swap loop there serializes into one L2 round trip per retry (it made frames
+/// of small items take hundreds of microseconds). The host zeroes the word before each launch, in stream order.
+ZIPCOMM_DEVICE uint64_t take_item(unsigned long long* counter) {
+  unsigned long long c = 0;
+  if (warp::lane_id() == 0) c = atomicAdd(counter, 1ull);
   return __shfl_sync(warp::FULL_MASK, c, 0);
+}
+
+/// Counts one item of a frame into a per-slot word; true for the frame's last item, which also clears the
+/// word for the slot's next frame. That reuse is safe: the next frame in the slot starts only after this one
+/// was published (credits or stream order), and every item counted before the last one did.
+ZIPCOMM_DEVICE bool count_frame_item(unsigned long long* word, uint32_t items) {
+  if (atomicAdd(word, 1ull) + 1 != items) return false;
+  atomicExch(word, 0ull);
+  return true;
 }
 
 // Look-back entries: [tag:30][flag:2][bytes:32]; tag = low 30 bits of (seq + 1).
@@ -319,15 +346,22 @@ struct SendArgs {
   uint64_t frame_begin = 0, frame_end = 0;     // frames this launch sends
   FrameRingView ring;                          // where frames are written
   bool wait_credits = true;                    // false: the caller guarantees the slots are free (stream order)
-  uint32_t launch_tag = 1;                     // nonzero, different from the previous launch using `item_counter`
-  unsigned long long* item_counter = nullptr;  // tagged; distinct per concurrently running launch
-  unsigned long long* counters = nullptr;      // [2 * num_slots] planes split / items done per slot (tagged)
+  uint32_t launch_tag = 1;                     // nonzero, different from the previous launch (per-launch tags)
+  unsigned long long* item_counter = nullptr;  // zero at launch; distinct per concurrently running launch
+  unsigned long long* counters = nullptr;      // [2 * num_slots] planes split / items done per slot (zero when idle)
   uint64_t* lookback = nullptr;                // [num_slots * MAX_FRAME_ITEMS]
   uint64_t* credit_seen = nullptr;             // [num_slots] credits as last seen by a frame's first warp
   uint8_t* scratch = nullptr;                  // per warp: the encoder's planes output (already sent by the split)
   uint64_t scratch_bytes = 0;
   SideControl* control = nullptr;
   uint64_t timeout_ns = 0;
+  uint64_t* trace = nullptr;  // optional, for tuning: [3 * frames of the launch] %globaltimer when the frame's
+                              // first item was taken, its planes published, the whole frame published
+  p2p_detail::PoisonList poison;  // optional: flags set far ahead when this side aborts
+  // Optional (stream mode): section B beyond exps_budget_bytes(frame, exps_budget) is also written to the
+  // same offsets of slot s at overflow_slots + s * slot_bytes (the part fixed-size copies do not move).
+  uint8_t* overflow_slots = nullptr;
+  ExpsBudget exps_budget;
 };
 
 /// Arguments of the receiver kernel (by value).
@@ -343,13 +377,21 @@ struct RecvArgs {
   uint32_t launch_tag = 1;
   unsigned long long* item_counter = nullptr;
   unsigned long long* frames_done = nullptr;  // tagged, per launch
-  unsigned long long* counters = nullptr;     // [num_slots] items done per slot (tagged)
+  unsigned long long* counters = nullptr;     // [num_slots] items done per slot (zero when idle)
   uint64_t* mirror = nullptr;                 // [2 * num_slots] frame flags as seen by the frame's leader (device)
   uint32_t* frame_status = nullptr;           // [num_slots] the leader's verdict on header and item table
   uint64_t* done_word = nullptr;              // optional: set to done_value once every frame of the launch is decoded
   uint64_t done_value = 0;
   SideControl* control = nullptr;
   uint64_t timeout_ns = 0;
+  uint64_t* trace = nullptr;  // optional, for tuning: [3 * frames of the launch] %globaltimer when the frame's
+                              // leader started waiting, found the frame checked, and its last item was decoded
+  p2p_detail::PoisonList poison;  // optional: flags set far ahead when this side aborts
+  bool pull_planes = true;        // with staging: also copy the planes section (false: `ring.slots` is local)
+  // Optional (stream mode): section B beyond exps_budget_bytes(frame, exps_budget) is read from the same
+  // offsets of slot s at overflow_slots + s * slot_bytes; each warp copies its chunk's share in first.
+  const uint8_t* overflow_slots = nullptr;
+  ExpsBudget exps_budget;
 };
 
 template <DType D, class Code = thread::GaussianCode>
@@ -369,7 +411,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
   const uint64_t item_stop = a.frame_end < a.plan.num_frames ? a.plan.frame(a.frame_end).first_item : a.plan.num_items;
 
   for (;;) {
-    const uint64_t g = item_begin + p2p_detail::take_item(a.item_counter, a.launch_tag);
+    const uint64_t g = item_begin + p2p_detail::take_item(a.item_counter);
     if (g >= item_stop) break;
     if (p2p_detail::aborted(a.control)) break;
     uint32_t j = 0;
@@ -378,6 +420,8 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
     const uint64_t q = a.seq_base + f;
     const uint32_t slot = slot_of(q, S);
     uint8_t* frame = a.ring.slots + slot * a.ring.slot_bytes;
+    uint64_t* trace = a.trace ? a.trace + 3 * (f - a.frame_begin) : nullptr;
+    if (trace && j == 0 && lane == 0) trace[0] = p2p_detail::global_ns();
 
     // 1. The slot is ours once the consumer handed back frame q - S. The frame's first warp polls the
     //    (possibly remote) credit word; the others watch its device-local mirror.
@@ -392,7 +436,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
             &a.credit_seen[slot], [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
       }
       if (s != Status::ok) {
-        if (lane == 0) p2p_detail::report(a.control, s, f, true);
+        if (lane == 0) p2p_detail::report(a.control, s, f, true, a.poison);
         break;
       }
     }
@@ -411,13 +455,14 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
     }
     __threadfence_system();
     __syncwarp();
-    if (lane == 0 && p2p_detail::tagged_increment(&a.counters[2 * slot], uint32_t(q + 1)) == fi.items) {
+    if (lane == 0 && p2p_detail::count_frame_item(&a.counters[2 * slot], fi.items)) {
       __threadfence_system();
       p2p_detail::store_release_sys(&a.ring.ready_planes[slot], flag_value(q));
+      if (trace) trace[1] = p2p_detail::global_ns();
     }
 
     // 3. Exponents: code the item, place its chunk after those of the frame's earlier items, write it.
-    uint8_t* section_b = frame + fi.planes_bytes;
+    uint8_t* section_b = a.ring.exps_slot(slot) + fi.planes_bytes;
     uint32_t* entry = reinterpret_cast<uint32_t*>(section_b + FRAME_HEADER_BYTES + uint64_t(ITEM_ENTRY_BYTES) * j);
     const uint64_t table_bytes = item_table_bytes(fi.items);
     if (!coded && lane == 0) *reinterpret_cast<uint2*>(entry) = make_uint2(0u, check);
@@ -437,7 +482,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
       const Status s = p2p_detail::look_back(a.lookback + uint64_t(slot) * MAX_FRAME_ITEMS, j, q, info.bytes, a.control,
                                              a.timeout_ns, exclusive);
       if (s != Status::ok) {
-        if (lane == 0) p2p_detail::report(a.control, s, f, true);
+        if (lane == 0) p2p_detail::report(a.control, s, f, true, a.poison);
         break;
       }
       enc.Store(section_b + FRAME_HEADER_BYTES + table_bytes + exclusive, elems, info, load);
@@ -448,9 +493,9 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
     __threadfence_system();
     __syncwarp();
     uint32_t done = 0;
-    if (lane == 0) done = p2p_detail::tagged_increment(&a.counters[2 * slot + 1], uint32_t(q + 1));
+    if (lane == 0) done = p2p_detail::count_frame_item(&a.counters[2 * slot + 1], fi.items);
     done = __shfl_sync(warp::FULL_MASK, done, 0);
-    if (done == fi.items) {
+    if (done) {
       __threadfence_system();
       uint32_t exps_bytes = uint32_t(FRAME_HEADER_BYTES + table_bytes);
       if (coded) {
@@ -460,6 +505,12 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
         exps_bytes += uint32_t(last & 0xFFFFFFFFu);
       }
       p2p_detail::warp_zero(section_b + FRAME_HEADER_BYTES, uint64_t(ITEM_ENTRY_BYTES) * fi.items, table_bytes);
+      if (a.overflow_slots) {  // what the fixed-size copy of section B leaves behind goes by SM stores
+        const uint64_t budget = exps_budget_bytes(fi, a.exps_budget);
+        if (exps_bytes > budget)
+          p2p_detail::warp_copy<true>(a.overflow_slots + slot * a.ring.slot_bytes + fi.planes_bytes + budget,
+                                      section_b + budget, exps_bytes - budget);
+      }
       if (lane == 0) {
         alignas(16) const FrameHeader h = make_frame_header(a.plan, fi, Code::ID, q, exps_bytes);
         const uint4* hv = reinterpret_cast<const uint4*>(&h);
@@ -471,6 +522,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
       __threadfence_system();
       __syncwarp();
       if (lane == 0) p2p_detail::store_release_sys(&a.ring.ready_exps[slot], flag_value(q));
+      if (trace && lane == 0) trace[2] = p2p_detail::global_ns();
     }
   }
 }
@@ -509,7 +561,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
   const uint64_t launch_frames = a.frame_end - a.frame_begin;
 
   for (;;) {
-    const uint64_t g = item_begin + p2p_detail::take_item(a.item_counter, a.launch_tag);
+    const uint64_t g = item_begin + p2p_detail::take_item(a.item_counter);
     if (g >= item_stop) break;
     if (p2p_detail::aborted(a.control)) break;
     uint32_t j = 0;
@@ -517,12 +569,19 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     const FrameInfo fi = a.plan.frame(f);
     const uint64_t q = a.seq_base + f;
     const uint32_t slot = slot_of(q, S);
-    const uint8_t* src = a.ring.slots + slot * a.ring.slot_bytes;
-    uint8_t* dev = pull ? a.staging + slot * a.ring.slot_bytes : const_cast<uint8_t*>(src);
+    // Where the frame is (planes and section B may be apart), and where it is decoded from: the ring itself,
+    // or device staging the warps pull the (remote) bytes into.
+    const uint8_t* src_p = a.ring.planes_slot(slot);
+    const uint8_t* src_b = a.ring.exps_slot(slot);
+    uint8_t* staged = pull ? a.staging + slot * a.ring.slot_bytes : nullptr;
+    const uint8_t* base_b = pull ? staged : src_b;
+    const uint8_t* base_p = pull && a.pull_planes ? staged : src_p;
+    uint64_t* trace = a.trace ? a.trace + 3 * (f - a.frame_begin) : nullptr;
+    if (trace && j == 0 && lane == 0) trace[0] = p2p_detail::global_ns();
     uint64_t* mirror_planes = &a.mirror[2 * slot];
     uint64_t* mirror_exps = &a.mirror[2 * slot + 1];
     auto fail = [&](Status s, bool stop) {
-      if (lane == 0) p2p_detail::report(a.control, s, f, stop);
+      if (lane == 0) p2p_detail::report(a.control, s, f, stop, a.poison);
     };
 
     // 1. Leader: wait for the frame on the ring, check it once, tell the frame's other warps.
@@ -544,11 +603,11 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
         break;
       }
       // Header (and, for coded frames, the item table) into device memory, then checked there.
-      if (pull) p2p_detail::warp_copy<true>(dev + fi.planes_bytes, src + fi.planes_bytes, FRAME_HEADER_BYTES);
+      if (pull) p2p_detail::warp_copy<true>(staged + fi.planes_bytes, src_b + fi.planes_bytes, FRAME_HEADER_BYTES);
       __syncwarp();
       alignas(16) FrameHeader h;
       {
-        const uint4* hv = reinterpret_cast<const uint4*>(dev + fi.planes_bytes);
+        const uint4* hv = reinterpret_cast<const uint4*>(base_b + fi.planes_bytes);
         uint4* hd = reinterpret_cast<uint4*>(&h);
 #pragma unroll
         for (int i = 0; i < 4; ++i) hd[i] = pull ? hv[i] : __ldcv(hv + i);
@@ -557,16 +616,17 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
       if (hs == Status::ok) {
         const uint64_t tb = item_table_bytes(fi.items);
         if (pull)
-          p2p_detail::warp_copy<true>(dev + fi.planes_bytes + FRAME_HEADER_BYTES,
-                                      src + fi.planes_bytes + FRAME_HEADER_BYTES, tb);
+          p2p_detail::warp_copy<true>(staged + fi.planes_bytes + FRAME_HEADER_BYTES,
+                                      src_b + fi.planes_bytes + FRAME_HEADER_BYTES, tb);
         __syncwarp();
         __threadfence_block();
-        hs = p2p_detail::warp_validate_item_table(dev + fi.planes_bytes + FRAME_HEADER_BYTES, fi, D, a.plan.kind,
+        hs = p2p_detail::warp_validate_item_table(base_b + fi.planes_bytes + FRAME_HEADER_BYTES, fi, D, a.plan.kind,
                                                   h.exps_bytes);
       }
       if (lane == 0) {
         a.frame_status[slot] = uint32_t(hs);
         p2p_detail::store_release_gpu(mirror_exps, flag_value(q));
+        if (trace) trace[1] = p2p_detail::global_ns();
       }
       // Out-of-step peers (another message size or sequence) cannot recover: stop the transfer.
       if (hs != Status::ok) fail(hs, hs == Status::size_mismatch || hs == Status::bad_header);
@@ -582,7 +642,8 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
       fail(s, true);
       break;
     }
-    if (coded && pull) p2p_detail::warp_copy<true>(dev + planes_at, src + planes_at, item_plane_bytes(D, elems));
+    if (coded && pull && a.pull_planes)
+      p2p_detail::warp_copy<true>(staged + planes_at, src_p + planes_at, item_plane_bytes(D, elems));
     s = p2p_detail::warp_wait<false>(
         mirror_exps, [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
     if (s != Status::ok) {
@@ -594,21 +655,29 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     // 3. Decode into the output (raw frames: copy).
     if (frame_ok == Status::ok) {
       uint8_t* out_bytes = static_cast<uint8_t*>(a.out) + elem0 * eb;
-      const uint8_t* table = dev + fi.planes_bytes + FRAME_HEADER_BYTES;
+      const uint8_t* table = base_b + fi.planes_bytes + FRAME_HEADER_BYTES;
       const uint32_t expected = item_check(table, j);
       if (!coded) {
-        p2p_detail::warp_copy<true>(out_bytes, (pull ? src : dev) + planes_at, uint64_t(elems) * eb);
+        p2p_detail::warp_copy<true>(out_bytes, src_p + planes_at, uint64_t(elems) * eb);
         __syncwarp();
         if (p2p_detail::written_item_check<D>(out_bytes, elems) != expected) fail(Status::corrupt_stream, false);
       } else {
         const uint32_t start = j ? item_end(table, j - 1) : 0u;
         const uint32_t end = item_end(table, j);
         const uint64_t chunk_at = fi.planes_bytes + FRAME_HEADER_BYTES + item_table_bytes(fi.items) + start;
-        if (pull) p2p_detail::warp_copy<true>(dev + chunk_at, src + chunk_at, end - start);
+        if (pull) p2p_detail::warp_copy<true>(staged + chunk_at, src_b + chunk_at, end - start);
+        if (a.overflow_slots && !pull) {  // the chunk's bytes past the fixed-size copy: from the overflow area
+          const uint64_t overflow_at = fi.planes_bytes + exps_budget_bytes(fi, a.exps_budget);
+          const uint64_t from = chunk_at > overflow_at ? chunk_at : overflow_at;
+          const uint64_t to = chunk_at + (end - start);
+          if (to > from)
+            p2p_detail::warp_copy<true>(const_cast<uint8_t*>(base_b) + from,
+                                        a.overflow_slots + slot * a.ring.slot_bytes + from, to - from);
+        }
         __syncwarp();
         __threadfence();  // the warp's own staging writes, before the decoder's loads
         const format::Layout L = format::layout_for(D, elems);
-        const warp::ConstPlanes planes{dev + planes_at, dev + planes_at + (L.plane1_offset - format::HEADER_BYTES)};
+        const warp::ConstPlanes planes{base_p + planes_at, base_p + planes_at + (L.plane1_offset - format::HEADER_BYTES)};
         uint32_t check = 0;
         auto sink = [&](uint32_t t, const uint32_t(&x)[warp::ITEMS], uint32_t cnt) {
           const uint64_t at = uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
@@ -618,7 +687,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
             warp::store_items<D, false>(out_bytes, at, cnt, x);
           check += p2p_detail::lane_tile_check(t, cnt, x);
         };
-        Status ds = dec.Decode(dev + chunk_at, end - start, elems, 0, planes, sink);
+        Status ds = dec.Decode(base_b + chunk_at, end - start, elems, 0, planes, sink);
         if (ds == Status::ok && p2p_detail::warp_sum32(check) != expected) ds = Status::corrupt_stream;
         if (ds != Status::ok) fail(ds, false);
       }
@@ -627,9 +696,10 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     // 4. Count the item; the frame's last one hands the slot back, the launch's last frame completes it.
     __threadfence_system();
     __syncwarp();
-    if (lane == 0 && p2p_detail::tagged_increment(&a.counters[slot], uint32_t(q + 1)) == fi.items) {
+    if (lane == 0 && p2p_detail::count_frame_item(&a.counters[slot], fi.items)) {
       __threadfence_system();
       if (a.give_credits) p2p_detail::store_release_sys(&a.ring.credits[slot], flag_value(q));
+      if (trace) trace[2] = p2p_detail::global_ns();
       if (p2p_detail::tagged_increment(a.frames_done, a.launch_tag) == launch_frames && a.done_word != nullptr) {
         __threadfence_system();
         p2p_detail::store_release_sys(a.done_word, a.done_value);

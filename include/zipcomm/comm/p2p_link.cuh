@@ -7,6 +7,7 @@
 // found (timeout, corrupt frame, size mismatch) is the Status that wait() returns.
 #pragma once
 
+#include <cuda.h>  // types of the stream memory operations only; no libcuda link (entry points at run time)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,9 +34,22 @@ struct P2POptions {
   int sender_blocks = 0;                            // 0: one block per SM
   int receiver_blocks = 0;                          // 0: one block per SM (persistent receivers)
   uint64_t bypass_bytes = uint64_t(4) << 20;        // messages below go raw; calibrate() measures it
-  uint64_t raw_chunk_bytes = uint64_t(4) << 20;     // largest chunk of the pipelined raw copy (bypass)
+  uint64_t raw_chunk_bytes = uint64_t(8) << 20;     // largest chunk of the pipelined raw copy (bypass)
   uint64_t raw_single_bytes = uint64_t(256) << 10;  // raw messages up to this size: one chunk, two copies
   int decode_streams = 4;                           // copy and relay modes: frames decoding at once
+  bool split_send = true;                           // stream mode: planes copied as soon as split (false: one
+                                                    // copy of planes + section B once the frame is complete)
+  uint32_t exps_budget_per_kelem = 410;             // stream mode: first guess of coded exponent bytes per 1024
+                                                    // elements (bf16 gradients need ~350); adapted after transfers
+
+  /// Stream mode as measured best on the H200's pinned-host link (bench_p2p --sweep): frames of 512 full
+  /// items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming). Memory: 16 slots of about
+  /// 24 MiB (bf16) each in pinned host memory, and twice that in GPU memory.
+  static P2POptions stream_tuned() {
+    P2POptions o;
+    o.shape.tier[0].frame_items = 512;
+    return o;
+  }
 };
 
 namespace p2p_detail {
@@ -93,6 +107,51 @@ inline cudaError_t first_error(std::initializer_list<cudaError_t> es) {
     if (e != cudaSuccess) return e;
   return cudaSuccess;
 }
+
+/// Stream memory operations (cuStreamWaitValue64 / cuStreamWriteValue64): a stream waits for a word the GPU's
+/// kernels write, or writes one, without the host. Reached through the runtime's driver entry-point lookup, so
+/// nothing links libcuda directly.
+class StreamMemOps {
+ public:
+  cudaError_t load(int device) {
+    using AttrFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+    void* attr = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &attr, 12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !attr) return cudaErrorNotSupported;
+    int ok = 0;
+    if (reinterpret_cast<AttrFn>(attr)(&ok, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, device) != CUDA_SUCCESS ||
+        !ok)
+      return cudaErrorNotSupported;
+    void* w = nullptr;
+    void* r = nullptr;
+    e = cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &w, 12000, cudaEnableDefault, &q);
+    if (e == cudaSuccess && q == cudaDriverEntryPointSuccess)
+      e = cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &r, 12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !w || !r) return cudaErrorNotSupported;
+    wait64_ = reinterpret_cast<Fn>(w);
+    write64_ = reinterpret_cast<Fn>(r);
+    return cudaSuccess;
+  }
+  /// `stream` waits until *word >= value (as a signed 64-bit difference, so sequence numbers may wrap).
+  cudaError_t wait_geq(cudaStream_t stream, const uint64_t* word, uint64_t value) const {
+    return call(wait64_, stream, word, value, CU_STREAM_WAIT_VALUE_GEQ);
+  }
+  /// `stream` writes value to *word once the work before it is done, and its writes visible.
+  cudaError_t write(cudaStream_t stream, uint64_t* word, uint64_t value) const {
+    return call(write64_, stream, word, value, CU_STREAM_WRITE_VALUE_DEFAULT);
+  }
+
+ private:
+  using Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+  static cudaError_t call(Fn fn, cudaStream_t stream, const uint64_t* word, uint64_t value, unsigned flags) {
+    if (!fn) return cudaErrorNotSupported;
+    return fn(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), value, flags) == CUDA_SUCCESS
+               ? cudaSuccess
+               : cudaErrorUnknown;
+  }
+  Fn wait64_ = nullptr, write64_ = nullptr;
+};
 
 /// Scoped cudaSetDevice.
 class DeviceGuard {
@@ -163,6 +222,15 @@ class FrameRing {
   int device_ = -1;
 };
 
+/// Optional settings of one P2P kernel launch.
+struct P2PLaunchExtras {
+  p2p_detail::PoisonList poison;  // flags set far ahead when this side aborts (so copy-engine waiters drain)
+  bool pull_planes = true;        // receiver with staging: pull the planes too (false: ring.slots is local)
+  uint64_t* trace = nullptr;      // per-frame %globaltimer stamps (SendArgs::trace, RecvArgs::trace)
+  uint8_t* overflow_slots = nullptr;  // stream mode: where section B past the budget goes (SendArgs, RecvArgs)
+  ExpsBudget exps_budget;
+};
+
 /// Sender end on one GPU: device state for p2p_send_kernel and its launch.
 template <DType D, class Code = thread::GaussianCode>
 class P2PSender {
@@ -195,11 +263,14 @@ class P2PSender {
   /// Enqueues the sending of frames [f0, f1) of `plan` (message at `in`) into `ring`; frame f has sequence
   /// number seq_base + f. Resets the control words first (status, abort).
   cudaError_t launch(const FramePlan& plan, const void* in, uint64_t seq_base, uint64_t f0, uint64_t f1,
-                     const FrameRingView& ring, bool wait_credits, uint64_t timeout_ns, cudaStream_t stream) {
+                     const FrameRingView& ring, bool wait_credits, uint64_t timeout_ns, cudaStream_t stream,
+                     const P2PLaunchExtras& extras = {}) {
     if (ring.num_slots != slots_) return cudaErrorInvalidValue;
     p2p_detail::DeviceGuard g(device_);
     cudaError_t e = cudaMemsetAsync(control(), 0, sizeof(SideControl), stream);
     if (e != cudaSuccess || f0 >= f1) return e;
+    e = cudaMemsetAsync(state_.get(), 0, 8, stream);  // the item counter
+    if (e != cudaSuccess) return e;
     SendArgs a;
     a.plan = plan;
     a.in = in;
@@ -217,6 +288,10 @@ class P2PSender {
     a.scratch_bytes = scratch_bytes_;
     a.control = control();
     a.timeout_ns = timeout_ns;
+    a.trace = extras.trace;
+    a.poison = extras.poison;
+    a.overflow_slots = extras.overflow_slots;
+    a.exps_budget = extras.exps_budget;
     const uint64_t items =
         (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
     const int grid = int(std::min<uint64_t>(uint64_t(blocks_), format::div_up(items, P2PPolicy::WARPS)));
@@ -282,11 +357,13 @@ class P2PReceiver {
   cudaError_t launch(const FramePlan& plan, void* out, uint64_t seq_base, uint64_t f0, uint64_t f1,
                      const FrameRingView& ring, bool wait_flags, bool give_credits, bool pull, uint64_t timeout_ns,
                      cudaStream_t stream, uint32_t lane = 0, bool reset_control = true, int max_blocks = 0,
-                     uint64_t* done_word = nullptr, uint64_t done_value = 0) {
+                     uint64_t* done_word = nullptr, uint64_t done_value = 0, const P2PLaunchExtras& extras = {}) {
     if (ring.num_slots != slots_ || lane >= lanes_ || (pull && !has_staging_)) return cudaErrorInvalidValue;
     p2p_detail::DeviceGuard g(device_);
     cudaError_t e = reset_control ? cudaMemsetAsync(control(), 0, sizeof(SideControl), stream) : cudaSuccess;
     if (e != cudaSuccess || f0 >= f1) return e;
+    e = cudaMemsetAsync(state_.get(16 * 8 * size_t(lane)), 0, 8, stream);  // the lane's item counter
+    if (e != cudaSuccess) return e;
     RecvArgs a;
     a.plan = plan;
     a.out = out;
@@ -307,6 +384,11 @@ class P2PReceiver {
     a.done_value = done_value;
     a.control = control();
     a.timeout_ns = timeout_ns;
+    a.trace = extras.trace;
+    a.poison = extras.poison;
+    a.pull_planes = extras.pull_planes;
+    a.overflow_slots = extras.overflow_slots;
+    a.exps_budget = extras.exps_budget;
     const uint64_t items =
         (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
     const int cap = max_blocks > 0 ? std::min(max_blocks, blocks_) : blocks_;
@@ -394,9 +476,16 @@ inline Status transfer_status(Status relay, const SideControl& send, const SideC
 ///          the host relay copies them on to the GPU and launches the decodes, as in copy mode.
 ///  kernel: SMs both ways, no host involvement (transfer() returns at once): the receiver's SMs pull each
 ///          frame from the pinned ring.
+///  stream: split-send on the copy engines, scheduled by the GPU (no host thread, transfer() returns at once):
+///          persistent sender and receiver kernels; the sender splits each frame's planes into GPU memory and
+///          writes its coded section B straight into the pinned ring; for every frame the copy-engine streams
+///          wait for the sender's planes flag (cuStreamWaitValue64), copy the planes to the pinned ring and on
+///          to the receiving GPU, and write a "landed" flag (cuStreamWriteValue64) the receiver waits for; the
+///          receiver pulls section B with its SMs and decodes. Needs 64-bit stream memory operations (init()
+///          returns cudaErrorNotSupported without them).
 /// Which is fastest depends on how well SM loads and stores to pinned memory use the link on a machine;
-/// bench/bench_p2p.cu measures all three.
-enum class HostLinkMode : uint8_t { relay = 1, kernel = 2, copy = 3 };
+/// bench/bench_p2p.cu measures them all.
+enum class HostLinkMode : uint8_t { relay = 1, kernel = 2, copy = 3, stream = 4 };
 
 /// GPU -> pinned host ring -> GPU (src and dst on one GPU here; the ring is portable pinned memory).
 /// \code
@@ -431,12 +520,20 @@ class HostStagingLink {
     cudaError_t e = ring_.init_pinned(opt.slots, slot_bytes);
     if (e == cudaSuccess) e = raw_buffers_.pinned(size_t(RAW_BUFFERS) * opt.raw_chunk_bytes);
     if (e == cudaSuccess) e = sender_.init(device, opt.slots, opt.shape, opt.sender_blocks);
-    const bool kernel = mode == HostLinkMode::kernel;
+    const bool persistent = mode == HostLinkMode::kernel || mode == HostLinkMode::stream;
     if (e == cudaSuccess)
-      e = receiver_.init(device, opt.slots, kernel ? opt.receiver_blocks : 0, kernel ? slot_bytes : 0,
-                         kernel ? 1u : uint32_t(opt.decode_streams));
-    if (e == cudaSuccess && !kernel) e = dev_ring_.device(device, size_t(opt.slots) * slot_bytes);
-    if (e == cudaSuccess && mode == HostLinkMode::copy) e = dev_send_.device(device, size_t(opt.slots) * slot_bytes);
+      e = receiver_.init(device, opt.slots, persistent ? opt.receiver_blocks : 0,
+                         mode == HostLinkMode::kernel ? slot_bytes : 0, persistent ? 1u : uint32_t(opt.decode_streams));
+    if (e == cudaSuccess && mode != HostLinkMode::kernel) e = dev_ring_.device(device, size_t(opt.slots) * slot_bytes);
+    if (e == cudaSuccess && (mode == HostLinkMode::copy || mode == HostLinkMode::stream))
+      e = dev_send_.device(device, size_t(opt.slots) * slot_bytes);
+    if (e == cudaSuccess && mode == HostLinkMode::stream) e = landed_.device(device, size_t(opt.slots) * 8);
+    if (e == cudaSuccess && mode == HostLinkMode::stream) e = mem_ops_.load(device);
+    budget_ = ExpsBudget{};
+    for (uint32_t k = 0; k < opt.shape.num_tiers; ++k) {
+      budget_.item_elems[k] = opt.shape.tier[k].item_elems;
+      budget_.per_kelem[k] = opt.exps_budget_per_kelem;
+    }
     if (e == cudaSuccess) e = status_host_.pinned(2 * sizeof(SideControl));
     for (int i = 0; i < 4 + opt.decode_streams && e == cudaSuccess; ++i) {
       cudaStream_t st;
@@ -477,17 +574,20 @@ class HostStagingLink {
     if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), ev(1), 0);
     if (e == cudaSuccess) e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), send_stream());
     if (e == cudaSuccess) e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), recv_stream());
+    last_empty_ = n == 0;
     if (e != cudaSuccess || n == 0) return finish(stream, e);
     const FramePlan plan = make_plan(D, FrameKind::coded, n, opt_.shape);
     const uint64_t seq_base = next_seq_;
     next_seq_ += plan.num_frames;
     FrameRingView ring = ring_.view();
+    if (mode_ == HostLinkMode::stream) return finish(stream, schedule_stream(plan, src, dst, seq_base));
     if (mode_ == HostLinkMode::copy) ring.slots = dev_send_.get();  // frames in GPU memory, flags in pinned
-    e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, ring, true, opt_.timeout_ns, send_stream());
+    e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, ring, true, opt_.timeout_ns, send_stream(),
+                       send_extras());
     if (e != cudaSuccess) return finish(stream, e);
     if (mode_ == HostLinkMode::kernel) {
       e = receiver_.launch(plan, dst, seq_base, 0, plan.num_frames, ring, true, true, true, opt_.timeout_ns,
-                           recv_stream(), 0, false);
+                           recv_stream(), 0, false, 0, nullptr, 0, recv_extras());
       return finish(stream, e);
     }
     for (int i = 0; i < opt_.decode_streams && e == cudaSuccess; ++i) {  // decodes follow the control reset
@@ -512,12 +612,20 @@ class HostStagingLink {
                               stream, raw_stream());
   }
 
-  /// Chunk of the raw copy for a message: one chunk (two copies) when small, else about a quarter of it
-  /// (both directions overlap), at most options().raw_chunk_bytes.
+  /// Chunk of the raw copy for a message: the chunk calibrate() measured best for its size class (powers of
+  /// two), else one chunk (two copies) when small, else about an eighth of it (both directions overlap; on the
+  /// H200's PCIe link that was the best chunk from 1 MiB up), 128 KiB .. options().raw_chunk_bytes.
   uint64_t raw_chunk_for(uint64_t bytes) const {
+    const int cls = size_class(bytes);
+    if (cls >= 0 && cls < int(RAW_CLASSES) && raw_best_[cls]) {
+      const uint64_t c = raw_best_[cls];  // one chunk must fit the staging buffers; pipelined ones fit one buffer
+      if (c >= bytes && bytes <= RAW_BUFFERS * opt_.raw_chunk_bytes) return bytes;
+      return std::min(c, opt_.raw_chunk_bytes);
+    }
     if (bytes <= opt_.raw_single_bytes) return bytes;
-    const uint64_t quarter = format::align_up(format::div_up(bytes, 4), 64 << 10);
-    return std::min(opt_.raw_chunk_bytes, quarter);
+    uint64_t c = uint64_t(128) << 10;
+    while (c * 2 <= bytes / 8 && c * 2 <= opt_.raw_chunk_bytes) c *= 2;
+    return std::min(c, opt_.raw_chunk_bytes);
   }
 
   /// Waits for the last transfer; its Status (ok only when every element arrived and decoded intact).
@@ -530,6 +638,7 @@ class HostStagingLink {
     const SideControl* c = status_host_.get<SideControl>();
     const Status s = transfer_status(relay_status_, c[0], c[1]);
     if (s != Status::ok) broken_ = true;
+    if (s == Status::ok && mode_ == HostLinkMode::stream && !last_empty_) adapt_budget();
     return s;
   }
 
@@ -540,6 +649,7 @@ class HostStagingLink {
     if (e == cudaSuccess) e = ring_.reset();
     if (e == cudaSuccess) e = sender_.reset();
     if (e == cudaSuccess) e = receiver_.reset();
+    if (e == cudaSuccess && mode_ == HostLinkMode::stream) e = cudaMemset(landed_.get(), 0, size_t(opt_.slots) * 8);
     next_seq_ = 0;
     broken_ = false;
     relay_status_ = Status::ok;
@@ -548,9 +658,9 @@ class HostStagingLink {
   }
 
   /// Measures coded and raw transfers of `sample` (elements on this GPU, tiled when shorter) at sizes
-  /// 64 KiB .. max_bytes and sets the bypass threshold to the smallest size from which coding is at least
-  /// 3% faster at every measured size. Returns the first error.
-  cudaError_t calibrate(const void* sample, uint64_t sample_elems, uint64_t max_bytes = uint64_t(32) << 20) {
+  /// 64 KiB .. max_bytes: picks the raw copy's best chunk for each size class, and sets the bypass threshold to
+  /// the smallest size from which coding is at least 3% faster at every measured size. Returns the first error.
+  cudaError_t calibrate(const void* sample, uint64_t sample_elems, uint64_t max_bytes = uint64_t(256) << 20) {
     if (!sample || sample_elems == 0 || !ready_) return cudaErrorInvalidValue;
     p2p_detail::DeviceGuard g(device_);
     const uint64_t eb = format::elem_bytes(D);
@@ -566,7 +676,32 @@ class HostStagingLink {
     if (e == cudaSuccess) e = cudaEventCreate(&b);
     std::vector<uint64_t> sizes;
     std::vector<double> coded, raw;
+    for (uint64_t& c : raw_best_) c = 0;
     for (uint64_t bytes = uint64_t(64) << 10; bytes <= max_bytes && e == cudaSuccess; bytes *= 2) {
+      // The raw copy's chunk for this size class: one chunk, or the best pipelined one.
+      std::vector<uint64_t> chunks{bytes <= RAW_BUFFERS * opt_.raw_chunk_bytes ? bytes : opt_.raw_chunk_bytes};
+      for (uint64_t c = uint64_t(128) << 10; c < bytes && c <= opt_.raw_chunk_bytes; c *= 2) chunks.push_back(c);
+      double best_ms = 1e30;
+      uint64_t best_chunk = chunks[0];
+      for (uint64_t c : chunks) {
+        std::vector<float> ms;
+        for (int rep = 0; rep < 6 && e == cudaSuccess; ++rep) {
+          e = cudaEventRecord(a, st);
+          if (e == cudaSuccess)
+            e = StagedRawCopy::run(src.get(), dst.get(), bytes, c, raw_buffers_.get(), RAW_BUFFERS, raw_events(), st,
+                                   raw_stream());
+          if (e == cudaSuccess) e = cudaEventRecord(b, st);
+          if (e == cudaSuccess) e = cudaEventSynchronize(b);
+          float m = 0;
+          if (e == cudaSuccess) e = cudaEventElapsedTime(&m, a, b);
+          if (rep > 0) ms.push_back(m);
+        }
+        if (e != cudaSuccess || ms.empty()) break;
+        std::sort(ms.begin(), ms.end());
+        if (ms[ms.size() / 2] < best_ms) best_ms = ms[ms.size() / 2], best_chunk = c;
+      }
+      const int cls = size_class(bytes);
+      if (cls >= 0 && cls < int(RAW_CLASSES)) raw_best_[cls] = best_chunk;
       double t[2] = {0, 0};
       for (int which = 0; which < 2 && e == cudaSuccess; ++which) {
         std::vector<float> ms;
@@ -598,10 +733,19 @@ class HostStagingLink {
     return e;
   }
 
+  /// For tuning: per-frame %globaltimer stamps of the next coded transfers (3 words per frame each side, see
+  /// SendArgs::trace and RecvArgs::trace; device memory of this GPU, room for the largest transfer's frames).
+  /// nullptr turns it off.
+  void set_trace(uint64_t* send_trace, uint64_t* recv_trace) {
+    send_trace_ = send_trace;
+    recv_trace_ = recv_trace;
+  }
+
   void set_bypass_threshold(uint64_t bytes) { bypass_ = bytes; }
   uint64_t bypass_threshold() const { return bypass_; }
   /// Copy and relay modes: bytes the last coded transfer put through the pinned ring (planes + section B of each
-  /// frame), i.e. what crossed the link each way. 0 in kernel mode (the host does not see the frames).
+  /// frame), i.e. what crossed the link each way. Stream mode: what the copy engines moved each way (planes and
+  /// section B up to its budget; an overflow, moved by SMs, is not counted). 0 in kernel mode.
   uint64_t wire_bytes() const { return wire_bytes_; }
   HostLinkMode mode() const { return mode_; }
   const P2POptions& options() const { return opt_; }
@@ -635,7 +779,7 @@ class HostStagingLink {
       f = cudaEventRecord(ev(3), decode_stream(uint32_t(i)));
       if (f == cudaSuccess) f = cudaStreamWaitEvent(recv_stream(), ev(3), 0);
     }
-    if (f == cudaSuccess && mode_ == HostLinkMode::copy) {
+    if (f == cudaSuccess && (mode_ == HostLinkMode::copy || mode_ == HostLinkMode::stream)) {
       f = cudaEventRecord(ev(3), d2h_stream());
       if (f == cudaSuccess) f = cudaStreamWaitEvent(send_stream(), ev(3), 0);
     }
@@ -648,6 +792,118 @@ class HostStagingLink {
     if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, ev(1), 0);
     if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, ev(2), 0);
     return e != cudaSuccess ? e : f;
+  }
+
+  P2PLaunchExtras send_extras() const {
+    P2PLaunchExtras x;
+    x.trace = send_trace_;
+    if (mode_ == HostLinkMode::stream) {
+      x.poison = {ring_.view().ready_planes, opt_.slots};  // the d2h stream waits on them
+      x.overflow_slots = ring_.view().slots;
+      x.exps_budget = budget_;
+    }
+    return x;
+  }
+  P2PLaunchExtras recv_extras() const {
+    P2PLaunchExtras x;
+    x.trace = recv_trace_;
+    if (mode_ == HostLinkMode::stream) {
+      x.poison = {ring_.view().credits, opt_.slots};  // the h2d stream waits on them
+      x.overflow_slots = ring_.view().slots;
+      x.exps_budget = budget_;
+    }
+    return x;
+  }
+
+  /// Stream mode (see HostLinkMode): launches the persistent sender and receiver, then enqueues each frame's
+  /// fixed-size copies between flag operations; nothing here waits for the GPU. Per frame, the d2h stream
+  /// copies the planes once the sender published them, and section B up to its budget once the frame is
+  /// complete (planes run `ahead` frames in front of section B, so a frame still coding does not hold back the
+  /// next frames' planes); the h2d stream copies both on and writes the frame's "landed" flag. Slots are reused
+  /// safely: the sender waits for the receiver's credit; the d2h copies into a pinned slot wait for the h2d
+  /// copy of the slot's previous frame (event); the h2d copy waits for that frame's credit (its device slot).
+  cudaError_t schedule_stream(const FramePlan& plan, const void* src, void* dst, uint64_t seq_base) {
+    const FrameRingView pinned = ring_.view();
+    const uint32_t S = pinned.num_slots;
+    const uint64_t SB = pinned.slot_bytes;
+    uint64_t* landed = landed_.get<uint64_t>();
+    FrameRingView send_view = pinned;
+    send_view.slots = dev_send_.get();  // the whole frame in GPU memory, for the copy engines
+    FrameRingView recv_view = pinned;
+    recv_view.slots = dev_ring_.get();  // as the copy engine lands it
+    recv_view.ready_planes = landed;
+    const uint64_t F = plan.num_frames;
+    cudaError_t e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(),
+                                   send_extras());
+    if (e == cudaSuccess)
+      e = receiver_.launch(plan, dst, seq_base, 0, F, recv_view, true, true, false, opt_.timeout_ns, recv_stream(),
+                           0, false, 0, nullptr, 0, recv_extras());
+    cudaStream_t d2h = d2h_stream(), h2d = decode_stream(0);  // finish() joins both
+    const bool split = opt_.split_send;
+    const uint32_t ahead = split ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
+    wire_bytes_ = 0;
+    for (uint64_t i = 0; i < F + ahead && e == cudaSuccess; ++i) {
+      if (i < F && split) {  // planes of frame i, both ways, as soon as the sender split them
+        const uint64_t q = seq_base + i;
+        const uint32_t slot = slot_of(q, S);
+        const uint64_t P = plan.frame(i).planes_bytes;
+        e = mem_ops_.wait_geq(d2h, &pinned.ready_planes[slot], flag_value(q));
+        if (e == cudaSuccess && q >= S) e = cudaStreamWaitEvent(d2h, h2d_done()[slot], 0);
+        if (e == cudaSuccess)
+          e = cudaMemcpyAsync(pinned.slots + slot * SB, dev_send_.get() + slot * SB, P, cudaMemcpyDeviceToHost, d2h);
+        if (e == cudaSuccess) e = cudaEventRecord(d2h_planes_done()[slot], d2h);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d, d2h_planes_done()[slot], 0);
+        if (e == cudaSuccess && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
+        if (e == cudaSuccess)
+          e = cudaMemcpyAsync(dev_ring_.get() + slot * SB, pinned.slots + slot * SB, P, cudaMemcpyHostToDevice, h2d);
+      }
+      if (i >= ahead && e == cudaSuccess) {  // section B of frame i - ahead (with the planes when not split)
+        const uint64_t f = i - ahead;
+        const uint64_t q = seq_base + f;
+        const uint32_t slot = slot_of(q, S);
+        const FrameInfo fi = plan.frame(f);
+        const uint64_t from = split ? fi.planes_bytes : 0;
+        const uint64_t to = fi.planes_bytes + exps_budget_bytes(fi, budget_);
+        uint8_t* host_slot = pinned.slots + slot * SB;
+        e = mem_ops_.wait_geq(d2h, &pinned.ready_exps[slot], flag_value(q));
+        if (e == cudaSuccess && !split && q >= S) e = cudaStreamWaitEvent(d2h, h2d_done()[slot], 0);
+        if (e == cudaSuccess)
+          e = cudaMemcpyAsync(host_slot + from, dev_send_.get() + slot * SB + from, to - from, cudaMemcpyDeviceToHost,
+                              d2h);
+        if (e == cudaSuccess) e = cudaEventRecord(d2h_done()[slot], d2h);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d, d2h_done()[slot], 0);
+        if (e == cudaSuccess && !split && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
+        if (e == cudaSuccess)
+          e = cudaMemcpyAsync(dev_ring_.get() + slot * SB + from, host_slot + from, to - from, cudaMemcpyHostToDevice,
+                              h2d);
+        if (e == cudaSuccess) e = mem_ops_.write(h2d, &landed[slot], flag_value(q));
+        if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], h2d);
+        wire_bytes_ += to;  // what the copy engines moved; the overflow is GPU-side only
+      }
+    }
+    last_plan_ = plan;
+    last_seq_base_ = seq_base;
+    return e;
+  }
+
+  /// Stream mode, after a transfer that went well: sizes each tier's section-B budget from what the last frames
+  /// of the ring needed (the sender leaves each frame's section B length in the ring), 2% over the largest, so
+  /// the next transfers of similar data move nearly everything with the fixed-size copies.
+  void adapt_budget() {
+    const FrameRingView ring = ring_.view();
+    const uint32_t* lengths = ring_.host_alias(ring.exps_bytes);
+    const uint64_t F = last_plan_.num_frames;
+    uint64_t most[MAX_PIPELINE_TIERS] = {};
+    for (uint64_t f = F > ring.num_slots ? F - ring.num_slots : 0; f < F; ++f) {
+      const FrameInfo fi = last_plan_.frame(f);
+      const uint64_t fixed = FRAME_HEADER_BYTES + item_table_bytes(fi.items);
+      const uint32_t len = __atomic_load_n(&lengths[slot_of(last_seq_base_ + f, ring.num_slots)], __ATOMIC_ACQUIRE);
+      if (len <= fixed || fi.elems == 0) continue;
+      uint64_t& m = most[budget_.tier_of(fi.item_elems)];
+      m = std::max<uint64_t>(m, format::div_up(uint64_t(len - fixed) * 1024, fi.elems));
+    }
+    for (uint32_t k = 0; k < MAX_PIPELINE_TIERS; ++k)  // tiers the last transfer did not use keep their budget
+      if (most[k]) budget_.per_kelem[k] = uint32_t(std::min<uint64_t>(most[k] + most[k] / 50 + 4, uint64_t(1) << 20));
   }
 
   /// Host relay: as each frame's planes, then its section B, are published, move them to the device ring
@@ -786,7 +1042,21 @@ class HostStagingLink {
   uint64_t bypass_ = 0, next_seq_ = 0, wire_bytes_ = 0;
   Status relay_status_ = Status::ok;
   FrameRing ring_;
-  p2p_detail::Memory dev_ring_, dev_send_, status_host_, raw_buffers_;
+  p2p_detail::Memory dev_ring_, dev_send_, status_host_, raw_buffers_, landed_;
+  p2p_detail::StreamMemOps mem_ops_;
+  // Raw copy chunk measured best per size class (class k: [2^k, 2^(k+1)) bytes; 0: not measured).
+  static constexpr uint32_t RAW_CLASSES = 48;
+  uint64_t raw_best_[RAW_CLASSES] = {};
+  static int size_class(uint64_t bytes) {
+    int k = -1;
+    while (bytes) bytes >>= 1, ++k;
+    return k;
+  }
+  ExpsBudget budget_;  // stream mode: section B bytes per 1024 elements the fixed-size copies move, per tier
+  FramePlan last_plan_{};
+  uint64_t last_seq_base_ = 0;
+  bool last_empty_ = true;
+  uint64_t *send_trace_ = nullptr, *recv_trace_ = nullptr;
   P2PSender<D, Code> sender_;
   P2PReceiver<D, Code> receiver_;
   std::vector<cudaStream_t> streams_;

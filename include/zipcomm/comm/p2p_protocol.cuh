@@ -313,6 +313,27 @@ ZIPCOMM_HOST_DEVICE uint64_t item_planes_offset(const FramePlan& plan, const Fra
 
 enum class FlagState : uint8_t { waiting, ready, broken };
 
+/// Section B bytes a link moves with fixed-size copies (stream mode), per tier (tiers are told apart by
+/// their item size; small items code a little worse): header, item table and room for `per_kelem[k]` coded
+/// bytes per 1024 elements, 16-byte aligned, at most the frame's bound. A frame whose section B is longer
+/// sends the rest apart (the overflow); one that is shorter leaves the tail unused.
+struct ExpsBudget {
+  uint32_t item_elems[MAX_PIPELINE_TIERS] = {};
+  uint32_t per_kelem[MAX_PIPELINE_TIERS] = {};
+  ZIPCOMM_HOST_DEVICE uint32_t tier_of(uint32_t items_elems) const {
+    for (uint32_t k = 0; k < MAX_PIPELINE_TIERS; ++k)
+      if (item_elems[k] == items_elems) return k;
+    return 0;
+  }
+};
+
+ZIPCOMM_HOST_DEVICE uint64_t exps_budget_bytes(const FrameInfo& fi, const ExpsBudget& b) {
+  const uint64_t per_kelem = b.per_kelem[b.tier_of(fi.item_elems)];
+  const uint64_t want = FRAME_HEADER_BYTES + item_table_bytes(fi.items) + (fi.elems * per_kelem + 1023) / 1024;
+  const uint64_t aligned = format::align_up(want, format::ALIGN);
+  return aligned < fi.exps_bound ? aligned : fi.exps_bound;
+}
+
 ZIPCOMM_HOST_DEVICE uint32_t slot_of(uint64_t seq, uint32_t slots) { return uint32_t(seq % slots); }
 ZIPCOMM_HOST_DEVICE uint64_t flag_value(uint64_t seq) { return seq + 1; }
 
