@@ -175,7 +175,9 @@ TEST_CASE("p2p links within one ring's capacity (no concurrency needed)", "[gpu]
   o.timeout_ns = 20000000000ull;  // also run under compute-sanitizer, which slows kernels down a lot
   o.sender_blocks = 4;
   o.receiver_blocks = 4;
-  for (HostLinkMode mode : {HostLinkMode::copy, HostLinkMode::relay, HostLinkMode::kernel}) {
+  // Stream mode too: its sender finishes alone here, then the copy engines and the receiver follow.
+  for (HostLinkMode mode : {HostLinkMode::copy, HostLinkMode::relay, HostLinkMode::kernel, HostLinkMode::stream}) {
+    CAPTURE(int(mode));
     HostStagingLink<DType::bf16> link;
     CUDA_OK(link.init(0, o, mode));
     for (uint64_t n : {uint64_t(1), uint64_t(1000), uint64_t(40000)}) {
