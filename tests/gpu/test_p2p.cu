@@ -162,7 +162,7 @@ TEST_CASE("p2p stream mode: section B past the budget goes by the overflow path;
         real, 0, 0, [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
         [&] { return link.wait(); });
   const double wire = double(link.wire_bytes()) / double(real.size());
-  CAPTURE(wire);
+  CAPTURE(wire, link.exps_budget().per_kelem[0], link.exps_budget().per_kelem[1], link.exps_budget().per_kelem[2]);
   REQUIRE(wire > 0.6);
   REQUIRE(wire < 0.72);  // real bf16 gradients code to ~0.67 of their bytes; the budget adds at most ~2% of that
 }

@@ -535,3 +535,54 @@ TEST_CASE("p2p ring protocol: a silent peer times out, a size disagreement is re
     REQUIRE(rx.status != Status::ok);
   }
 }
+
+TEST_CASE("p2p stream-mode section-B budget: fixed-size part per tier, adapted from the ring's last frames",
+          "[p2p][protocol]") {
+  PipelineShape shape;
+  shape.tier[0] = {16384, 8, 0};
+  shape.tier[1] = {2048, 16, 65536};
+  shape.tier[2] = {256, 32, 4096};
+  const uint32_t S = 4;
+  const uint64_t n = uint64_t(4) << 20;
+  const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n, shape);
+  REQUIRE(plan.num_frames > S);
+  ExpsBudget b;
+  for (uint32_t k = 0; k < 3; ++k) b.item_elems[k] = shape.tier[k].item_elems, b.per_kelem[k] = 1013;
+  // The budget never exceeds a frame's bound and always holds header and table.
+  for (uint64_t f = 0; f < plan.num_frames; ++f) {
+    const FrameInfo fi = plan.frame(f);
+    const uint64_t bytes = exps_budget_bytes(fi, b);
+    REQUIRE(bytes <= fi.exps_bound);
+    REQUIRE(bytes >= FRAME_HEADER_BYTES + item_table_bytes(fi.items));
+    REQUIRE(bytes % 16 == 0);
+  }
+  // What frames needed: 0.35 bytes per element in tier 0, 0.40 in tier 1, 2.1 (raw chunks) in tier 2; each
+  // frame's need, maximized per tier as the sender does.
+  const double per_elem[3] = {0.35, 0.40, 2.1};
+  uint32_t need[MAX_PIPELINE_TIERS] = {};
+  for (uint64_t f = 0; f < plan.num_frames; ++f) {
+    const FrameInfo fi = plan.frame(f);
+    const uint32_t k = b.tier_of(fi.item_elems);
+    const uint64_t len = FRAME_HEADER_BYTES + item_table_bytes(fi.items) + uint64_t(per_elem[k] * double(fi.elems));
+    need[k] = std::max(need[k], exps_need_per_kelem(fi, len));
+    // A budget sized from this need holds the frame's section B whole.
+    REQUIRE(exps_need_per_kelem(fi, FRAME_HEADER_BYTES + item_table_bytes(fi.items)) == 0);
+  }
+  const ExpsBudget a = adapt_exps_budget(b, need);
+  for (uint32_t k = 0; k < 3; ++k) {
+    CAPTURE(k, a.per_kelem[k]);
+    const double want = per_elem[k] * 1024;
+    REQUIRE(a.per_kelem[k] >= want);
+    REQUIRE(a.per_kelem[k] <= want * 1.03 + 6);
+  }
+  for (uint64_t f = 0; f < plan.num_frames; ++f) {
+    const FrameInfo fi = plan.frame(f);
+    const uint32_t k = b.tier_of(fi.item_elems);
+    const uint64_t len = FRAME_HEADER_BYTES + item_table_bytes(fi.items) + uint64_t(per_elem[k] * double(fi.elems));
+    REQUIRE(exps_budget_bytes(fi, a) >= std::min<uint64_t>(len, fi.exps_bound));
+  }
+  // Tiers without frames keep their budget.
+  const uint32_t none[MAX_PIPELINE_TIERS] = {};
+  const ExpsBudget same = adapt_exps_budget(b, none);
+  for (uint32_t k = 0; k < 3; ++k) REQUIRE(same.per_kelem[k] == b.per_kelem[k]);
+}

@@ -362,6 +362,7 @@ struct SendArgs {
   // same offsets of slot s at overflow_slots + s * slot_bytes (the part fixed-size copies do not move).
   uint8_t* overflow_slots = nullptr;
   ExpsBudget exps_budget;
+  uint32_t* exps_need = nullptr;  // optional [MAX_PIPELINE_TIERS]: atomicMax of exps_need_per_kelem per tier
 };
 
 /// Arguments of the receiver kernel (by value).
@@ -505,6 +506,8 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
         exps_bytes += uint32_t(last & 0xFFFFFFFFu);
       }
       p2p_detail::warp_zero(section_b + FRAME_HEADER_BYTES, uint64_t(ITEM_ENTRY_BYTES) * fi.items, table_bytes);
+      if (a.exps_need && lane == 0)
+        atomicMax(&a.exps_need[a.exps_budget.tier_of(fi.item_elems)], exps_need_per_kelem(fi, exps_bytes));
       if (a.overflow_slots) {  // what the fixed-size copy of section B leaves behind goes by SM stores
         const uint64_t budget = exps_budget_bytes(fi, a.exps_budget);
         if (exps_bytes > budget)

@@ -153,6 +153,18 @@ class StreamMemOps {
   Fn wait64_ = nullptr, write64_ = nullptr;
 };
 
+/// Zeroes the per-slot counters (`words` 64-bit words per slot, slot-major) of the slots frames
+/// [seq0, seq0 + frames) use, in stream order: a launch then starts from zero even where an earlier launch was
+/// aborted half-way through a frame. Every slot's previous frame is finished by then (credits or stream order).
+inline cudaError_t zero_slot_counters(unsigned long long* counters, uint32_t words, uint32_t slots, uint64_t seq0,
+                                      uint64_t frames, cudaStream_t stream) {
+  if (frames >= slots) return cudaMemsetAsync(counters, 0, size_t(slots) * words * 8, stream);
+  cudaError_t e = cudaSuccess;
+  for (uint64_t f = 0; f < frames && e == cudaSuccess; ++f)
+    e = cudaMemsetAsync(counters + size_t((seq0 + f) % slots) * words, 0, size_t(words) * 8, stream);
+  return e;
+}
+
 /// Scoped cudaSetDevice.
 class DeviceGuard {
  public:
@@ -256,6 +268,7 @@ class P2PSender {
     if (e != cudaSuccess) return e;
     const size_t words = 16 + 2 * slots + size_t(slots) * MAX_FRAME_ITEMS + slots;
     e = state_.device(device, words * 8 + sizeof(SideControl));
+    if (e == cudaSuccess) e = need_.device(device, MAX_PIPELINE_TIERS * sizeof(uint32_t));
     if (e != cudaSuccess) return e;
     return scratch_.device(device, size_t(blocks_) * P2PPolicy::WARPS * scratch_bytes_);
   }
@@ -270,6 +283,9 @@ class P2PSender {
     cudaError_t e = cudaMemsetAsync(control(), 0, sizeof(SideControl), stream);
     if (e != cudaSuccess || f0 >= f1) return e;
     e = cudaMemsetAsync(state_.get(), 0, 8, stream);  // the item counter
+    if (e == cudaSuccess)
+      e = p2p_detail::zero_slot_counters(state_.get<unsigned long long>(16 * 8), 2, slots_, seq_base + f0, f1 - f0,
+                                         stream);
     if (e != cudaSuccess) return e;
     SendArgs a;
     a.plan = plan;
@@ -292,6 +308,9 @@ class P2PSender {
     a.poison = extras.poison;
     a.overflow_slots = extras.overflow_slots;
     a.exps_budget = extras.exps_budget;
+    a.exps_need = need_.get<uint32_t>();
+    e = cudaMemsetAsync(a.exps_need, 0, MAX_PIPELINE_TIERS * sizeof(uint32_t), stream);
+    if (e != cudaSuccess) return e;
     const uint64_t items =
         (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
     const int grid = int(std::min<uint64_t>(uint64_t(blocks_), format::div_up(items, P2PPolicy::WARPS)));
@@ -301,6 +320,9 @@ class P2PSender {
   SideControl* control() const {
     return state_.get<SideControl>((16 + 3 * size_t(slots_) + size_t(slots_) * MAX_FRAME_ITEMS) * 8);
   }
+  /// [MAX_PIPELINE_TIERS] device words: per tier, the most coded section-B bytes per 1024 elements a frame of
+  /// the last launch needed (tiers as the launch's extras.exps_budget tells them apart).
+  const uint32_t* exps_need() const { return need_.get<uint32_t>(); }
   /// Clears the device state (after an aborted transfer). The sender must be idle.
   cudaError_t reset() {
     p2p_detail::DeviceGuard g(device_);
@@ -315,7 +337,7 @@ class P2PSender {
     if (++tag_ == 0) ++tag_;
     return tag_;
   }
-  p2p_detail::Memory state_, scratch_;
+  p2p_detail::Memory state_, scratch_, need_;
   int device_ = 0, blocks_ = 0;
   uint32_t slots_ = 0, tag_ = 0;
   uint64_t scratch_bytes_ = 0;
@@ -363,6 +385,9 @@ class P2PReceiver {
     cudaError_t e = reset_control ? cudaMemsetAsync(control(), 0, sizeof(SideControl), stream) : cudaSuccess;
     if (e != cudaSuccess || f0 >= f1) return e;
     e = cudaMemsetAsync(state_.get(16 * 8 * size_t(lane)), 0, 8, stream);  // the lane's item counter
+    if (e == cudaSuccess)
+      e = p2p_detail::zero_slot_counters(state_.get<unsigned long long>(16 * 8 * size_t(lanes_)), 1, slots_,
+                                         seq_base + f0, f1 - f0, stream);
     if (e != cudaSuccess) return e;
     RecvArgs a;
     a.plan = plan;
@@ -743,6 +768,8 @@ class HostStagingLink {
 
   void set_bypass_threshold(uint64_t bytes) { bypass_ = bytes; }
   uint64_t bypass_threshold() const { return bypass_; }
+  /// Stream mode: the section-B budget the next transfer's fixed-size copies use (adapted by wait()).
+  const ExpsBudget& exps_budget() const { return budget_; }
   /// Copy and relay modes: bytes the last coded transfer put through the pinned ring (planes + section B of each
   /// frame), i.e. what crossed the link each way. Stream mode: what the copy engines moved each way (planes and
   /// section B up to its budget; an overflow, moved by SMs, is not counted). 0 in kernel mode.
@@ -881,29 +908,16 @@ class HostStagingLink {
         wire_bytes_ += to;  // what the copy engines moved; the overflow is GPU-side only
       }
     }
-    last_plan_ = plan;
-    last_seq_base_ = seq_base;
     return e;
   }
 
-  /// Stream mode, after a transfer that went well: sizes each tier's section-B budget from what the last frames
-  /// of the ring needed (the sender leaves each frame's section B length in the ring), 2% over the largest, so
+  /// Stream mode, after a transfer that went well: sizes each tier's section-B budget from what its frames
+  /// needed (the sender keeps the per-tier maximum in GPU memory), 2% over the largest, so
   /// the next transfers of similar data move nearly everything with the fixed-size copies.
   void adapt_budget() {
-    const FrameRingView ring = ring_.view();
-    const uint32_t* lengths = ring_.host_alias(ring.exps_bytes);
-    const uint64_t F = last_plan_.num_frames;
-    uint64_t most[MAX_PIPELINE_TIERS] = {};
-    for (uint64_t f = F > ring.num_slots ? F - ring.num_slots : 0; f < F; ++f) {
-      const FrameInfo fi = last_plan_.frame(f);
-      const uint64_t fixed = FRAME_HEADER_BYTES + item_table_bytes(fi.items);
-      const uint32_t len = __atomic_load_n(&lengths[slot_of(last_seq_base_ + f, ring.num_slots)], __ATOMIC_ACQUIRE);
-      if (len <= fixed || fi.elems == 0) continue;
-      uint64_t& m = most[budget_.tier_of(fi.item_elems)];
-      m = std::max<uint64_t>(m, format::div_up(uint64_t(len - fixed) * 1024, fi.elems));
-    }
-    for (uint32_t k = 0; k < MAX_PIPELINE_TIERS; ++k)  // tiers the last transfer did not use keep their budget
-      if (most[k]) budget_.per_kelem[k] = uint32_t(std::min<uint64_t>(most[k] + most[k] / 50 + 4, uint64_t(1) << 20));
+    uint32_t need[MAX_PIPELINE_TIERS] = {};
+    if (cudaMemcpy(need, sender_.exps_need(), sizeof need, cudaMemcpyDeviceToHost) == cudaSuccess)
+      budget_ = adapt_exps_budget(budget_, need);
   }
 
   /// Host relay: as each frame's planes, then its section B, are published, move them to the device ring
@@ -1053,8 +1067,6 @@ class HostStagingLink {
     return k;
   }
   ExpsBudget budget_;  // stream mode: section B bytes per 1024 elements the fixed-size copies move, per tier
-  FramePlan last_plan_{};
-  uint64_t last_seq_base_ = 0;
   bool last_empty_ = true;
   uint64_t *send_trace_ = nullptr, *recv_trace_ = nullptr;
   P2PSender<D, Code> sender_;

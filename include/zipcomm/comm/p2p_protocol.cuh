@@ -335,6 +335,25 @@ ZIPCOMM_HOST_DEVICE uint64_t exps_budget_bytes(const FrameInfo& fi, const ExpsBu
 }
 
 ZIPCOMM_HOST_DEVICE uint32_t slot_of(uint64_t seq, uint32_t slots) { return uint32_t(seq % slots); }
+
+/// Coded section-B bytes per 1024 elements a frame needed (what the budget must cover for it to travel whole).
+ZIPCOMM_HOST_DEVICE uint32_t exps_need_per_kelem(const FrameInfo& fi, uint64_t exps_bytes) {
+  const uint64_t fixed = FRAME_HEADER_BYTES + item_table_bytes(fi.items);
+  if (exps_bytes <= fixed || fi.elems == 0) return 0;
+  const uint64_t need = ((exps_bytes - fixed) * 1024 + fi.elems - 1) / fi.elems;
+  return uint32_t(need < (uint64_t(1) << 30) ? need : (uint64_t(1) << 30));
+}
+
+/// The budget after a transfer that went well: per tier, 2% (+4) over the most a frame of that tier needed
+/// (`need[k]`, exps_need_per_kelem's maximum; 0 where the transfer had no frame of tier k: the budget stays).
+inline ExpsBudget adapt_exps_budget(ExpsBudget b, const uint32_t (&need)[MAX_PIPELINE_TIERS]) {
+  for (uint32_t k = 0; k < MAX_PIPELINE_TIERS; ++k)
+    if (need[k]) {
+      const uint64_t v = uint64_t(need[k]) + need[k] / 50 + 4;
+      b.per_kelem[k] = uint32_t(v < (uint64_t(1) << 20) ? v : (uint64_t(1) << 20));
+    }
+  return b;
+}
 ZIPCOMM_HOST_DEVICE uint64_t flag_value(uint64_t seq) { return seq + 1; }
 
 /// A ready flag of frame `seq`: an older value means "not yet", a newer one that the peers lost step.
