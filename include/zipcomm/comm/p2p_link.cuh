@@ -388,6 +388,9 @@ class P2PReceiver {
     if (e == cudaSuccess)
       e = p2p_detail::zero_slot_counters(state_.get<unsigned long long>(16 * 8 * size_t(lanes_)), 1, slots_,
                                          seq_base + f0, f1 - f0, stream);
+    if (e == cudaSuccess)  // the leaders' mirrored flags too: a stale "q + 1" would let warps skip the wait
+      e = p2p_detail::zero_slot_counters(state_.get<unsigned long long>((16 * size_t(lanes_) + slots_) * 8), 2, slots_,
+                                         seq_base + f0, f1 - f0, stream);
     if (e != cudaSuccess) return e;
     RecvArgs a;
     a.plan = plan;
@@ -821,26 +824,20 @@ class HostStagingLink {
     return e != cudaSuccess ? e : f;
   }
 
-  P2PLaunchExtras send_extras() const {
+  /// Launch settings of one side: its trace, and in stream mode the flags its copy streams wait on (poisoned
+  /// if this side aborts: the sender's planes flags, the receiver's credits), the overflow area and the budget.
+  P2PLaunchExtras extras(bool sender) const {
     P2PLaunchExtras x;
-    x.trace = send_trace_;
+    x.trace = sender ? send_trace_ : recv_trace_;
     if (mode_ == HostLinkMode::stream) {
-      x.poison = {ring_.view().ready_planes, opt_.slots};  // the d2h stream waits on them
+      x.poison = {sender ? ring_.view().ready_planes : ring_.view().credits, opt_.slots};
       x.overflow_slots = ring_.view().slots;
       x.exps_budget = budget_;
     }
     return x;
   }
-  P2PLaunchExtras recv_extras() const {
-    P2PLaunchExtras x;
-    x.trace = recv_trace_;
-    if (mode_ == HostLinkMode::stream) {
-      x.poison = {ring_.view().credits, opt_.slots};  // the h2d stream waits on them
-      x.overflow_slots = ring_.view().slots;
-      x.exps_budget = budget_;
-    }
-    return x;
-  }
+  P2PLaunchExtras send_extras() const { return extras(true); }
+  P2PLaunchExtras recv_extras() const { return extras(false); }
 
   /// Stream mode (see HostLinkMode): launches the persistent sender and receiver, then enqueues each frame's
   /// fixed-size copies between flag operations; nothing here waits for the GPU. Per frame, the d2h stream
