@@ -237,7 +237,6 @@ class FrameRing {
 /// Optional settings of one P2P kernel launch.
 struct P2PLaunchExtras {
   p2p_detail::PoisonList poison;  // flags set far ahead when this side aborts (so copy-engine waiters drain)
-  bool pull_planes = true;        // receiver with staging: pull the planes too (false: ring.slots is local)
   uint64_t* trace = nullptr;      // per-frame %globaltimer stamps (SendArgs::trace, RecvArgs::trace)
   uint8_t* overflow_slots = nullptr;  // stream mode: where section B past the budget goes (SendArgs, RecvArgs)
   ExpsBudget exps_budget;
@@ -414,7 +413,6 @@ class P2PReceiver {
     a.timeout_ns = timeout_ns;
     a.trace = extras.trace;
     a.poison = extras.poison;
-    a.pull_planes = extras.pull_planes;
     a.overflow_slots = extras.overflow_slots;
     a.exps_budget = extras.exps_budget;
     const uint64_t items =
@@ -912,8 +910,11 @@ class HostStagingLink {
   /// needed (the sender keeps the per-tier maximum in GPU memory), 2% over the largest, so
   /// the next transfers of similar data move nearly everything with the fixed-size copies.
   void adapt_budget() {
+    // On the sender's stream (already idle here): a plain cudaMemcpy would also wait for the caller's other
+    // work on the legacy stream's device.
     uint32_t need[MAX_PIPELINE_TIERS] = {};
-    if (cudaMemcpy(need, sender_.exps_need(), sizeof need, cudaMemcpyDeviceToHost) == cudaSuccess)
+    if (cudaMemcpyAsync(need, sender_.exps_need(), sizeof need, cudaMemcpyDeviceToHost, send_stream()) == cudaSuccess &&
+        cudaStreamSynchronize(send_stream()) == cudaSuccess)
       budget_ = adapt_exps_budget(budget_, need);
   }
 
