@@ -41,12 +41,8 @@ struct FrameRingView {
   uint64_t* ready_exps = nullptr;    // [num_slots] producer -> consumer: the whole frame q is there
   uint64_t* credits = nullptr;       // [num_slots] consumer -> producer: slot free again after frame q
   uint32_t* exps_bytes = nullptr;    // [num_slots] optional: section B length, for a host-side relay
-  uint8_t* exps_slots = nullptr;     // optional: section B of slot s lives at exps_slots + s * slot_bytes +
-                                     // planes_bytes instead of in `slots` (planes and exponents travel apart)
 
-  ZIPCOMM_HOST_DEVICE uint8_t* planes_slot(uint32_t s) const { return slots + s * slot_bytes; }
-  /// Base of slot s for section B offsets (section B starts at base + planes_bytes).
-  ZIPCOMM_HOST_DEVICE uint8_t* exps_slot(uint32_t s) const { return (exps_slots ? exps_slots : slots) + s * slot_bytes; }
+  ZIPCOMM_HOST_DEVICE uint8_t* slot_at(uint32_t s) const { return slots + s * slot_bytes; }
 };
 
 /// Tuning: 8 warps per block, one item per warp at a time. With ~66 KB of shared memory per block, two
@@ -388,7 +384,6 @@ struct RecvArgs {
   uint64_t* trace = nullptr;  // optional, for tuning: [3 * frames of the launch] %globaltimer when the frame's
                               // leader started waiting, found the frame checked, and its last item was decoded
   p2p_detail::PoisonList poison;  // optional: flags set far ahead when this side aborts
-  bool pull_planes = true;        // with staging: also copy the planes section (false: `ring.slots` is local)
   // Optional (stream mode): section B beyond exps_budget_bytes(frame, exps_budget) is read from the same
   // offsets of slot s at overflow_slots + s * slot_bytes; each warp copies its chunk's share in first.
   const uint8_t* overflow_slots = nullptr;
@@ -463,7 +458,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
     }
 
     // 3. Exponents: code the item, place its chunk after those of the frame's earlier items, write it.
-    uint8_t* section_b = a.ring.exps_slot(slot) + fi.planes_bytes;
+    uint8_t* section_b = frame + fi.planes_bytes;
     uint32_t* entry = reinterpret_cast<uint32_t*>(section_b + FRAME_HEADER_BYTES + uint64_t(ITEM_ENTRY_BYTES) * j);
     const uint64_t table_bytes = item_table_bytes(fi.items);
     if (!coded && lane == 0) *reinterpret_cast<uint2*>(entry) = make_uint2(0u, check);
@@ -572,13 +567,11 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     const FrameInfo fi = a.plan.frame(f);
     const uint64_t q = a.seq_base + f;
     const uint32_t slot = slot_of(q, S);
-    // Where the frame is (planes and section B may be apart), and where it is decoded from: the ring itself,
+    // Where the frame is, and where it is decoded from: the ring itself,
     // or device staging the warps pull the (remote) bytes into.
-    const uint8_t* src_p = a.ring.planes_slot(slot);
-    const uint8_t* src_b = a.ring.exps_slot(slot);
+    const uint8_t* src = a.ring.slot_at(slot);
     uint8_t* staged = pull ? a.staging + slot * a.ring.slot_bytes : nullptr;
-    const uint8_t* base_b = pull ? staged : src_b;
-    const uint8_t* base_p = pull && a.pull_planes ? staged : src_p;
+    const uint8_t* base = pull ? staged : src;
     uint64_t* trace = a.trace ? a.trace + 3 * (f - a.frame_begin) : nullptr;
     if (trace && j == 0 && lane == 0) trace[0] = p2p_detail::global_ns();
     uint64_t* mirror_planes = &a.mirror[2 * slot];
@@ -606,11 +599,11 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
         break;
       }
       // Header (and, for coded frames, the item table) into device memory, then checked there.
-      if (pull) p2p_detail::warp_copy<true>(staged + fi.planes_bytes, src_b + fi.planes_bytes, FRAME_HEADER_BYTES);
+      if (pull) p2p_detail::warp_copy<true>(staged + fi.planes_bytes, src + fi.planes_bytes, FRAME_HEADER_BYTES);
       __syncwarp();
       alignas(16) FrameHeader h;
       {
-        const uint4* hv = reinterpret_cast<const uint4*>(base_b + fi.planes_bytes);
+        const uint4* hv = reinterpret_cast<const uint4*>(base + fi.planes_bytes);
         uint4* hd = reinterpret_cast<uint4*>(&h);
 #pragma unroll
         for (int i = 0; i < 4; ++i) hd[i] = pull ? hv[i] : __ldcv(hv + i);
@@ -620,10 +613,10 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
         const uint64_t tb = item_table_bytes(fi.items);
         if (pull)
           p2p_detail::warp_copy<true>(staged + fi.planes_bytes + FRAME_HEADER_BYTES,
-                                      src_b + fi.planes_bytes + FRAME_HEADER_BYTES, tb);
+                                      src + fi.planes_bytes + FRAME_HEADER_BYTES, tb);
         __syncwarp();
         __threadfence_block();
-        hs = p2p_detail::warp_validate_item_table(base_b + fi.planes_bytes + FRAME_HEADER_BYTES, fi, D, a.plan.kind,
+        hs = p2p_detail::warp_validate_item_table(base + fi.planes_bytes + FRAME_HEADER_BYTES, fi, D, a.plan.kind,
                                                   h.exps_bytes);
       }
       if (lane == 0) {
@@ -645,8 +638,8 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
       fail(s, true);
       break;
     }
-    if (coded && pull && a.pull_planes)
-      p2p_detail::warp_copy<true>(staged + planes_at, src_p + planes_at, item_plane_bytes(D, elems));
+    if (coded && pull)
+      p2p_detail::warp_copy<true>(staged + planes_at, src + planes_at, item_plane_bytes(D, elems));
     s = p2p_detail::warp_wait<false>(
         mirror_exps, [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
     if (s != Status::ok) {
@@ -658,29 +651,29 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     // 3. Decode into the output (raw frames: copy).
     if (frame_ok == Status::ok) {
       uint8_t* out_bytes = static_cast<uint8_t*>(a.out) + elem0 * eb;
-      const uint8_t* table = base_b + fi.planes_bytes + FRAME_HEADER_BYTES;
+      const uint8_t* table = base + fi.planes_bytes + FRAME_HEADER_BYTES;
       const uint32_t expected = item_check(table, j);
       if (!coded) {
-        p2p_detail::warp_copy<true>(out_bytes, src_p + planes_at, uint64_t(elems) * eb);
+        p2p_detail::warp_copy<true>(out_bytes, src + planes_at, uint64_t(elems) * eb);
         __syncwarp();
         if (p2p_detail::written_item_check<D>(out_bytes, elems) != expected) fail(Status::corrupt_stream, false);
       } else {
         const uint32_t start = j ? item_end(table, j - 1) : 0u;
         const uint32_t end = item_end(table, j);
         const uint64_t chunk_at = fi.planes_bytes + FRAME_HEADER_BYTES + item_table_bytes(fi.items) + start;
-        if (pull) p2p_detail::warp_copy<true>(staged + chunk_at, src_b + chunk_at, end - start);
+        if (pull) p2p_detail::warp_copy<true>(staged + chunk_at, src + chunk_at, end - start);
         if (a.overflow_slots && !pull) {  // the chunk's bytes past the fixed-size copy: from the overflow area
           const uint64_t overflow_at = fi.planes_bytes + exps_budget_bytes(fi, a.exps_budget);
           const uint64_t from = chunk_at > overflow_at ? chunk_at : overflow_at;
           const uint64_t to = chunk_at + (end - start);
           if (to > from)
-            p2p_detail::warp_copy<true>(const_cast<uint8_t*>(base_b) + from,
+            p2p_detail::warp_copy<true>(const_cast<uint8_t*>(base) + from,
                                         a.overflow_slots + slot * a.ring.slot_bytes + from, to - from);
         }
         __syncwarp();
         __threadfence();  // the warp's own staging writes, before the decoder's loads
         const format::Layout L = format::layout_for(D, elems);
-        const warp::ConstPlanes planes{base_p + planes_at, base_p + planes_at + (L.plane1_offset - format::HEADER_BYTES)};
+        const warp::ConstPlanes planes{base + planes_at, base + planes_at + (L.plane1_offset - format::HEADER_BYTES)};
         uint32_t check = 0;
         auto sink = [&](uint32_t t, const uint32_t(&x)[warp::ITEMS], uint32_t cnt) {
           const uint64_t at = uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
@@ -690,7 +683,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
             warp::store_items<D, false>(out_bytes, at, cnt, x);
           check += p2p_detail::lane_tile_check(t, cnt, x);
         };
-        Status ds = dec.Decode(base_b + chunk_at, end - start, elems, 0, planes, sink);
+        Status ds = dec.Decode(base + chunk_at, end - start, elems, 0, planes, sink);
         if (ds == Status::ok && p2p_detail::warp_sum32(check) != expected) ds = Status::corrupt_stream;
         if (ds != Status::ok) fail(ds, false);
       }

@@ -237,7 +237,6 @@ class FrameRing {
 /// Optional settings of one P2P kernel launch.
 struct P2PLaunchExtras {
   p2p_detail::PoisonList poison;  // flags set far ahead when this side aborts (so copy-engine waiters drain)
-  bool pull_planes = true;        // receiver with staging: pull the planes too (false: ring.slots is local)
   uint64_t* trace = nullptr;      // per-frame %globaltimer stamps (SendArgs::trace, RecvArgs::trace)
   uint8_t* overflow_slots = nullptr;  // stream mode: where section B past the budget goes (SendArgs, RecvArgs)
   ExpsBudget exps_budget;
@@ -388,6 +387,9 @@ class P2PReceiver {
     if (e == cudaSuccess)
       e = p2p_detail::zero_slot_counters(state_.get<unsigned long long>(16 * 8 * size_t(lanes_)), 1, slots_,
                                          seq_base + f0, f1 - f0, stream);
+    if (e == cudaSuccess)  // the leaders' mirrored flags too: a stale "q + 1" would let warps skip the wait
+      e = p2p_detail::zero_slot_counters(state_.get<unsigned long long>((16 * size_t(lanes_) + slots_) * 8), 2, slots_,
+                                         seq_base + f0, f1 - f0, stream);
     if (e != cudaSuccess) return e;
     RecvArgs a;
     a.plan = plan;
@@ -411,7 +413,6 @@ class P2PReceiver {
     a.timeout_ns = timeout_ns;
     a.trace = extras.trace;
     a.poison = extras.poison;
-    a.pull_planes = extras.pull_planes;
     a.overflow_slots = extras.overflow_slots;
     a.exps_budget = extras.exps_budget;
     const uint64_t items =
@@ -821,26 +822,20 @@ class HostStagingLink {
     return e != cudaSuccess ? e : f;
   }
 
-  P2PLaunchExtras send_extras() const {
+  /// Launch settings of one side: its trace, and in stream mode the flags its copy streams wait on (poisoned
+  /// if this side aborts: the sender's planes flags, the receiver's credits), the overflow area and the budget.
+  P2PLaunchExtras extras(bool sender) const {
     P2PLaunchExtras x;
-    x.trace = send_trace_;
+    x.trace = sender ? send_trace_ : recv_trace_;
     if (mode_ == HostLinkMode::stream) {
-      x.poison = {ring_.view().ready_planes, opt_.slots};  // the d2h stream waits on them
+      x.poison = {sender ? ring_.view().ready_planes : ring_.view().credits, opt_.slots};
       x.overflow_slots = ring_.view().slots;
       x.exps_budget = budget_;
     }
     return x;
   }
-  P2PLaunchExtras recv_extras() const {
-    P2PLaunchExtras x;
-    x.trace = recv_trace_;
-    if (mode_ == HostLinkMode::stream) {
-      x.poison = {ring_.view().credits, opt_.slots};  // the h2d stream waits on them
-      x.overflow_slots = ring_.view().slots;
-      x.exps_budget = budget_;
-    }
-    return x;
-  }
+  P2PLaunchExtras send_extras() const { return extras(true); }
+  P2PLaunchExtras recv_extras() const { return extras(false); }
 
   /// Stream mode (see HostLinkMode): launches the persistent sender and receiver, then enqueues each frame's
   /// fixed-size copies between flag operations; nothing here waits for the GPU. Per frame, the d2h stream
@@ -915,8 +910,11 @@ class HostStagingLink {
   /// needed (the sender keeps the per-tier maximum in GPU memory), 2% over the largest, so
   /// the next transfers of similar data move nearly everything with the fixed-size copies.
   void adapt_budget() {
+    // On the sender's stream (already idle here): a plain cudaMemcpy would also wait for the caller's other
+    // work on the legacy stream's device.
     uint32_t need[MAX_PIPELINE_TIERS] = {};
-    if (cudaMemcpy(need, sender_.exps_need(), sizeof need, cudaMemcpyDeviceToHost) == cudaSuccess)
+    if (cudaMemcpyAsync(need, sender_.exps_need(), sizeof need, cudaMemcpyDeviceToHost, send_stream()) == cudaSuccess &&
+        cudaStreamSynchronize(send_stream()) == cudaSuccess)
       budget_ = adapt_exps_budget(budget_, need);
   }
 
