@@ -6,8 +6,12 @@
 // Effective GB/s = message bytes / time from the start of the transfer until the receiver holds every element
 // (decoded), CUDA events on the caller's stream; median of reps after warm-ups. Every measured configuration is
 // checked bit-exact once per size.
-// --sweep first times variants of the link's knobs (frame size, tiers, ring depth, grid) at 64 and 256 MiB.
+// --sweep first times variants of the link's knobs (frame size, tiers, head region, ring depth, grid) at 64 and
+// 256 MiB; --trace prints per-frame timelines at 64 MiB (--trace-frame-items N: tier-0 frame size; --trace-head
+// ITEM,FRAME,MIB: a head of ITEM-element items, FRAME to a frame, over the first MIB MiB of bf16).
 // Usage: zipcomm_bench_p2p [--data DIR] [--max-mib 1024] [--min-kib 1] [--json FILE] [--reps-scale X] [--sweep]
+//        [--sweep-only PREFIX] [--trace] [--trace-frame-items N] [--trace-head ITEM,FRAME,MIB] [--no-curve]
+//        [--modes copy,relay,kernel,stream]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -80,6 +84,7 @@ int main(int argc, char** argv) {
   double reps_scale = 1.0;
   bool sweep = false, trace = false, curve = true;
   uint32_t trace_frame_items = 0;
+  PipelineTier trace_head = {2048, 128, 0};  // region 0: no head
   std::string modes = "copy,relay,kernel,stream", sweep_only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -101,6 +106,14 @@ int main(int argc, char** argv) {
       trace = true;
     else if (a == "--trace-frame-items" && i + 1 < argc)  // tier-0 frame size of the traced links
       trace = true, trace_frame_items = uint32_t(std::strtoul(argv[++i], nullptr, 10));
+    else if (a == "--trace-head" && i + 1 < argc) {  // ITEM,FRAME,MIB: head of the traced links
+      unsigned item = 0, frame = 0, mib = 0;
+      if (std::sscanf(argv[++i], "%u,%u,%u", &item, &frame, &mib) != 3) {
+        std::fprintf(stderr, "--trace-head wants ITEM_ELEMS,FRAME_ITEMS,REGION_MIB (bf16 MiB)\n");
+        return 2;
+      }
+      trace = true, trace_head = {item, frame, uint64_t(mib) << 19};
+    }
     else if (a == "--no-curve")
       curve = false;
     else if (a == "--modes" && i + 1 < argc)  // links of the curve, e.g. copy,stream
@@ -304,6 +317,32 @@ int main(int argc, char** argv) {
       o.shape.tier[0].frame_items = 256;
       o.slots = 32;
     });
+    // The fill at 64 MiB (bench/RESULTS.md): stream_tuned() with a head of small items, so the first frames are
+    // published within tens of microseconds, and with tier-0 frames of 1024 items. Names start "stream tuned"
+    // (--sweep-only "stream tuned" runs just these); head = item elements x items per frame, region in MiB of
+    // bf16 (elements = MiB << 19).
+    auto tuned = [&](const char* name, uint32_t frame_items, uint32_t head_item, uint32_t head_frame,
+                     uint32_t head_mib) {
+      P2POptions o = P2POptions::stream_tuned();
+      if (frame_items) o.shape.tier[0].frame_items = frame_items;
+      if (head_mib) o.shape.head = {head_item, head_frame, uint64_t(head_mib) << 19};
+      vs.push_back({name, HostLinkMode::stream, o});
+    };
+    tuned("stream tuned (frames of 512)", 0, 0, 0, 0);
+    tuned("stream tuned, head 2048x64 over 4 MiB", 0, 2048, 64, 4);
+    tuned("stream tuned, head 2048x128 over 4 MiB", 0, 2048, 128, 4);
+    tuned("stream tuned, head 2048x128 over 8 MiB", 0, 2048, 128, 8);
+    tuned("stream tuned, head 2048x256 over 16 MiB", 0, 2048, 256, 16);
+    tuned("stream tuned, head 4096x64 over 4 MiB", 0, 4096, 64, 4);
+    tuned("stream tuned, head 4096x128 over 8 MiB", 0, 4096, 128, 8);
+    tuned("stream tuned, head 4096x256 over 8 MiB", 0, 4096, 256, 8);
+    tuned("stream tuned, head 4096x256 over 16 MiB", 0, 4096, 256, 16);
+    // Head frames take ring slots too: a body frame waits for the credit of the frame S slots before it.
+    tuned("stream tuned, head 2048x64 over 8 MiB, 32 slots", 0, 2048, 64, 8);
+    vs.back().opt.slots = 32;
+    tuned("stream tuned, frames of 1024", 1024, 0, 0, 0);
+    tuned("stream tuned, frames of 1024, head 2048x128 over 8 MiB", 1024, 2048, 128, 8);
+    tuned("stream tuned, frames of 1024, head 4096x256 over 16 MiB", 1024, 4096, 256, 16);
     std::printf("\nknob sweep (coded, always): ms at 64 MiB / 256 MiB, and GB/s\n");
     for (Variant& v : vs) {
       if (!sweep_only.empty() && std::string(v.name).rfind(sweep_only, 0) != 0) continue;
@@ -323,7 +362,7 @@ int main(int argc, char** argv) {
                         "wire " + std::to_string(link.wire_bytes())});
       }
       std::printf(
-          "  %-34s %8.3f ms %7.1f GB/s | %8.3f ms %7.1f GB/s%s\n", v.name, ms[0],
+          "  %-56s %8.3f ms %7.1f GB/s | %8.3f ms %7.1f GB/s%s\n", v.name, ms[0],
           std::min(sizes[0], max_bytes) / ms[0] / 1e6, ms[1], std::min(sizes[1], max_bytes) / ms[1] / 1e6,
           link.wire_bytes()
               ? (" | wire/raw " + std::to_string(double(link.wire_bytes()) / std::min(sizes[1], max_bytes))).c_str()
@@ -340,6 +379,8 @@ int main(int argc, char** argv) {
     const char* tn[2] = {"kernel", "stream"};
     P2POptions topt;
     if (trace_frame_items) topt.shape.tier[0].frame_items = trace_frame_items;
+    topt.shape.head = trace_head;
+    if (!shape_valid(topt.shape)) std::fprintf(stderr, "--trace-head: not a valid head\n"), std::exit(2);
     const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n, topt.shape);
     const uint64_t F = plan.num_frames;
     uint64_t* d_trace;
@@ -367,19 +408,21 @@ int main(int argc, char** argv) {
       for (uint64_t v : h)
         if (v) t0 = std::min(t0, v);
       auto us = [&](uint64_t v) { return v ? double(v - t0) / 1e3 : -1.0; };
-      std::printf("\ntrace, %s mode, %s, %llu frames, %.3f ms (%.1f GB/s); us from the first stamp\n", tn[k],
-                  human(bytes).c_str(), (unsigned long long)F, ms, bytes / ms / 1e6);
-      std::printf("%6s %9s %6s | %9s %9s %9s | %9s %9s %9s\n", "frame", "elems", "items", "s.take", "s.planes",
-                  "s.done", "r.start", "r.ready", "r.done");
+      std::printf("\ntrace, %s mode, %s, %llu frames (%llu in the head), %.3f ms (%.1f GB/s); "
+                  "us from the first stamp\n",
+                  tn[k], human(bytes).c_str(), (unsigned long long)F,
+                  (unsigned long long)(plan.head_parts ? plan.part[0].frames : 0), ms, bytes / ms / 1e6);
+      std::printf("%6s %9s %6s %6s | %9s %9s %9s | %9s %9s %9s\n", "frame", "elems", "items", "item", "s.take",
+                  "s.planes", "s.done", "r.start", "r.ready", "r.done");
       for (uint64_t f = 0; f < F; ++f) {
         if (F > 28 && f == 12) std::printf("   ...\n");
         if (F > 28 && f >= 12 && f + 12 < F) continue;
         const FrameInfo fi = plan.frame(f);
         const uint64_t* sv = &h[3 * f];
         const uint64_t* rv = &h[3 * F + 3 * f];
-        std::printf("%6llu %9llu %6u | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f\n", (unsigned long long)f,
-                    (unsigned long long)fi.elems, fi.items, us(sv[0]), us(sv[1]), us(sv[2]), us(rv[0]), us(rv[1]),
-                    us(rv[2]));
+        std::printf("%6llu %9llu %6u %6u | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f\n", (unsigned long long)f,
+                    (unsigned long long)fi.elems, fi.items, fi.item_elems, us(sv[0]), us(sv[1]), us(sv[2]), us(rv[0]),
+                    us(rv[1]), us(rv[2]));
       }
       std::fflush(stdout);
     }

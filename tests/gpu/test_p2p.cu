@@ -1,6 +1,7 @@
 // GPU tests of the P2P pipeline (include/zipcomm/comm): bit-exact transfers over the pinned-host link (relay and
-// kernel modes) and the peer link (same GPU), odd sizes and alignments, rings that wrap many times, frames
-// identical to the host reference, corrupt frames, peers that disagree on sizes, and peers that never answer.
+// kernel modes) and the peer link (same GPU), odd sizes and alignments, rings that wrap many times, a head region,
+// frames identical to the host reference, corrupt frames, peers that disagree on sizes, and peers that never
+// answer.
 // Tags: [p2p]; [concurrent] needs sender and receiver kernels running at once (skip under a sanitizer that
 // serializes launches); [large] moves 1 GiB.
 #include <algorithm>
@@ -167,6 +168,58 @@ TEST_CASE("p2p stream mode: section B past the budget goes by the overflow path;
   REQUIRE(wire < 0.72);  // real bf16 gradients code to ~0.67 of their bytes; the budget adds at most ~2% of that
 }
 
+TEST_CASE("p2p links with a head region: bit-exact at sizes around the regions; the head's budget class adapts",
+          "[gpu][p2p][concurrent]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  // Tail: 65536 + 4096 elements. Heads: 4096-element items (a budget class of their own) and 2048-element
+  // items (tier 1's class), each over more frames than the ring has slots.
+  const PipelineTier heads[] = {{4096, 4, 150000}, {2048, 8, 100000}};
+  const uint64_t tail = 65536 + 4096;
+  for (const PipelineTier& head : heads) {
+    CAPTURE(head.item_elems, head.frame_items, head.region_elems);
+    P2POptions o = small_ring_options();
+    o.shape.head = head;
+    o.exps_budget_per_kelem = 8;  // far too small at first: head frames overflow too, then the budget adapts
+    for (HostLinkMode mode : {HostLinkMode::copy, HostLinkMode::kernel, HostLinkMode::stream}) {
+      CAPTURE(int(mode));
+      HostStagingLink<DType::bf16> link;
+      CUDA_OK(link.init(0, o, mode));
+      for (uint64_t n : {uint64_t(1), uint64_t(3000), tail, tail + 5000, tail + head.region_elems - 1,
+                         tail + head.region_elems + 16385, uint64_t(1) << 21}) {
+        check_transfer(
+            test_bf16(n, rng), 2 * (rng() % 8), 2 * (rng() % 8),
+            [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
+            [&] { return link.wait(); });
+      }
+      if (mode != HostLinkMode::stream) continue;
+      const std::vector<uint8_t> real = real_bf16(uint64_t(4) << 20);
+      for (int k = 0; k < 2; ++k)
+        check_transfer(
+            real, 0, 0, [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
+            [&] { return link.wait(); });
+      const ExpsBudget& b = link.exps_budget();
+      const uint32_t k = b.tier_of(head.item_elems);
+      CAPTURE(k, b.per_kelem[0], b.per_kelem[1], b.per_kelem[2], b.per_kelem[3]);
+      REQUIRE(b.item_elems[k] == head.item_elems);
+      REQUIRE(k == (head.item_elems == 4096 ? 3u : 1u));
+      REQUIRE(b.per_kelem[k] > 8);  // adapted from what the head's (and, shared, tier 1's) frames needed
+      const double wire = double(link.wire_bytes()) / double(real.size());
+      CAPTURE(wire);
+      REQUIRE(wire > 0.6);
+      REQUIRE(wire < 0.72);
+    }
+    PeerLink<DType::bf16> peer;
+    CUDA_OK(peer.init(0, 0, o));
+    peer.set_bypass_threshold(0);
+    check_transfer(
+        test_bf16(tail + head.region_elems + 12345, rng), 2, 4,
+        [&](auto s, auto d, uint64_t m, cudaStream_t st) { return peer.transfer(s, d, m, st, st); },
+        [&] { return peer.wait(); });
+  }
+}
+
 TEST_CASE("p2p links within one ring's capacity (no concurrency needed)", "[gpu][p2p]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
@@ -270,6 +323,47 @@ struct Pair {
 uint8_t* slot_ptr(const FrameRingView& v, uint64_t seq) { return v.slots + slot_of(seq, v.num_slots) * v.slot_bytes; }
 
 }  // namespace
+
+TEST_CASE("p2p sender with a head region writes exactly the host reference's frames", "[gpu][p2p]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  PipelineShape shape;
+  shape.tier[0] = {16384, 4, 0};
+  shape.tier[1] = {2048, 8, 20000};
+  shape.tier[2] = {256, 16, 3000};
+  shape.head = {4096, 2, 12288};
+  Pair p(8, shape);
+  const uint64_t n = 12288 + 4 * 16384 + 20000 + 3000 + 17;  // head: 2 frames, body 1, tiers 1 and 2: 2 each
+  const std::vector<uint8_t> host = test_bf16(n, rng);
+  const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n, shape);
+  REQUIRE(plan.head_parts == 1);
+  REQUIRE(plan.part[0].frames == 2);
+  REQUIRE(plan.num_frames <= 8);
+  DeviceBuffer src(host.size()), dst(host.size());
+  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  const FrameRingView ring = p.ring.view();
+  CUDA_OK(cudaMemset(ring.slots, 0xCD, size_t(8) * ring.slot_bytes));
+  const uint64_t base = 13;
+  CUDA_OK(p.tx.launch(plan, src.ptr, base, 0, plan.num_frames, ring, false, 1000000000ull, p.s_tx));
+  CUDA_OK(cudaStreamSynchronize(p.s_tx));
+  REQUIRE(p.status(p.tx.control()) == Status::ok);
+  std::vector<uint8_t> ref, got;
+  for (uint64_t f = 0; f < plan.num_frames; ++f) {
+    const FrameInfo fi = plan.frame(f);
+    CAPTURE(f, fi.items, fi.item_elems);
+    REQUIRE(host_encode_frame(plan, fi, CodeId::gaussian, base + f, host.data(), ref) == Status::ok);
+    got.resize(ref.size());
+    CUDA_OK(cudaMemcpy(got.data(), slot_ptr(ring, base + f), ref.size(), cudaMemcpyDeviceToHost));
+    REQUIRE(got == ref);
+  }
+  CUDA_OK(p.rx.launch(plan, dst.ptr, base, 0, plan.num_frames, ring, false, false, false, 1000000000ull, p.s_rx));
+  CUDA_OK(cudaStreamSynchronize(p.s_rx));
+  REQUIRE(p.status(p.rx.control()) == Status::ok);
+  std::vector<uint8_t> back(host.size());
+  CUDA_OK(cudaMemcpy(back.data(), dst.ptr, back.size(), cudaMemcpyDeviceToHost));
+  REQUIRE(back == host);
+}
 
 TEST_CASE("p2p sender writes exactly the host reference's frames; corrupt frames are refused", "[gpu][p2p]") {
   const uint64_t seed = gpu_test::fresh_seed();

@@ -24,7 +24,63 @@ PipelineShape random_shape(std::mt19937_64& rng) {
     s.tier[k].frame_items = uint32_t(1 + rng() % 300);
     s.tier[k].region_elems = rng() % (uint64_t(1) << (10 + rng() % 14));
   }
+  if (rng() % 2) {  // a head, half the time; sometimes with a tier's item size
+    s.head.item_elems = rng() % 4
+                            ? format::TILE_ELEMS * uint32_t(1 + rng() % (format::CHUNK_ELEMS / format::TILE_ELEMS))
+                            : s.tier[rng() % s.num_tiers].item_elems;
+    s.head.frame_items = uint32_t(1 + rng() % 300);
+    s.head.region_elems = 1 + rng() % (uint64_t(1) << (10 + rng() % 14));
+  } else if (rng() % 2) {  // off, whatever its other fields say
+    s.head = {uint32_t(rng()), uint32_t(rng()), 0};
+  }
   return s;
+}
+
+/// The tail's regions together (tiers 1..).
+uint64_t tail_elems(const PipelineShape& s) {
+  uint64_t t = 0;
+  for (uint32_t k = 1; k < s.num_tiers; ++k) t += s.tier[k].region_elems;
+  return t;
+}
+
+/// The parts of a plan: in message order, tiling it, each part but the last whole items of its own size, the
+/// tail served first, then the head (rounded down to its items), then the body.
+void check_parts(const FramePlan& p, const PipelineShape& shape) {
+  const uint32_t h = shape.has_head() ? 1u : 0u;
+  REQUIRE(p.head_parts == h);
+  REQUIRE(p.num_parts == h + shape.num_tiers);
+  uint64_t elem = 0, item = 0, frame = 0;
+  for (uint32_t k = 0; k < p.num_parts; ++k) {
+    const FramePlan::Part& q = p.part[k];
+    const PipelineTier& t = k < h ? shape.head : shape.tier[k - h];
+    CAPTURE(k, q.first_elem, q.elems, q.items, q.frames);
+    REQUIRE(q.item_elems == t.item_elems);
+    REQUIRE(q.frame_items == t.frame_items);
+    REQUIRE(q.first_elem == elem);
+    REQUIRE(q.first_item == item);
+    REQUIRE(q.first_frame == frame);
+    REQUIRE(q.items == format::div_up(q.elems, t.item_elems));
+    REQUIRE(q.frames == format::div_up(q.items, t.frame_items));
+    if (k + 1 < p.num_parts) REQUIRE(q.elems % t.item_elems == 0);
+    elem += q.elems;
+    item += q.items;
+    frame += q.frames;
+  }
+  REQUIRE(elem == p.n);
+  REQUIRE(item == p.num_items);
+  REQUIRE(frame == p.num_frames);
+  for (uint32_t k = 0; k < shape.num_tiers; ++k) REQUIRE(&p.tier_part(k) == &p.part[h + k]);
+  // The tail gets at least its regions (or the whole message); the head what is left, up to its region,
+  // rounded down to whole head items.
+  const uint64_t tail_want = std::min(p.n, tail_elems(shape));
+  uint64_t tail = 0;
+  for (uint32_t k = 1; k < shape.num_tiers; ++k) tail += p.tier_part(k).elems;
+  REQUIRE(tail >= tail_want);
+  if (h) {
+    const uint64_t head_want = std::min(shape.head.region_elems, p.n - tail_want);
+    REQUIRE(p.part[0].elems == head_want / shape.head.item_elems * shape.head.item_elems);
+    if (p.n <= tail_elems(shape)) REQUIRE(p.part[0].elems == 0);
+  }
 }
 
 /// Every structural promise of a plan, checked by walking all its frames and items.
@@ -45,7 +101,17 @@ void check_plan(const FramePlan& p, const PipelineShape& shape) {
     bool tier_ok = false;
     for (uint32_t k = 0; k < shape.num_tiers; ++k)
       tier_ok |= shape.tier[k].item_elems == fi.item_elems && fi.items <= shape.tier[k].frame_items;
+    if (shape.has_head()) tier_ok |= shape.head.item_elems == fi.item_elems && fi.items <= shape.head.frame_items;
     REQUIRE(tier_ok);
+    // The frame lies in one part, cut by that part's sizes; only a part's last frame can have fewer items.
+    uint32_t k = 0;
+    while (!(f >= p.part[k].first_frame && f < p.part[k].first_frame + p.part[k].frames)) ++k;
+    REQUIRE(k < p.num_parts);
+    const FramePlan::Part& part = p.part[k];
+    REQUIRE(fi.item_elems == part.item_elems);
+    REQUIRE(fi.first_elem >= part.first_elem);
+    REQUIRE(fi.first_elem + fi.elems <= part.first_elem + part.elems);
+    if (f + 1 < part.first_frame + part.frames) REQUIRE(fi.items == part.frame_items);
     uint64_t sum_elems = 0, sum_planes = 0;
     for (uint32_t j = 0; j < fi.items; ++j) {
       const uint32_t e = fi.item_elems_at(j);
@@ -72,6 +138,32 @@ void check_plan(const FramePlan& p, const PipelineShape& shape) {
   }
   REQUIRE(elem == p.n);
   REQUIRE(item == p.num_items);
+  check_parts(p, shape);
+}
+
+/// Sizes at and around every region boundary of a shape (tail regions, then the head), and around item
+/// multiples there.
+std::vector<uint64_t> boundary_sizes(const PipelineShape& s) {
+  std::vector<uint64_t> b = {0};
+  uint64_t at = 0;
+  for (uint32_t k = s.num_tiers; k-- > 1;) b.push_back(at += s.tier[k].region_elems);
+  if (s.has_head()) b.push_back(at += s.head.region_elems);
+  std::vector<uint64_t> out = {0, 1, 2, 255, 256, 257, 1000};
+  const int64_t d[] = {-16385, -16384, -16383, -4097, -4096, -2049, -2048, -2047, -257,  -256,  -255,  -1,
+                       0,      1,      255,    256,   257,   2047,  2048,  4096,  16383, 16384, 16385, 100000};
+  for (uint64_t x : b)
+    for (int64_t e : d)
+      if (int64_t(x) + e >= 0) out.push_back(uint64_t(int64_t(x) + e));
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+/// The default shape with a head of `item` elements, `frame_items` to a frame, over `region` elements.
+PipelineShape with_head(uint32_t item, uint32_t frame_items, uint64_t region) {
+  PipelineShape s;
+  s.head = {item, frame_items, region};
+  return s;
 }
 
 std::vector<uint8_t> read_data(const char* name) {
@@ -113,6 +205,39 @@ TEST_CASE("p2p plan: frames and items tile every message exactly", "[p2p]") {
     const DType d = zt::kDTypes[rng() % 3];
     check_plan(make_plan(d, rng() % 2 ? FrameKind::coded : FrameKind::raw, n, s), s);
   }
+  // Random shapes (with and without a head) at every one of their region boundaries.
+  for (int i = 0; i < 60; ++i) {
+    const PipelineShape s = random_shape(rng);
+    CAPTURE(i, s.num_tiers, s.has_head(), s.head.item_elems, s.head.region_elems);
+    const DType d = zt::kDTypes[rng() % 3];
+    for (uint64_t n : boundary_sizes(s))
+      check_plan(make_plan(d, rng() % 2 ? FrameKind::coded : FrameKind::raw, n, s), s);
+  }
+}
+
+TEST_CASE("p2p plan with a head: frames and items tile every message exactly", "[p2p]") {
+  // Heads of the sizes bench_p2p --sweep tries (2048/4096-element items, 64..256 to a frame, 2..8 Mi elements),
+  // one sharing the body's item size, one of a single item per frame, one longer than the default tail.
+  const PipelineShape shapes[] = {with_head(2048, 128, uint64_t(4) << 20),
+                                  with_head(4096, 64, uint64_t(2) << 20),
+                                  with_head(4096, 256, uint64_t(8) << 20),
+                                  with_head(16384, 16, uint64_t(1) << 20),
+                                  with_head(256, 1, 5000),
+                                  with_head(2048, 1024, 1)};
+  for (const PipelineShape& s : shapes) {
+    REQUIRE(shape_valid(s));
+    CAPTURE(s.head.item_elems, s.head.frame_items, s.head.region_elems);
+    std::vector<uint64_t> sizes = boundary_sizes(s);
+    sizes.push_back(uint64_t(64) << 20);
+    sizes.push_back((uint64_t(1) << 29) + 12345);
+    for (DType d : zt::kDTypes)
+      for (FrameKind kind : {FrameKind::coded, FrameKind::raw})
+        for (uint64_t n : sizes) check_plan(make_plan(d, kind, n, s), s);
+  }
+  // One tier only: [head][body], the body last (it holds the remainder and the short item).
+  PipelineShape one = with_head(2048, 8, 50000);
+  one.num_tiers = 1;
+  for (uint64_t n : boundary_sizes(one)) check_plan(make_plan(DType::fp32, FrameKind::coded, n, one), one);
 }
 
 TEST_CASE("p2p plan: the end of a message is cut finer (default shape)", "[p2p]") {
@@ -135,6 +260,68 @@ TEST_CASE("p2p plan: the end of a message is cut finer (default shape)", "[p2p]"
   REQUIRE(odd.part[1].elems % 2048 == 0);
 }
 
+TEST_CASE("p2p plan: the start of a message is cut finer with a head, and the tail comes first", "[p2p]") {
+  const PipelineShape s = with_head(2048, 64, uint64_t(4) << 20);
+  const uint64_t tail = tail_elems(s);
+  const uint64_t n = uint64_t(32) << 20;  // 64 MiB of bf16
+  const FramePlan p = make_plan(DType::bf16, FrameKind::coded, n, s);
+  REQUIRE(p.head_parts == 1);
+  REQUIRE(p.num_parts == 4);
+  REQUIRE(p.part[0].elems == s.head.region_elems);
+  REQUIRE(p.tier_part(0).elems == n - s.head.region_elems - tail);
+  REQUIRE(p.tier_part(1).elems == s.tier[1].region_elems);
+  REQUIRE(p.tier_part(2).elems == s.tier[2].region_elems);
+  REQUIRE(p.frame(0).item_elems == 2048);
+  REQUIRE(p.frame(0).items == 64);  // the first frame: 128 Ki elements, not 2 Mi
+  REQUIRE(p.frame(0).elems == 64 * 2048);
+  REQUIRE(p.frame(p.part[0].frames).item_elems == 16384);
+  REQUIRE(p.frame(p.part[0].frames).first_elem == s.head.region_elems);
+  REQUIRE(p.frame(p.num_frames - 1).item_elems == 256);
+  // A message no longer than the tail has no head: the drain matters at every size, and a message this short
+  // is cut fine anyway.
+  const FramePlan small = make_plan(DType::bf16, FrameKind::coded, 1000, s);
+  REQUIRE(small.num_frames == 1);
+  REQUIRE(small.part[0].elems == 0);
+  REQUIRE(small.frame(0).item_elems == 256);
+  REQUIRE(make_plan(DType::bf16, FrameKind::coded, tail, s).part[0].elems == 0);
+  // Just past the tail: the head takes whole items of what is left; the rest moves on (body, then tier 1).
+  const FramePlan past = make_plan(DType::bf16, FrameKind::coded, tail + 5000, s);
+  REQUIRE(past.part[0].elems == 4096);
+  REQUIRE(past.tier_part(0).elems == 0);
+  REQUIRE(past.frame(0).item_elems == 2048);
+  REQUIRE(past.frame(0).items == 2);
+  REQUIRE(past.frame(1).item_elems == 2048);  // tier 1's first frame
+  REQUIRE(past.frame(1).first_elem == 4096);
+  // Between tail and tail + head: no body at all.
+  const FramePlan mid = make_plan(DType::bf16, FrameKind::coded, tail + (uint64_t(2) << 20), s);
+  REQUIRE(mid.part[0].elems == uint64_t(2) << 20);
+  REQUIRE(mid.tier_part(0).elems == 0);
+  // Head off: the plan is what it was (no head part, tier k in part k), whatever the head's other fields.
+  PipelineShape off = s;
+  off.head.region_elems = 0;
+  const FramePlan q = make_plan(DType::bf16, FrameKind::coded, n, off);
+  const FramePlan d = make_plan(DType::bf16, FrameKind::coded, n, PipelineShape());
+  REQUIRE(q.head_parts == 0);
+  REQUIRE(q.num_parts == 3);
+  REQUIRE(q.num_frames == d.num_frames);
+  for (uint32_t k = 0; k < 3; ++k) {
+    REQUIRE(q.part[k].elems == d.part[k].elems);
+    REQUIRE(q.part[k].frames == d.part[k].frames);
+    REQUIRE(&q.tier_part(k) == &q.part[k]);
+  }
+  REQUIRE(slot_bytes_for(DType::bf16, off) == slot_bytes_for(DType::bf16, PipelineShape()));
+  // A head whose frames are the largest sizes the slots.
+  PipelineShape big = with_head(16384, 1024, 1);
+  REQUIRE(slot_bytes_for(DType::bf16, big) > slot_bytes_for(DType::bf16, PipelineShape()));
+  REQUIRE(largest_item_elems(with_head(4096, 8, 1)) == 16384);
+  PipelineShape fine = with_head(4096, 8, 1);
+  fine.num_tiers = 1;
+  fine.tier[0].item_elems = 2048;
+  REQUIRE(largest_item_elems(fine) == 4096);
+  fine.head.region_elems = 0;
+  REQUIRE(largest_item_elems(fine) == 2048);
+}
+
 TEST_CASE("p2p shape validity", "[p2p]") {
   PipelineShape s;
   REQUIRE(shape_valid(s));
@@ -151,6 +338,20 @@ TEST_CASE("p2p shape validity", "[p2p]") {
   REQUIRE_FALSE(shape_valid(s));
   s.num_tiers = MAX_PIPELINE_TIERS + 1;
   REQUIRE_FALSE(shape_valid(s));
+  // The head is checked only when it is on.
+  s = PipelineShape();
+  s.head = {300, 0, 0};
+  REQUIRE(shape_valid(s));
+  s.head = {300, 16, 1};  // not whole tiles
+  REQUIRE_FALSE(shape_valid(s));
+  s.head = {32768, 16, 1};  // more than one v1 chunk
+  REQUIRE_FALSE(shape_valid(s));
+  s.head = {2048, 0, 1};
+  REQUIRE_FALSE(shape_valid(s));
+  s.head = {2048, MAX_FRAME_ITEMS + 1, 1};
+  REQUIRE_FALSE(shape_valid(s));
+  s.head = {2048, MAX_FRAME_ITEMS, 1};
+  REQUIRE(shape_valid(s));
 }
 
 TEST_CASE("p2p frame header: built, checked, and every field guarded", "[p2p]") {
@@ -292,36 +493,40 @@ TEST_CASE("p2p element check: any single changed element changes the item check"
 
 TEST_CASE("p2p reference frames: round trips of every dtype, kind and cut", "[p2p]") {
   ZT_RNG("p2p reference round trip");
-  PipelineShape s;  // small tiers so that short messages still span several frames of every tier
-  s.tier[0] = {16384, 3, 0};
-  s.tier[1] = {2048, 5, 20000};
-  s.tier[2] = {256, 7, 3000};
-  for (DType d : zt::kDTypes) {
-    for (uint64_t n : {uint64_t(1), uint64_t(300), uint64_t(4097), uint64_t(70000), uint64_t(3 * 16384 * 2 + 25001)}) {
-      const zt::Tensor t = rng() % 4 ? zt::gaussian(d, n, rng) : zt::random_bits(d, n, rng);
-      for (FrameKind kind : {FrameKind::coded, FrameKind::raw}) {
-        CAPTURE(dtype_name(d), n, int(kind));
-        const FramePlan p = make_plan(d, kind, n, s);
-        std::vector<uint8_t> back(t.bytes.size(), 0xEE), frame;
-        uint64_t wire = 0;
-        for (uint64_t f = 0; f < p.num_frames; ++f) {
-          const FrameInfo fi = p.frame(f);
-          REQUIRE(host_encode_frame(p, fi, CodeId::gaussian, 1000 + f, t.bytes.data(), frame) == Status::ok);
-          REQUIRE(frame.size() <= fi.planes_bytes + fi.exps_bound);
-          wire += frame.size();
-          REQUIRE(host_decode_frame(p, fi, CodeId::gaussian, 1000 + f, frame.data(), frame.size(), back.data()) ==
-                  Status::ok);
-          // Decoding against the wrong sequence number or cut is refused.
-          REQUIRE(host_decode_frame(p, fi, CodeId::gaussian, 999 + f, frame.data(), frame.size(), back.data()) ==
-                  Status::corrupt_stream);
-          REQUIRE(host_decode_frame(p, fi, CodeId::gaussian, 1000 + f, frame.data(), frame.size() - 16, back.data()) ==
-                  Status::corrupt_stream);
+  PipelineShape flat;  // small tiers so that short messages still span several frames of every tier
+  flat.tier[0] = {16384, 3, 0};
+  flat.tier[1] = {2048, 5, 20000};
+  flat.tier[2] = {256, 7, 3000};
+  PipelineShape sh = flat;  // and a head of 4096-element items over the first 30000 elements
+  sh.head = {4096, 2, 30000};
+  for (const PipelineShape& s : {flat, sh})
+    for (DType d : zt::kDTypes) {
+      for (uint64_t n :
+           {uint64_t(1), uint64_t(300), uint64_t(4097), uint64_t(70000), uint64_t(3 * 16384 * 2 + 25001)}) {
+        const zt::Tensor t = rng() % 4 ? zt::gaussian(d, n, rng) : zt::random_bits(d, n, rng);
+        for (FrameKind kind : {FrameKind::coded, FrameKind::raw}) {
+          CAPTURE(dtype_name(d), n, int(kind));
+          const FramePlan p = make_plan(d, kind, n, s);
+          std::vector<uint8_t> back(t.bytes.size(), 0xEE), frame;
+          uint64_t wire = 0;
+          for (uint64_t f = 0; f < p.num_frames; ++f) {
+            const FrameInfo fi = p.frame(f);
+            REQUIRE(host_encode_frame(p, fi, CodeId::gaussian, 1000 + f, t.bytes.data(), frame) == Status::ok);
+            REQUIRE(frame.size() <= fi.planes_bytes + fi.exps_bound);
+            wire += frame.size();
+            REQUIRE(host_decode_frame(p, fi, CodeId::gaussian, 1000 + f, frame.data(), frame.size(), back.data()) ==
+                    Status::ok);
+            // Decoding against the wrong sequence number or cut is refused.
+            REQUIRE(host_decode_frame(p, fi, CodeId::gaussian, 999 + f, frame.data(), frame.size(), back.data()) ==
+                    Status::corrupt_stream);
+            REQUIRE(host_decode_frame(p, fi, CodeId::gaussian, 1000 + f, frame.data(), frame.size() - 16,
+                                      back.data()) == Status::corrupt_stream);
+          }
+          REQUIRE(back == t.bytes);
+          if (kind == FrameKind::raw) REQUIRE(wire >= t.bytes.size());
         }
-        REQUIRE(back == t.bytes);
-        if (kind == FrameKind::raw) REQUIRE(wire >= t.bytes.size());
       }
     }
-  }
 }
 
 TEST_CASE("p2p reference frames: real bf16 gradients compress, and a damaged frame never decodes silently", "[p2p]") {
@@ -472,28 +677,33 @@ void run_sim(SimRing& r, SimSender* tx, SimReceiver* rx, std::mt19937_64& rng, i
 
 TEST_CASE("p2p ring protocol: randomized interleavings deliver every message intact", "[p2p]") {
   ZT_RNG("p2p ring sim");
-  PipelineShape s;
-  s.tier[0] = {16384, 2, 0};
-  s.tier[1] = {2048, 3, 9000};
-  s.tier[2] = {256, 4, 1500};
-  for (uint32_t slots : {1u, 2u, 3u, 5u}) {
-    SimRing ring(slots, slot_bytes_for(DType::bf16, s));
-    uint64_t seq = 0;
-    for (int message = 0; message < 4; ++message) {  // sequence numbers run on across messages
-      const uint64_t n = 1 + rng() % 150000;
-      CAPTURE(slots, message, n);
-      const zt::Tensor t = zt::gaussian(DType::bf16, n, rng);
-      const FramePlan p = make_plan(DType::bf16, FrameKind::coded, n, s);
-      std::vector<uint8_t> out(t.bytes.size(), 0);
-      SimSender tx(&p, t.bytes.data(), seq);
-      SimReceiver rx(&p, out.data(), seq);
-      run_sim(ring, &tx, &rx, rng);
-      REQUIRE(tx.status == Status::ok);
-      REQUIRE(rx.status == Status::ok);
-      REQUIRE(out == t.bytes);
-      seq += p.num_frames;
+  PipelineShape plain;
+  plain.tier[0] = {16384, 2, 0};
+  plain.tier[1] = {2048, 3, 9000};
+  plain.tier[2] = {256, 4, 1500};
+  PipelineShape head = plain;  // with a head of its own item size
+  head.head = {1024, 3, 20000};
+  PipelineShape shared = plain;  // with a head of tier 1's item size, frames larger than the body's
+  shared.head = {2048, 9, 40000};
+  for (const PipelineShape& s : {plain, head, shared})
+    for (uint32_t slots : {1u, 2u, 3u, 5u}) {
+      SimRing ring(slots, slot_bytes_for(DType::bf16, s));
+      uint64_t seq = 0;
+      for (int message = 0; message < 4; ++message) {  // sequence numbers run on across messages
+        const uint64_t n = 1 + rng() % 150000;
+        CAPTURE(s.head.region_elems, s.head.item_elems, slots, message, n);
+        const zt::Tensor t = zt::gaussian(DType::bf16, n, rng);
+        const FramePlan p = make_plan(DType::bf16, FrameKind::coded, n, s);
+        std::vector<uint8_t> out(t.bytes.size(), 0);
+        SimSender tx(&p, t.bytes.data(), seq);
+        SimReceiver rx(&p, out.data(), seq);
+        run_sim(ring, &tx, &rx, rng);
+        REQUIRE(tx.status == Status::ok);
+        REQUIRE(rx.status == Status::ok);
+        REQUIRE(out == t.bytes);
+        seq += p.num_frames;
+      }
     }
-  }
 }
 
 TEST_CASE("p2p ring protocol: a silent peer times out, a size disagreement is reported", "[p2p]") {
@@ -585,4 +795,67 @@ TEST_CASE("p2p stream-mode section-B budget: fixed-size part per tier, adapted f
   const uint32_t none[MAX_PIPELINE_TIERS] = {};
   const ExpsBudget same = adapt_exps_budget(b, none);
   for (uint32_t k = 0; k < 3; ++k) REQUIRE(same.per_kelem[k] == b.per_kelem[k]);
+}
+
+TEST_CASE("p2p stream-mode section-B budget with a head: its own class, or a tier's of the same item size",
+          "[p2p][protocol]") {
+  PipelineShape shape;
+  shape.tier[0] = {16384, 8, 0};
+  shape.tier[1] = {2048, 16, 65536};
+  shape.tier[2] = {256, 32, 4096};
+  // Head off: the classes are the tiers, as before.
+  const ExpsBudget plain = make_exps_budget(shape, 410);
+  for (uint32_t k = 0; k < 3; ++k) {
+    REQUIRE(plain.item_elems[k] == shape.tier[k].item_elems);
+    REQUIRE(plain.per_kelem[k] == 410);
+  }
+  REQUIRE(plain.item_elems[3] == 0);
+  // A head of tier 1's item size shares tier 1's class.
+  shape.head = {2048, 8, 100000};
+  const ExpsBudget shared = make_exps_budget(shape, 410);
+  REQUIRE(shared.item_elems[3] == 0);
+  REQUIRE(shared.tier_of(2048) == 1);
+  // A head of another item size gets the next class.
+  shape.head = {4096, 8, 100000};
+  const ExpsBudget b = make_exps_budget(shape, 410);
+  REQUIRE(b.item_elems[3] == 4096);
+  REQUIRE(b.tier_of(4096) == 3);
+  REQUIRE(b.tier_of(16384) == 0);
+  REQUIRE(b.tier_of(256) == 2);
+  // With one tier the head's class is 1.
+  PipelineShape one = shape;
+  one.num_tiers = 1;
+  REQUIRE(make_exps_budget(one, 7).tier_of(4096) == 1);
+  REQUIRE(make_exps_budget(one, 7).per_kelem[1] == 7);
+
+  const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, uint64_t(1) << 20, shape);
+  REQUIRE(plan.part[0].frames > 1);
+  // Needs per class, maximized as the sender does; the head's class adapts on its own.
+  const double per_elem[4] = {0.35, 0.40, 2.1, 0.5};
+  uint32_t need[EXPS_BUDGET_CLASSES] = {};
+  for (uint64_t f = 0; f < plan.num_frames; ++f) {
+    const FrameInfo fi = plan.frame(f);
+    const uint32_t k = b.tier_of(fi.item_elems);
+    REQUIRE(b.item_elems[k] == fi.item_elems);  // every frame has its class
+    const uint64_t len = FRAME_HEADER_BYTES + item_table_bytes(fi.items) + uint64_t(per_elem[k] * double(fi.elems));
+    need[k] = std::max(need[k], exps_need_per_kelem(fi, len));
+    REQUIRE(exps_budget_bytes(fi, b) <= fi.exps_bound);
+  }
+  const ExpsBudget a = adapt_exps_budget(b, need);
+  for (uint32_t k = 0; k < 4; ++k) {
+    CAPTURE(k, a.per_kelem[k]);
+    REQUIRE(a.per_kelem[k] >= per_elem[k] * 1024);
+    REQUIRE(a.per_kelem[k] <= per_elem[k] * 1024 * 1.03 + 6);
+  }
+  for (uint64_t f = 0; f < plan.num_frames; ++f) {
+    const FrameInfo fi = plan.frame(f);
+    const uint32_t k = b.tier_of(fi.item_elems);
+    const uint64_t len = FRAME_HEADER_BYTES + item_table_bytes(fi.items) + uint64_t(per_elem[k] * double(fi.elems));
+    REQUIRE(exps_budget_bytes(fi, a) >= std::min<uint64_t>(len, fi.exps_bound));
+  }
+  // A need array of the tiers only (the old size) leaves the head's class as it was.
+  const uint32_t tiers_only[MAX_PIPELINE_TIERS] = {100, 100, 100};
+  const ExpsBudget c = adapt_exps_budget(b, tiers_only);
+  REQUIRE(c.per_kelem[3] == 410);
+  REQUIRE(c.per_kelem[0] == 106);
 }

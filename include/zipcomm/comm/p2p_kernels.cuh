@@ -358,7 +358,7 @@ struct SendArgs {
   // same offsets of slot s at overflow_slots + s * slot_bytes (the part fixed-size copies do not move).
   uint8_t* overflow_slots = nullptr;
   ExpsBudget exps_budget;
-  uint32_t* exps_need = nullptr;  // optional [MAX_PIPELINE_TIERS]: atomicMax of exps_need_per_kelem per tier
+  uint32_t* exps_need = nullptr;  // optional [EXPS_BUDGET_CLASSES]: atomicMax of exps_need_per_kelem per class
 };
 
 /// Arguments of the receiver kernel (by value).

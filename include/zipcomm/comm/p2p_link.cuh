@@ -260,14 +260,12 @@ class P2PSender {
     cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e != cudaSuccess) return e;
     blocks_ = blocks > 0 ? blocks : sms;
-    uint32_t most = 0;
-    for (uint32_t k = 0; k < shape.num_tiers; ++k) most = std::max(most, shape.tier[k].item_elems);
-    scratch_bytes_ = format::align_up(item_plane_bytes(D, most), 16);
+    scratch_bytes_ = format::align_up(item_plane_bytes(D, largest_item_elems(shape)), 16);
     e = cudaFuncSetAttribute(p2p_send_kernel<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes()));
     if (e != cudaSuccess) return e;
     const size_t words = 16 + 2 * slots + size_t(slots) * MAX_FRAME_ITEMS + slots;
     e = state_.device(device, words * 8 + sizeof(SideControl));
-    if (e == cudaSuccess) e = need_.device(device, MAX_PIPELINE_TIERS * sizeof(uint32_t));
+    if (e == cudaSuccess) e = need_.device(device, EXPS_BUDGET_CLASSES * sizeof(uint32_t));
     if (e != cudaSuccess) return e;
     return scratch_.device(device, size_t(blocks_) * P2PPolicy::WARPS * scratch_bytes_);
   }
@@ -308,7 +306,7 @@ class P2PSender {
     a.overflow_slots = extras.overflow_slots;
     a.exps_budget = extras.exps_budget;
     a.exps_need = need_.get<uint32_t>();
-    e = cudaMemsetAsync(a.exps_need, 0, MAX_PIPELINE_TIERS * sizeof(uint32_t), stream);
+    e = cudaMemsetAsync(a.exps_need, 0, EXPS_BUDGET_CLASSES * sizeof(uint32_t), stream);
     if (e != cudaSuccess) return e;
     const uint64_t items =
         (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
@@ -319,8 +317,8 @@ class P2PSender {
   SideControl* control() const {
     return state_.get<SideControl>((16 + 3 * size_t(slots_) + size_t(slots_) * MAX_FRAME_ITEMS) * 8);
   }
-  /// [MAX_PIPELINE_TIERS] device words: per tier, the most coded section-B bytes per 1024 elements a frame of
-  /// the last launch needed (tiers as the launch's extras.exps_budget tells them apart).
+  /// [EXPS_BUDGET_CLASSES] device words: per budget class, the most coded section-B bytes per 1024 elements a
+  /// frame of the last launch needed (classes as the launch's extras.exps_budget tells them apart).
   const uint32_t* exps_need() const { return need_.get<uint32_t>(); }
   /// Clears the device state (after an aborted transfer). The sender must be idle.
   cudaError_t reset() {
@@ -555,11 +553,7 @@ class HostStagingLink {
       e = dev_send_.device(device, size_t(opt.slots) * slot_bytes);
     if (e == cudaSuccess && mode == HostLinkMode::stream) e = landed_.device(device, size_t(opt.slots) * 8);
     if (e == cudaSuccess && mode == HostLinkMode::stream) e = mem_ops_.load(device);
-    budget_ = ExpsBudget{};
-    for (uint32_t k = 0; k < opt.shape.num_tiers; ++k) {
-      budget_.item_elems[k] = opt.shape.tier[k].item_elems;
-      budget_.per_kelem[k] = opt.exps_budget_per_kelem;
-    }
+    budget_ = make_exps_budget(opt.shape, opt.exps_budget_per_kelem);  // a head may share a tier's class
     if (e == cudaSuccess) e = status_host_.pinned(2 * sizeof(SideControl));
     for (int i = 0; i < 4 + opt.decode_streams && e == cudaSuccess; ++i) {
       cudaStream_t st;
@@ -912,7 +906,7 @@ class HostStagingLink {
   void adapt_budget() {
     // On the sender's stream (already idle here): a plain cudaMemcpy would also wait for the caller's other
     // work on the legacy stream's device.
-    uint32_t need[MAX_PIPELINE_TIERS] = {};
+    uint32_t need[EXPS_BUDGET_CLASSES] = {};
     if (cudaMemcpyAsync(need, sender_.exps_need(), sizeof need, cudaMemcpyDeviceToHost, send_stream()) == cudaSuccess &&
         cudaStreamSynchronize(send_stream()) == cudaSuccess)
       budget_ = adapt_exps_budget(budget_, need);

@@ -17,6 +17,8 @@ constexpr uint8_t FRAME_VERSION = 1;
 constexpr uint32_t FRAME_HEADER_BYTES = 64;
 constexpr uint32_t MAX_FRAME_ITEMS = 1024;  // bounds the item table and the sender's look-back window
 constexpr int MAX_PIPELINE_TIERS = 3;
+constexpr int MAX_PLAN_PARTS = MAX_PIPELINE_TIERS + 1;  // the optional head, then the tiers
+constexpr int EXPS_BUDGET_CLASSES = MAX_PLAN_PARTS;     // section-B budgets: one per distinct item size
 
 /// What a frame carries: coded items (planes raw, exponents coded) or the elements' bytes as they are.
 enum class FrameKind : uint8_t { coded = 1, raw = 2 };
@@ -25,30 +27,52 @@ enum class FrameKind : uint8_t { coded = 1, raw = 2 };
 /// grouped `frame_items` to a frame (the unit of the ring: one slot, one pair of sequence flags).
 /// PipelineTier 0 takes the body of the message; tiers 1.. take the last `region_elems` elements, in order, so the
 /// end of a message is cut finer: small items decode fast, which keeps the pipeline's drain short.
+/// The optional head (PipelineShape::head) takes the first `region_elems` elements: small items there are coded
+/// fast, so the first frames are published early, which keeps the pipeline's fill short.
 struct PipelineTier {
   uint32_t item_elems;
   uint32_t frame_items;
-  uint64_t region_elems;  // ignored for tier 0
+  uint64_t region_elems;  // ignored for tier 0; for the head, 0 = no head
 };
 
 /// How messages are cut. Defaults are design choices (docs/P2P.md section 1), not yet tuned on a GPU.
+/// In message order the parts are [head][tier 0: body][tier 1]..[tier num_tiers - 1]. Regions are served from
+/// the end first: the tiers 1.. (last tier first), then the head from what is left, then the body gets the rest;
+/// so a message no longer than the tail regions has no head, and one no longer than tail + head has no body.
 struct PipelineShape {
   PipelineTier tier[MAX_PIPELINE_TIERS] = {
       {16384, 128, 0}, {2048, 512, uint64_t(4) << 20}, {256, 1024, uint64_t(256) << 10}};
   uint32_t num_tiers = 3;
+  /// The head: off by default (region_elems 0); set head.region_elems to cut a message's start finer. Its item
+  /// and frame sizes are only looked at (and checked) when it is on.
+  PipelineTier head = {2048, 128, 0};
+
+  ZIPCOMM_HOST_DEVICE bool has_head() const { return head.region_elems != 0; }
 };
 
+namespace p2p_detail {
+ZIPCOMM_HOST_DEVICE bool tier_valid(const PipelineTier& t) {
+  if (t.item_elems == 0 || t.item_elems % format::TILE_ELEMS || t.item_elems > uint32_t(format::CHUNK_ELEMS))
+    return false;
+  return t.frame_items != 0 && t.frame_items <= MAX_FRAME_ITEMS;
+}
+}  // namespace p2p_detail
+
 /// Item sizes are whole tiles (so every item but a message's last starts 16-byte aligned) and at most
-/// one v1 chunk; frames hold 1..MAX_FRAME_ITEMS items.
+/// one v1 chunk; frames hold 1..MAX_FRAME_ITEMS items. The head is checked only when it is on.
 ZIPCOMM_HOST_DEVICE bool shape_valid(const PipelineShape& s) {
   if (s.num_tiers < 1 || s.num_tiers > uint32_t(MAX_PIPELINE_TIERS)) return false;
-  for (uint32_t k = 0; k < s.num_tiers; ++k) {
-    const PipelineTier& t = s.tier[k];
-    if (t.item_elems == 0 || t.item_elems % format::TILE_ELEMS || t.item_elems > uint32_t(format::CHUNK_ELEMS))
-      return false;
-    if (t.frame_items == 0 || t.frame_items > MAX_FRAME_ITEMS) return false;
-  }
-  return true;
+  for (uint32_t k = 0; k < s.num_tiers; ++k)
+    if (!p2p_detail::tier_valid(s.tier[k])) return false;
+  return !s.has_head() || p2p_detail::tier_valid(s.head);
+}
+
+/// The largest item a shape cuts (what a per-warp scratch must hold).
+ZIPCOMM_HOST_DEVICE uint32_t largest_item_elems(const PipelineShape& s) {
+  uint32_t most = s.has_head() ? s.head.item_elems : 0u;
+  for (uint32_t k = 0; k < s.num_tiers && k < uint32_t(MAX_PIPELINE_TIERS); ++k)
+    most = s.tier[k].item_elems > most ? s.tier[k].item_elems : most;
+  return most;
 }
 
 /// Bytes of one item's planes section: the v1 stream bytes [64, table_offset) of an item of `elems`.
@@ -93,7 +117,8 @@ struct FrameInfo {
   }
 };
 
-/// The cut of one message of n elements.
+/// The cut of one message of n elements: parts in message order, part[head_parts + k] = tier k, part[0] = the
+/// head when the shape has one (head_parts = 1). Parts can be empty (0 elements, items and frames).
 struct FramePlan {
   struct Part {
     uint64_t first_elem, elems;
@@ -105,8 +130,12 @@ struct FramePlan {
   FrameKind kind = FrameKind::coded;
   uint64_t n = 0;
   uint32_t num_parts = 0;
-  Part part[MAX_PIPELINE_TIERS] = {};
+  uint32_t head_parts = 0;  // 1: part[0] is the head
+  Part part[MAX_PLAN_PARTS] = {};
   uint64_t num_items = 0, num_frames = 0;
+
+  /// Part of tier k (k < the shape's num_tiers).
+  ZIPCOMM_HOST_DEVICE const Part& tier_part(uint32_t k) const { return part[head_parts + k]; }
 
   /// Frame f (f < num_frames).
   ZIPCOMM_HOST_DEVICE FrameInfo frame(uint64_t f) const {
@@ -150,27 +179,38 @@ struct FramePlan {
   }
 };
 
-/// Cuts n elements by `shape`. Regions are taken from the end of the message (last tier last); every region
-/// but the last is a whole number of its items, so only the message's final item can be short.
+/// Cuts n elements by `shape`. Parts in message order: [head][tier 0 = body][tier 1]..; the tail regions are
+/// served first (last tier first), then the head from what is left, then the body takes the rest (see
+/// PipelineShape). Every part but the last is a whole number of its items (a part's remainder moves on to the
+/// next part), so every item starts on a tile and only the message's final item can be short.
 ZIPCOMM_HOST_DEVICE FramePlan make_plan(DType dtype, FrameKind kind, uint64_t n, const PipelineShape& shape) {
   FramePlan plan;
   plan.dtype = dtype;
   plan.kind = kind;
   plan.n = n;
-  plan.num_parts = shape.num_tiers;
-  uint64_t want[MAX_PIPELINE_TIERS] = {};
+  const uint32_t h = shape.has_head() ? 1u : 0u;
+  plan.head_parts = h;
+  plan.num_parts = h + shape.num_tiers;
+  uint64_t want[MAX_PLAN_PARTS] = {};
+  PipelineTier cut[MAX_PLAN_PARTS] = {};
   uint64_t rest = n;
   for (uint32_t k = shape.num_tiers - 1; k >= 1; --k) {
-    want[k] = rest < shape.tier[k].region_elems ? rest : shape.tier[k].region_elems;
-    rest -= want[k];
+    want[h + k] = rest < shape.tier[k].region_elems ? rest : shape.tier[k].region_elems;
+    rest -= want[h + k];
   }
-  want[0] = rest;
+  if (h) {
+    want[0] = rest < shape.head.region_elems ? rest : shape.head.region_elems;
+    rest -= want[0];
+    cut[0] = shape.head;
+  }
+  want[h] = rest;
+  for (uint32_t k = 0; k < shape.num_tiers; ++k) cut[h + k] = shape.tier[k];
   uint64_t carry = 0, elem = 0, item = 0, frame = 0;
-  for (uint32_t k = 0; k < shape.num_tiers; ++k) {
-    const PipelineTier& t = shape.tier[k];
+  for (uint32_t k = 0; k < plan.num_parts; ++k) {
+    const PipelineTier& t = cut[k];
     uint64_t e = want[k] + carry;
     carry = 0;
-    if (k + 1 < shape.num_tiers) {  // whole items only; the remainder moves on to the finer tier
+    if (k + 1 < plan.num_parts) {  // whole items only; the remainder moves on to the next part
       carry = e % t.item_elems;
       e -= carry;
     }
@@ -195,8 +235,9 @@ ZIPCOMM_HOST_DEVICE FramePlan make_plan(DType dtype, FrameKind kind, uint64_t n,
 /// Bytes one ring slot needs to hold any frame a plan with this shape can produce (coded or raw).
 ZIPCOMM_HOST_DEVICE uint64_t slot_bytes_for(DType dtype, const PipelineShape& shape) {
   uint64_t most = 0;
-  for (uint32_t k = 0; k < shape.num_tiers; ++k) {
-    const PipelineTier& t = shape.tier[k];
+  for (uint32_t k = 0; k <= shape.num_tiers; ++k) {
+    if (k == shape.num_tiers && !shape.has_head()) break;
+    const PipelineTier& t = k < shape.num_tiers ? shape.tier[k] : shape.head;
     const uint64_t elems = uint64_t(t.frame_items) * t.item_elems;
     const uint64_t coded =
         t.frame_items * (item_plane_bytes(dtype, t.item_elems) + format::raw_chunk_bytes(dtype, t.item_elems)) +
@@ -317,15 +358,33 @@ enum class FlagState : uint8_t { waiting, ready, broken };
 /// their item size; small items code a little worse): header, item table and room for `per_kelem[k]` coded
 /// bytes per 1024 elements, 16-byte aligned, at most the frame's bound. A frame whose section B is longer
 /// sends the rest apart (the overflow); one that is shorter leaves the tail unused.
+/// Entries are budget classes, found by item size (tier_of: the first entry with that size; 0 if none):
+/// make_exps_budget gives tier k entry k and the head, when its item size is not a tier's, entry num_tiers;
+/// a head with the same item size as a tier shares that tier's budget (same items, same coded size per element).
 struct ExpsBudget {
-  uint32_t item_elems[MAX_PIPELINE_TIERS] = {};
-  uint32_t per_kelem[MAX_PIPELINE_TIERS] = {};
+  uint32_t item_elems[EXPS_BUDGET_CLASSES] = {};
+  uint32_t per_kelem[EXPS_BUDGET_CLASSES] = {};
   ZIPCOMM_HOST_DEVICE uint32_t tier_of(uint32_t items_elems) const {
-    for (uint32_t k = 0; k < MAX_PIPELINE_TIERS; ++k)
+    for (uint32_t k = 0; k < EXPS_BUDGET_CLASSES; ++k)
       if (item_elems[k] == items_elems) return k;
     return 0;
   }
 };
+
+/// The budget classes of a shape (see ExpsBudget), each starting at `per_kelem`.
+ZIPCOMM_HOST_DEVICE ExpsBudget make_exps_budget(const PipelineShape& shape, uint32_t per_kelem) {
+  ExpsBudget b;
+  uint32_t k = 0;
+  for (; k < shape.num_tiers && k < uint32_t(MAX_PIPELINE_TIERS); ++k) {
+    b.item_elems[k] = shape.tier[k].item_elems;
+    b.per_kelem[k] = per_kelem;
+  }
+  if (shape.has_head() && b.item_elems[b.tier_of(shape.head.item_elems)] != shape.head.item_elems) {
+    b.item_elems[k] = shape.head.item_elems;
+    b.per_kelem[k] = per_kelem;
+  }
+  return b;
+}
 
 ZIPCOMM_HOST_DEVICE uint64_t exps_budget_bytes(const FrameInfo& fi, const ExpsBudget& b) {
   const uint64_t per_kelem = b.per_kelem[b.tier_of(fi.item_elems)];
@@ -344,10 +403,13 @@ ZIPCOMM_HOST_DEVICE uint32_t exps_need_per_kelem(const FrameInfo& fi, uint64_t e
   return uint32_t(need < (uint64_t(1) << 30) ? need : (uint64_t(1) << 30));
 }
 
-/// The budget after a transfer that went well: per tier, 2% (+4) over the most a frame of that tier needed
-/// (`need[k]`, exps_need_per_kelem's maximum; 0 where the transfer had no frame of tier k: the budget stays).
-inline ExpsBudget adapt_exps_budget(ExpsBudget b, const uint32_t (&need)[MAX_PIPELINE_TIERS]) {
-  for (uint32_t k = 0; k < MAX_PIPELINE_TIERS; ++k)
+/// The budget after a transfer that went well: per budget class, 2% (+4) over the most a frame of that class
+/// needed (`need[k]`, exps_need_per_kelem's maximum; 0 where the transfer had no frame of class k: the budget
+/// stays). `need` has EXPS_BUDGET_CLASSES entries (or fewer: the classes past it stay).
+template <size_t N>
+inline ExpsBudget adapt_exps_budget(ExpsBudget b, const uint32_t (&need)[N]) {
+  static_assert(N <= size_t(EXPS_BUDGET_CLASSES), "more needs than budget classes");
+  for (uint32_t k = 0; k < N; ++k)
     if (need[k]) {
       const uint64_t v = uint64_t(need[k]) + need[k] / 50 + 4;
       b.per_kelem[k] = uint32_t(v < (uint64_t(1) << 20) ? v : (uint64_t(1) << 20));
