@@ -598,7 +598,7 @@ TEST_CASE("p2p peer link between two GPUs: bit-exact coded and raw, odd sizes an
 }
 
 TEST_CASE("p2p peer link: calibrate() measures coded against raw and sets the bypass; transfers stay bit-exact",
-          "[gpu][p2p][concurrent]") {
+          "[gpu][p2p][concurrent][multigpu]") {  // GPU 0 -> GPU 1 where there are two, else GPU 0 to itself
   const int rd = peer_recv_device();
   CAPTURE(rd);
   const uint64_t n = uint64_t(1) << 19;  // 1 MiB of real gradients
