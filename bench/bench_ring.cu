@@ -21,10 +21,12 @@
 // buffers (2 per rank, plus the raw result on rank 0's GPU, plus 1 GiB to spare) do not fit in a GPU's free
 // memory is skipped with a message; calibration stops at the largest size that fits (2 buffers per rank).
 // Usage: zipcomm_bench_ring [--data DIR] [--ranks 8] [--mib 256] [--sim-mib MIB] [--reps 10] [--json FILE]
-//                           [--no-calibrate]
+//                           [--no-calibrate] [--channels 32]
 //   --mib: the largest message per rank (sizes go from 16 KiB up by 4x)
 //   --ranks: simulated ranks, and the peer ring's ranks (GPUs 0 .. min(ranks, GPUs) - 1)
 //   --sim-mib: the largest message of the simulated backend (default --mib; 0: no simulated backend)
+//   --channels: RingOptions::max_channels of every communicator (default 32, the library's; up to 128: more of
+//                the GPU's SMs for the compressed ring's coding when each rank has a GPU)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -372,6 +374,7 @@ int main(int argc, char** argv) {
   int R = 8, reps = 10;
   uint64_t max_mib = 256, sim_mib = UINT64_MAX;
   bool calibrate = true;
+  int channels = RingOptions().max_channels;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool more = i + 1 < argc;
@@ -382,16 +385,18 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && more) reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--json" && more) json = argv[++i];
     else if (a == "--no-calibrate") calibrate = false;
+    else if (a == "--channels" && more) channels = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: %s [--data DIR] [--ranks 8] [--mib 256] [--sim-mib MIB] [--reps 10] [--json FILE] "
-                   "[--no-calibrate]\n",
+                   "[--no-calibrate] [--channels 32]\n",
                    argv[0]);
       return 2;
     }
   }
-  if (R < 2 || R > RING_MAX_RANKS || max_mib == 0)
-    return std::fprintf(stderr, "--ranks must be 2..%d, --mib positive\n", RING_MAX_RANKS), 2;
+  if (R < 2 || R > RING_MAX_RANKS || max_mib == 0 || channels < 1 || channels > RING_MAX_CHANNELS)
+    return std::fprintf(stderr, "--ranks must be 2..%d, --mib positive, --channels 1..%d\n", RING_MAX_RANKS,
+                        RING_MAX_CHANNELS), 2;
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("zipcomm_bench_ring: no GPU on this machine; nothing measured.\n");
@@ -408,6 +413,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   std::vector<std::string> skipped;
   RingOptions opt;
+  opt.max_channels = channels;
   RingCalibration cal;
   cal.max_bytes = max_mib << 20;
   cal.min_bytes = std::min<uint64_t>(cal.min_bytes, cal.max_bytes);
@@ -489,8 +495,8 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("\nzipcomm ring allreduce on %s (%d SMs, %d GPU(s)); bf16 gradients, sum; median of %d\n", prop.name,
-              prop.multiProcessorCount, devices, reps);
+  std::printf("\nzipcomm ring allreduce on %s (%d SMs, %d GPU(s)); bf16 gradients, sum; median of %d; at most %d "
+              "channels (blocks) per rank\n", prop.name, prop.multiProcessorCount, devices, reps, channels);
   std::printf("device copy: %.2f TB/s (read + write). algbw = S/t, busbw = algbw * 2(R-1)/R, S = bytes per rank.\n",
               copy_tbps);
   if (sim_mib > 0)
@@ -568,7 +574,8 @@ int main(int argc, char** argv) {
   if (!json.empty()) {
     std::ofstream o(json);
     o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"gpus\": " << devices << ",\n  \"peer_ranks\": " << peer_ranks
-      << ",\n  \"simulated_ranks\": " << (sim_mib > 0 ? R : 0) << ",\n  \"copy_tbps\": " << copy_tbps
+      << ",\n  \"simulated_ranks\": " << (sim_mib > 0 ? R : 0) << ",\n  \"max_channels\": " << channels
+      << ",\n  \"copy_tbps\": " << copy_tbps
       << ",\n  \"dtype\": \"bf16\",\n  \"op\": \"sum\",\n  \"reps\": " << reps << ",\n  \"rows\": [\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];

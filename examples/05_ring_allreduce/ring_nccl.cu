@@ -11,7 +11,7 @@
 // process regenerates all ranks' inputs from the seed), and reports how ncclAllReduce's result differs.
 //
 // Usage: zipcomm_ring_nccl [--ranks 1] [--n 4000037] [--dtype bf16|fp16|fp32] [--op sum|prod|min|max|avg]
-//                          [--reps 5] [--sweep MIB [--data DIR] [--json FILE]] [--deadline 600]
+//                          [--reps 5] [--sweep MIB [--data DIR] [--json FILE]] [--deadline 600] [--channels 32]
 //   --ranks N > 1 forks N processes (rank r on GPU r; ncclCommInitRank with a unique id shared through an
 //   anonymous shared mapping). Exit 0: every check passed; 1: a check failed; 77: the device API is not
 //   usable here (header/library versions differ, no symmetric memory, ranks not all load/store accessible).
@@ -24,6 +24,7 @@
 //   compressed == uncompressed bit for bit on every rank, and how ncclAllReduce's result differs from the
 //   ring's (elements that differ, largest distance in ulps). Rank 0 prints the table and writes --json.
 //   --deadline S: ranks still running after S seconds are killed (exit 1).
+//   --channels N: at most N channels (blocks) per rank (default 32; up to 128), fewer if fewer stay resident.
 //
 // Symmetric memory (which ncclDevCommCreate requires) is decided once, in ncclCommInitRank. NCCL 2.28.3 grants
 // it only when all of: every pair of the node's ranks is directly P2P-connected ("isAllDirectP2p", which
@@ -85,7 +86,7 @@ struct Shared {  // anonymous shared mapping, created before fork
 };
 
 struct Config {
-  int ranks = 1, reps = 5, deadline_s = 600;
+  int ranks = 1, reps = 5, deadline_s = 600, max_channels = 32;
   uint64_t n = 4000037;
   DType dtype = DType::bf16;
   std::string op_name = "sum";
@@ -450,7 +451,7 @@ int run_rank(int rank, const Config& cfg, Shared* shared) {
   CK((d == DType::bf16   ? ring_resident_blocks<DType::bf16, true>(resident)
       : d == DType::fp16 ? ring_resident_blocks<DType::fp16, true>(resident)
                          : ring_resident_blocks<DType::fp32, true>(resident)));
-  int channels = std::max(1, std::min(32, resident));
+  int channels = std::max(1, std::min(cfg.max_channels, resident));
   {
     int* d_ch;
     CK(cudaMalloc(&d_ch, sizeof(int)));
@@ -641,15 +642,18 @@ int main(int argc, char** argv) {
     else if (a == "--data" && more) cfg.data = argv[++i];
     else if (a == "--json" && more) cfg.json = argv[++i];
     else if (a == "--deadline" && more) cfg.deadline_s = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--channels" && more) cfg.max_channels = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: %s [--ranks 1] [--n 4000037] [--dtype bf16|fp16|fp32] [--op sum|prod|min|max|avg] "
-                           "[--reps 5] [--sweep MIB [--data DIR] [--json FILE]] [--deadline 600]\n", argv[0]);
+                           "[--reps 5] [--sweep MIB [--data DIR] [--json FILE]] [--deadline 600] [--channels 32]\n",
+                   argv[0]);
       return 2;
     }
   }
   cfg.dtype = dtype == "fp16" ? DType::fp16 : dtype == "fp32" ? DType::fp32 : DType::bf16;
-  if (dtype != dtype_name(cfg.dtype) || cfg.ranks < 1 || cfg.ranks > RING_MAX_RANKS) {
-    std::fprintf(stderr, "bad --dtype or --ranks (1..%d)\n", RING_MAX_RANKS);
+  if (dtype != dtype_name(cfg.dtype) || cfg.ranks < 1 || cfg.ranks > RING_MAX_RANKS || cfg.max_channels < 1 ||
+      cfg.max_channels > RING_MAX_CHANNELS) {
+    std::fprintf(stderr, "bad --dtype, --ranks (1..%d) or --channels (1..%d)\n", RING_MAX_RANKS, RING_MAX_CHANNELS);
     return 2;
   }
   if (cfg.sweep_mib > 0 && cfg.dtype != DType::bf16) {
