@@ -117,7 +117,7 @@ if have $RING_NCCL; then
   for n in $COUNTS; do
     step "ring_nccl --ranks $n --sweep $MIB" 150 ring_nccl_r$n.log env CUDA_VISIBLE_DEVICES="$(visible $n)" \
       $RING_NCCL --ranks $n --sweep $MIB --reps 5 --data tests/data --deadline 140 --json "$OUT/ring_nccl_r$n.json"
-    grep -E "^zipcomm_ring_nccl --sweep|bytes/rank|^ +[0-9]+ \||All sizes|FAILED|skipped|do not fit" \
+    grep -E "^zipcomm_ring_nccl --sweep|bytes/rank|^ *[0-9]+ \||All sizes|FAILED|skipped|do not fit" \
       "$OUT/ring_nccl_r$n.log" | head -20 | tee -a "$S"
   done
 fi
@@ -140,7 +140,7 @@ if [ "$NMAX" -ge 2 ] && have $RING_NCCL; then
   step "ring_nccl --ranks $NMAX --sweep $MIB --channels 128" 150 ring_nccl_r${NMAX}_c128.log \
     env CUDA_VISIBLE_DEVICES="$(visible $NMAX)" $RING_NCCL --ranks $NMAX --sweep $MIB --reps 5 --channels 128 \
     --data tests/data --deadline 140 --json "$OUT/ring_nccl_r${NMAX}_c128.json"
-  grep -E "^zipcomm_ring_nccl --sweep|bytes/rank|^ +[0-9]+ \||All sizes|FAILED|skipped|do not fit" \
+  grep -E "^zipcomm_ring_nccl --sweep|bytes/rank|^ *[0-9]+ \||All sizes|FAILED|skipped|do not fit" \
     "$OUT/ring_nccl_r${NMAX}_c128.log" | head -20 | tee -a "$S"
 fi
 if [ "$NMAX" -ge 2 ] && have $BENCH_RING; then
