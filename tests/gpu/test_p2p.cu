@@ -555,9 +555,11 @@ void check_peer_transfer(PeerLink<DType::bf16>& link, const std::vector<uint8_t>
   for (size_t i = 0; i < guard + dst_off; ++i) REQUIRE(all[i] == 0x5A);
   for (size_t i = guard + dst_off + host.size(); i < all.size(); ++i) REQUIRE(all[i] == 0x5A);
   REQUIRE(std::equal(host.begin(), host.end(), all.begin() + guard + dst_off));
+  CUDA_OK(cudaSetDevice(sd));
   CUDA_OK(cudaStreamDestroy(ss));
-  CUDA_OK(cudaStreamDestroy(rs));
   CUDA_OK(cudaFree(src));
+  CUDA_OK(cudaSetDevice(rd));
+  CUDA_OK(cudaStreamDestroy(rs));
   CUDA_OK(cudaFree(dst));
   CUDA_OK(cudaSetDevice(0));
 }
