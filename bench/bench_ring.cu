@@ -14,11 +14,19 @@
 //   >= 2 GPUs    additionally one rank per GPU through peer access, and ncclAllReduce when built with NCCL.
 //
 // Every timed call starts from the same inputs (restored by an untimed device copy); the compressed and raw
-// results are compared bit for bit at every size (exit 1 on a difference). Data: a real bf16 gradient sample
-// tiled to the message size and rotated differently on every rank. The device copy bandwidth is measured in
-// the same run.
-// Usage: zipcomm_bench_ring [--data DIR] [--ranks 8] [--mib 256] [--reps 10] [--json FILE] [--no-calibrate]
+// results are compared bit for bit on every rank at every size, on the GPUs (exit 1 on a difference);
+// ncclAllReduce's result is compared with the ring's (elements that differ, largest distance in ulps: another
+// order of the sums, not required to match). Data: a real bf16 gradient sample tiled to the message size and
+// rotated differently on every rank. The device copy bandwidth is measured in the same run. A size whose
+// buffers (2 per rank, plus the raw result on rank 0's GPU, plus 1 GiB to spare) do not fit in a GPU's free
+// memory is skipped with a message; calibration stops at the largest size that fits (2 buffers per rank).
+// Usage: zipcomm_bench_ring [--data DIR] [--ranks 8] [--mib 256] [--sim-mib MIB] [--reps 10] [--json FILE]
+//                           [--no-calibrate] [--channels 32]
 //   --mib: the largest message per rank (sizes go from 16 KiB up by 4x)
+//   --ranks: simulated ranks, and the peer ring's ranks (GPUs 0 .. min(ranks, GPUs) - 1)
+//   --sim-mib: the largest message of the simulated backend (default --mib; 0: no simulated backend)
+//   --channels: RingOptions::max_channels of every communicator (default 32, the library's; up to 128: more of
+//                the GPU's SMs for the compressed ring's coding when each rank has a GPU)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -57,7 +65,65 @@ struct Row {
   bool compressed;
   RingSwitchSource source = RingSwitchSource::forced;  // automatic rows: why that ring
   std::string verdict;                                 // automatic rows: right / wrong / tie
+  double diff_elems = 0, diff_ulp = 0;                 // ncclAllReduce rows: how its result differs from the ring's
 };
+
+/// Elements of two bf16 arrays that differ (out[0]) and the largest distance in ulps (out[1]; the values'
+/// monotone integer order). Vector loads where 16-byte aligned (cudaMalloc'd buffers).
+__global__ void diff16(const uint16_t* a, const uint16_t* b, uint64_t n, unsigned long long* out) {
+  unsigned long long cnt = 0, worst = 0;
+  auto one = [&](uint32_t x, uint32_t y) {
+    if (x == y) return;
+    ++cnt;
+    const long long kx = (x & 0x8000u) ? -(long long)(x & 0x7FFFu) : (long long)x;
+    const long long ky = (y & 0x8000u) ? -(long long)(y & 0x7FFFu) : (long long)y;
+    const unsigned long long d = (unsigned long long)(kx > ky ? kx - ky : ky - kx);
+    worst = d > worst ? d : worst;
+  };
+  const uint64_t n8 = n / 8, stride = uint64_t(gridDim.x) * blockDim.x;
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n8; i += stride) {
+    const uint4 x = reinterpret_cast<const uint4*>(a)[i], y = reinterpret_cast<const uint4*>(b)[i];
+    const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+    for (int k = 0; k < 4; ++k) {
+      if (xs[k] == ys[k]) continue;
+      one(xs[k] & 0xFFFFu, ys[k] & 0xFFFFu);
+      one(xs[k] >> 16, ys[k] >> 16);
+    }
+  }
+  for (uint64_t i = n8 * 8 + blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += stride) one(a[i], b[i]);
+  if (cnt) atomicAdd(&out[0], cnt);
+  if (worst) atomicMax(&out[1], worst);
+}
+
+constexpr uint64_t SPARE_BYTES = uint64_t(1) << 30;  // left free on every GPU for the rings, NCCL, the runtime
+
+/// Free memory of a device, in bytes.
+uint64_t free_bytes(int device) {
+  CK(cudaSetDevice(device));
+  size_t f = 0, t = 0;
+  CK(cudaMemGetInfo(&f, &t));
+  return f;
+}
+
+/// Whether `per_rank` bytes for every rank (rank_device[r]), plus `extra0` on rank 0's device and SPARE_BYTES,
+/// fit in each device's free memory; else a message naming the first device short of it.
+bool fits(const std::vector<int>& rank_device, uint64_t per_rank, uint64_t extra0, std::string& why) {
+  for (size_t r = 0; r < rank_device.size(); ++r) {
+    if (r > 0 && rank_device[r] == rank_device[r - 1]) continue;
+    const int d = rank_device[r];
+    const uint64_t ranks = uint64_t(std::count(rank_device.begin(), rank_device.end(), d));
+    const uint64_t need = ranks * per_rank + (d == rank_device[0] ? extra0 : 0) + SPARE_BYTES;
+    const uint64_t have = free_bytes(d);
+    if (need > have) {
+      char m[160];
+      std::snprintf(m, sizeof m, "GPU %d needs %.1f GiB (%llu rank(s)), %.1f GiB free", d, double(need) / (1 << 30),
+                    (unsigned long long)ranks, double(have) / (1 << 30));
+      why = m;
+      return false;
+    }
+  }
+  return true;
+}
 
 /// Whether the automatic row ran the faster of the raw and compressed rows of its size.
 std::string switch_verdict(bool compressed, double raw_ms, double comp_ms) {
@@ -74,36 +140,54 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-/// R ranks' buffers (the ring works in place) and their pristine inputs, on rank_device[r].
+/// R ranks' buffers (the ring works in place), their pristine inputs, on rank_device[r], and `ref` (rank 0's
+/// device): the raw ring's result, to compare every other result with, on the GPUs.
 struct Buffers {
   std::vector<int> device;
   std::vector<void*> data, pristine;
+  void* ref = nullptr;
+  std::vector<unsigned long long*> diff;  // per rank, [2] on its device: what compare() counts
   uint64_t bytes = 0;
   Buffers(const std::vector<int>& rank_device, const std::vector<uint8_t>& sample, uint64_t n) : device(rank_device) {
     const uint64_t eb = format::elem_bytes(D), m = sample.size() / eb;
     bytes = n * eb;
-    std::vector<uint8_t> host(bytes), rotated(m * eb);
+    std::vector<uint8_t> rotated(m * eb);
     for (size_t r = 0; r < device.size(); ++r) {
       const uint64_t shift = ((m / 5) * r + r) % m;
       std::memcpy(rotated.data(), sample.data() + shift * eb, (m - shift) * eb);
       std::memcpy(rotated.data() + (m - shift) * eb, sample.data(), shift * eb);
-      for (uint64_t off = 0; off < bytes; off += rotated.size())
-        std::memcpy(host.data() + off, rotated.data(), std::min<uint64_t>(rotated.size(), bytes - off));
       CK(cudaSetDevice(device[r]));
       void *a, *b;
       CK(cudaMalloc(&a, bytes));
       CK(cudaMalloc(&b, bytes));
-      CK(cudaMemcpy(b, host.data(), bytes, cudaMemcpyHostToDevice));
+      // the rotated sample tiled: one period uploaded, then doubling device copies
+      uint8_t* p = static_cast<uint8_t*>(b);
+      uint64_t have = std::min<uint64_t>(rotated.size(), bytes);
+      CK(cudaMemcpy(p, rotated.data(), have, cudaMemcpyHostToDevice));
+      for (; have < bytes;) {
+        const uint64_t c = std::min(have, bytes - have);
+        CK(cudaMemcpy(p + have, p, c, cudaMemcpyDeviceToDevice));
+        have += c;
+      }
+      CK(cudaDeviceSynchronize());  // the rings' streams do not wait for the legacy stream
+      unsigned long long* d;
+      CK(cudaMalloc(&d, 2 * sizeof(unsigned long long)));
       data.push_back(a);
       pristine.push_back(b);
+      diff.push_back(d);
     }
+    CK(cudaSetDevice(device[0]));
+    CK(cudaMalloc(&ref, bytes));
   }
   ~Buffers() {
     for (size_t r = 0; r < data.size(); ++r) {
       cudaSetDevice(device[r]);
       cudaFree(data[r]);
       cudaFree(pristine[r]);
+      cudaFree(diff[r]);
     }
+    cudaSetDevice(device[0]);
+    cudaFree(ref);
   }
   /// Restores the inputs, stream-ordered before the next call on each rank's stream.
   void restore(const std::vector<cudaStream_t>& streams) {
@@ -112,12 +196,34 @@ struct Buffers {
       CK(cudaMemcpyAsync(data[r], pristine[r], bytes, cudaMemcpyDeviceToDevice, streams[r]));
     }
   }
-  std::vector<uint8_t> download(int r) const {
-    std::vector<uint8_t> v(bytes);
-    CK(cudaMemcpy(v.data(), data[r], bytes, cudaMemcpyDefault));
-    return v;
+  /// ref = rank 0's current result. Call with every stream idle.
+  void keep_reference() {
+    CK(cudaSetDevice(device[0]));
+    CK(cudaMemcpy(ref, data[0], bytes, cudaMemcpyDeviceToDevice));
+    CK(cudaDeviceSynchronize());
+  }
+  /// Rank r's current result against ref, on rank r's GPU (ref through peer access when it is another GPU's):
+  /// {elements that differ, largest distance in ulps}. Call with every stream idle.
+  std::array<unsigned long long, 2> compare(int r) {
+    CK(cudaSetDevice(device[r]));
+    CK(cudaMemset(diff[r], 0, 2 * sizeof(unsigned long long)));
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device[r]));
+    diff16<<<4 * sms, 256>>>(static_cast<const uint16_t*>(data[r]), static_cast<const uint16_t*>(ref),
+                             bytes / format::elem_bytes(D), diff[r]);
+    CK(cudaGetLastError());
+    std::array<unsigned long long, 2> h{};
+    CK(cudaMemcpy(h.data(), diff[r], sizeof h, cudaMemcpyDeviceToHost));
+    return h;
   }
 };
+
+/// One line per measured row as the bench goes (the tables come at the end).
+void progress(const Row& r) {
+  std::printf("  measured: %-9s %-17s %2d ranks %10llu bytes/rank %9.3f ms busbw %8.2f GB/s\n", r.backend.c_str(),
+              r.what.c_str(), r.ranks, (unsigned long long)r.bytes, r.ms, r.busbw);
+  std::fflush(stdout);
+}
 
 void sync_streams(const RingCommunicator& comm) {
   for (int g = 0; g < comm.device_groups(); ++g) CK(cudaStreamSynchronize(comm.stream(g)));
@@ -184,7 +290,6 @@ void add_ring_rows(const std::string& backend, RingCommunicator& comm, Buffers& 
   const double S = double(buf.bytes), bus = R > 1 ? 2.0 * (R - 1) / R : 1.0;
   uint64_t raw_sent = 0;
   double raw_ms = 0, comp_ms = 0;
-  std::vector<uint8_t> raw_result;
   for (RingMode mode : {RingMode::raw, RingMode::compressed, RingMode::automatic}) {
     std::array<uint64_t, RING_TIMER_SLOTS> timers{};
     uint64_t sent = 0;
@@ -200,13 +305,14 @@ void add_ring_rows(const std::string& backend, RingCommunicator& comm, Buffers& 
     const double total = double(timers[RING_TIMER_TOTAL]);
     for (int k = 0; k < RING_TIMER_SLOTS; ++k) row.share[k] = total > 0 ? double(timers[k]) / total : 0.0;
     rows.push_back(row);
-    // the compressed ring's result must be the raw ring's, bit for bit (both ran last from the same inputs)
-    for (int r : {0, R - 1}) {
-      const std::vector<uint8_t> got = buf.download(r);
-      if (mode == RingMode::raw && r == 0) raw_result = got;
-      if (got != raw_result) {
-        std::fprintf(stderr, "%s, %s, %llu bytes: rank %d's result differs from the raw ring's\n", backend.c_str(),
-                     row.what.c_str(), (unsigned long long)buf.bytes, r);
+    progress(row);
+    // every rank's result must be the raw ring's on rank 0, bit for bit (all ran last from the same inputs)
+    if (mode == RingMode::raw) buf.keep_reference();
+    for (int r = 0; r < R; ++r) {
+      const std::array<unsigned long long, 2> d = buf.compare(r);
+      if (d[0] != 0) {
+        std::fprintf(stderr, "%s, %s, %llu bytes: rank %d's result differs from the raw ring's in %llu elements\n",
+                     backend.c_str(), row.what.c_str(), (unsigned long long)buf.bytes, r, d[0]);
         std::exit(1);
       }
     }
@@ -250,7 +356,14 @@ void add_nccl_row(const std::vector<ncclComm_t>& comms, const std::vector<cudaSt
     t.push_back(now_ms() - t0);
   }
   const double ms = median(t), S = double(buf.bytes);
-  rows.push_back({"peer", "ncclAllReduce", R, buf.bytes, ms, S / ms / 1e6, S / ms / 1e6 * 2.0 * (R - 1) / R, 0.0, {}, false});
+  Row row{"peer", "ncclAllReduce", R, buf.bytes, ms, S / ms / 1e6, S / ms / 1e6 * 2.0 * (R - 1) / R, 0.0, {}, false};
+  for (int r = 0; r < R; ++r) {  // against the raw ring's result (ref): the worst rank
+    const std::array<unsigned long long, 2> d = buf.compare(r);
+    row.diff_elems = std::max(row.diff_elems, double(d[0]));
+    row.diff_ulp = std::max(row.diff_ulp, double(d[1]));
+  }
+  rows.push_back(row);
+  progress(row);
 }
 #endif
 
@@ -259,26 +372,31 @@ void add_nccl_row(const std::vector<ncclComm_t>& comms, const std::vector<cudaSt
 int main(int argc, char** argv) {
   std::string data = "tests/data", json;
   int R = 8, reps = 10;
-  uint64_t max_mib = 256;
+  uint64_t max_mib = 256, sim_mib = UINT64_MAX;
   bool calibrate = true;
+  int channels = RingOptions().max_channels;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool more = i + 1 < argc;
     if (a == "--data" && more) data = argv[++i];
     else if (a == "--ranks" && more) R = std::atoi(argv[++i]);
     else if (a == "--mib" && more) max_mib = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--sim-mib" && more) sim_mib = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--reps" && more) reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--json" && more) json = argv[++i];
     else if (a == "--no-calibrate") calibrate = false;
+    else if (a == "--channels" && more) channels = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
-                   "usage: %s [--data DIR] [--ranks 8] [--mib 256] [--reps 10] [--json FILE] [--no-calibrate]\n",
+                   "usage: %s [--data DIR] [--ranks 8] [--mib 256] [--sim-mib MIB] [--reps 10] [--json FILE] "
+                   "[--no-calibrate] [--channels 32]\n",
                    argv[0]);
       return 2;
     }
   }
-  if (R < 2 || R > RING_MAX_RANKS || max_mib == 0)
-    return std::fprintf(stderr, "--ranks must be 2..%d, --mib positive\n", RING_MAX_RANKS), 2;
+  if (R < 2 || R > RING_MAX_RANKS || max_mib == 0 || channels < 1 || channels > RING_MAX_CHANNELS)
+    return std::fprintf(stderr, "--ranks must be 2..%d, --mib positive, --channels 1..%d\n", RING_MAX_RANKS,
+                        RING_MAX_CHANNELS), 2;
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("zipcomm_bench_ring: no GPU on this machine; nothing measured.\n");
@@ -289,19 +407,32 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   const double copy_tbps = bench::copy_roofline_tbps(uint64_t(256) << 20, 10);
 
+  if (sim_mib == UINT64_MAX) sim_mib = max_mib;
   std::vector<uint64_t> sizes;
   for (uint64_t s = 16 << 10; s <= (max_mib << 20); s *= 4) sizes.push_back(s);
   std::vector<Row> rows;
+  std::vector<std::string> skipped;
   RingOptions opt;
+  opt.max_channels = channels;
   RingCalibration cal;
   cal.max_bytes = max_mib << 20;
   cal.min_bytes = std::min<uint64_t>(cal.min_bytes, cal.max_bytes);
   std::vector<std::pair<std::string, std::vector<RingSwitchPoint>>> calibrations;
-  auto calibrate_ring = [&](const std::string& backend, RingCommunicator& comm) {
+  // calibrate() holds 2 buffers of its largest size per rank: halve it until that fits every GPU.
+  auto calibrate_ring = [&](const std::string& backend, RingCommunicator& comm, const std::vector<int>& dev,
+                            uint64_t largest) {
     if (!calibrate) return;
+    RingCalibration c = cal;
+    c.max_bytes = std::min<uint64_t>(c.max_bytes, largest);
+    std::string why;
+    while (c.max_bytes > c.min_bytes && !fits(dev, 2 * c.max_bytes + sample.size(), 0, why)) c.max_bytes /= 2;
+    c.min_bytes = std::min(c.min_bytes, c.max_bytes);
+    if (c.max_bytes < std::min<uint64_t>(cal.max_bytes, largest))
+      std::printf("%s: calibration up to %llu bytes per rank only (the next size up does not fit: %s)\n",
+                  backend.c_str(), (unsigned long long)c.max_bytes, why.c_str());
     const double t0 = now_ms();
     Status st = Status::ok;
-    CK(comm.calibrate<D>(sample.data(), sample.size(), cal, &st));
+    CK(comm.calibrate<D>(sample.data(), sample.size(), c, &st));
     if (st != Status::ok) {
       std::fprintf(stderr, "%s: calibrate: ring status %s\n", backend.c_str(), status_string(st));
       std::exit(1);
@@ -310,18 +441,31 @@ int main(int argc, char** argv) {
     calibrations.emplace_back(backend, comm.calibration(D));
     std::printf("%s: calibrated in %.1f s\n", backend.c_str(), (now_ms() - t0) / 1e3);
   };
-  {
+  // A size whose buffers do not fit is skipped with a message (and listed in the JSON).
+  auto buffers_fit = [&](const std::string& backend, const std::vector<int>& dev, uint64_t bytes) {
+    std::string why;
+    if (fits(dev, 2 * bytes, bytes, why)) return true;
+    char m[256];
+    std::snprintf(m, sizeof m, "%s ring, %llu bytes per rank: skipped, buffers do not fit (%s)", backend.c_str(),
+                  (unsigned long long)bytes, why.c_str());
+    std::printf("%s\n", m);
+    skipped.push_back(m);
+    return false;
+  };
+  if (sim_mib > 0) {
+    const std::vector<int> dev(R, 0);
     RingCommunicator comm;
-    CK(comm.init(std::vector<int>(R, 0), opt));
-    calibrate_ring("simulated", comm);
+    CK(comm.init(dev, opt));
+    calibrate_ring("simulated", comm, dev, sim_mib << 20);
     for (uint64_t s : sizes) {
-      Buffers buf(std::vector<int>(R, 0), sample, s / 2);
+      if (s > (sim_mib << 20) || !buffers_fit("simulated", dev, s)) continue;
+      Buffers buf(dev, sample, s / 2);
       add_ring_rows("simulated", comm, buf, reps, rows);
     }
   }
   int peer_ranks = 0;
   if (devices >= 2) {
-    peer_ranks = std::min(devices, 8);
+    peer_ranks = std::min(devices, R);
     std::vector<int> dev(peer_ranks);
     for (int r = 0; r < peer_ranks; ++r) dev[r] = r;
     RingCommunicator comm;
@@ -330,7 +474,7 @@ int main(int argc, char** argv) {
       std::printf("peer ring not run: %s\n", cudaGetErrorString(e));
       peer_ranks = 0;
     } else {
-      calibrate_ring("peer", comm);
+      calibrate_ring("peer", comm, dev, max_mib << 20);
 #if defined(ZIPCOMM_BENCH_WITH_NCCL)
       std::vector<ncclComm_t> comms(peer_ranks);
       NK(ncclCommInitAll(comms.data(), peer_ranks, dev.data()));
@@ -338,6 +482,7 @@ int main(int argc, char** argv) {
       for (int r = 0; r < peer_ranks; ++r) streams[r] = comm.stream(r);
 #endif
       for (uint64_t s : sizes) {
+        if (!buffers_fit("peer", dev, s)) continue;
         Buffers buf(dev, sample, s / 2);
         add_ring_rows("peer", comm, buf, reps, rows);
 #if defined(ZIPCOMM_BENCH_WITH_NCCL)
@@ -350,19 +495,25 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("\nzipcomm ring allreduce on %s (%d SMs, %d GPU(s)); bf16 gradients, sum; median of %d\n", prop.name,
-              prop.multiProcessorCount, devices, reps);
+  std::printf("\nzipcomm ring allreduce on %s (%d SMs, %d GPU(s)); bf16 gradients, sum; median of %d; at most %d "
+              "channels (blocks) per rank\n", prop.name, prop.multiProcessorCount, devices, reps, channels);
   std::printf("device copy: %.2f TB/s (read + write). algbw = S/t, busbw = algbw * 2(R-1)/R, S = bytes per rank.\n",
               copy_tbps);
-  std::printf("simulated: %d ranks on GPU 0 (the ranks share its SMs and HBM)%s\n\n", R,
-              peer_ranks ? "" : "; one GPU: no peer or NCCL rows");
+  if (sim_mib > 0)
+    std::printf("simulated: %d ranks on GPU 0 (the ranks share its SMs and HBM), up to %llu MiB per rank\n", R,
+                (unsigned long long)sim_mib);
+  std::printf("peer: %s\n\n", peer_ranks ? (std::to_string(peer_ranks) + " ranks, one per GPU (GPUs 0.." +
+                                            std::to_string(peer_ranks - 1) + "), peer access").c_str()
+                                         : "not run (one GPU, or no peer access)");
   std::printf("%-9s %-17s %2s %10s %9s %9s %9s %6s | %6s %6s %6s %6s %6s %6s\n", "backend", "ring", "R", "bytes/rank",
               "ms", "algbw", "busbw", "sent", "wait", "enc", "dre", "dre+f", "fwd", "dec");
   for (const Row& r : rows) {
     std::printf("%-9s %-17s %2d %10llu %9.3f %9.2f %9.2f %6.3f", r.backend.c_str(),
                 (r.what + (r.what == "automatic" ? (r.compressed ? ":c" : ":r") : "")).c_str(), r.ranks,
                 (unsigned long long)r.bytes, r.ms, r.algbw, r.busbw, r.sent_ratio);
-    if (r.compressed)
+    if (r.what == "ncclAllReduce")
+      std::printf(" | differs from the ring in %.0f elements (max %.0f ulp)\n", r.diff_elems, r.diff_ulp);
+    else if (r.compressed)
       std::printf(" | %5.1f%% %5.1f%% %5.1f%% %5.1f%% %5.1f%% %5.1f%%\n", 100 * r.share[RING_TIMER_WAIT],
                   100 * r.share[ring_timer_of(RingActionKind::send_own)],
                   100 * r.share[ring_timer_of(RingActionKind::reduce_send)],
@@ -422,7 +573,9 @@ int main(int argc, char** argv) {
               switches.size(), 100 * RING_SWITCH_DEFAULT_MARGIN);
   if (!json.empty()) {
     std::ofstream o(json);
-    o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"gpus\": " << devices << ",\n  \"copy_tbps\": " << copy_tbps
+    o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"gpus\": " << devices << ",\n  \"peer_ranks\": " << peer_ranks
+      << ",\n  \"simulated_ranks\": " << (sim_mib > 0 ? R : 0) << ",\n  \"max_channels\": " << channels
+      << ",\n  \"copy_tbps\": " << copy_tbps
       << ",\n  \"dtype\": \"bf16\",\n  \"op\": \"sum\",\n  \"reps\": " << reps << ",\n  \"rows\": [\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
@@ -431,12 +584,16 @@ int main(int argc, char** argv) {
         << ", \"busbw_gbps\": " << r.busbw << ", \"compressed\": " << (r.compressed ? "true" : "false")
         << ", \"source\": \"" << ring_switch_source_name(r.source) << "\"";
       if (!r.verdict.empty()) o << ", \"verdict\": \"" << r.verdict << "\"";
+      if (r.what == "ncclAllReduce")
+        o << ", \"diff_from_ring_elems\": " << r.diff_elems << ", \"diff_from_ring_max_ulp\": " << r.diff_ulp;
       o << ", \"sent_ratio\": " << r.sent_ratio << ", \"share\": {\"wait\": " << r.share[RING_TIMER_WAIT];
       for (int k = 0; k < RING_ACTION_KINDS; ++k)
         o << ", \"" << ring_action_name(RingActionKind(k)) << "\": " << r.share[1 + k];
       o << "}}" << (i + 1 < rows.size() ? ",\n" : "\n");
     }
-    o << "  ],\n  \"calibrated\": " << (calibrate ? "true" : "false") << ",\n  \"calibration\": {";
+    o << "  ],\n  \"skipped\": [";
+    for (size_t i = 0; i < skipped.size(); ++i) o << (i ? ", " : "") << "\"" << skipped[i] << "\"";
+    o << "],\n  \"calibrated\": " << (calibrate ? "true" : "false") << ",\n  \"calibration\": {";
     for (size_t i = 0; i < calibrations.size(); ++i) {
       o << (i ? ",\n" : "\n") << "    \"" << calibrations[i].first << "\": [";
       const auto& pts = calibrations[i].second;

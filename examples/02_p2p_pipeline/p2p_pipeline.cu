@@ -8,7 +8,8 @@
 //      The same message is timed through the pipelined raw copy (the link's bypass).
 //  (b) PeerLink: the sender's SMs write frames into a ring in the peer GPU's memory, the peer decodes them
 //      in place. Two GPUs when there are two with peer access; else GPU 0 to itself (then it only shows the
-//      protocol: a GPU's own memory is no slow link).
+//      protocol: a GPU's own memory is no slow link). Coded, raw (cudaMemcpyPeerAsync) and as used after
+//      calibrate().
 // Every transfer is checked bit-exact; exits 1 on any difference or error.
 // Usage: zipcomm_p2p_pipeline [--data DIR] [--mib 256]
 #include <cuda_runtime.h>
@@ -158,23 +159,56 @@ int main(int argc, char** argv) {
     }
     PeerLink<DType::bf16> link;
     CK(link.init(0, peer_dev));
-    link.set_bypass_threshold(0);  // always coded here, to show the protocol
-    const double coded = median_ms(stream, 5, [&] {
-      CK(link.transfer(src, peer_dst, n, stream, peer_stream));
-      if (peer_stream != stream) {  // the caller's stream waits for the receiving side
-        cudaEvent_t e;
-        CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        CK(cudaEventRecord(e, peer_stream));
-        CK(cudaStreamWaitEvent(stream, e, 0));
-        CK(cudaEventDestroy(e));
+    // Timed on the receiving GPU's stream (events must belong to the device of the stream they are recorded on):
+    // from before the sending side starts until the receiver holds every decoded element.
+    auto peer_ms = [&](auto&& move) {
+      CK(cudaSetDevice(peer_dev));
+      cudaEvent_t a, b;
+      CK(cudaEventCreate(&a));
+      CK(cudaEventCreate(&b));
+      std::vector<float> t;
+      for (int i = 0; i < 6; ++i) {  // the first is a warm-up
+        CK(cudaSetDevice(peer_dev));
+        CK(cudaEventRecord(a, peer_stream));
+        CK(cudaSetDevice(0));
+        CK(cudaStreamWaitEvent(stream, a, 0));
+        CK(move());
+        CK(cudaSetDevice(peer_dev));
+        CK(cudaEventRecord(b, peer_stream));
+        CK(cudaEventSynchronize(b));
+        if (link.wait() != Status::ok) std::fprintf(stderr, "peer link: transfer failed\n"), std::exit(1);
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (i > 0) t.push_back(ms);
       }
-    });
-    const Status st = link.wait();
-    if (st != Status::ok || !same_on_device(src, peer_dst, bytes))
-      return std::fprintf(stderr, "peer link: %s or data differs\n", status_string(st)), 1;
-    std::printf("peer link GPU 0 -> GPU %d%s: coded %.2f ms (%.1f GB/s), bit-exact.\n", peer_dev,
-                peer_dev == 0 ? " (one GPU: the protocol only; no slow link to win on)" : "", coded,
-                bytes / coded / 1e6);
+      CK(cudaEventDestroy(a));
+      CK(cudaEventDestroy(b));
+      CK(cudaSetDevice(0));
+      std::sort(t.begin(), t.end());
+      return double(t[t.size() / 2]);
+    };
+    auto check = [&](const char* what) {
+      if (!same_on_device(src, peer_dst, bytes)) std::fprintf(stderr, "peer link (%s): data differs\n", what), std::exit(1);
+      CK(cudaSetDevice(peer_dev));
+      CK(cudaMemset(peer_dst, 0, bytes));
+      CK(cudaDeviceSynchronize());
+      CK(cudaSetDevice(0));
+    };
+    const double coded = peer_ms([&] { return link.transfer_coded(src, peer_dst, n, stream, peer_stream); });
+    check("coded");
+    const double raw = peer_ms([&] { return link.transfer_raw(src, peer_dst, n, stream, peer_stream); });
+    check("raw");
+    CK(link.calibrate(src, sample.size() / 2, std::min<uint64_t>(bytes, uint64_t(256) << 20)));
+    const double used = peer_ms([&] { return link.transfer(src, peer_dst, n, stream, peer_stream); });
+    check("as used");
+    const uint64_t th = link.bypass_threshold();
+    std::printf("peer link GPU 0 -> GPU %d%s, %llu MiB of real bf16 gradients: coded %.3f ms (%.1f GB/s), raw "
+                "cudaMemcpyPeerAsync %.3f ms (%.1f GB/s): coded/raw speed %.2fx; as used after calibrate() %.3f ms "
+                "(%s; coded from %s); bit-exact.\n",
+                peer_dev, peer_dev == 0 ? " (one GPU: the protocol only; no slow link to win on)" : "",
+                (unsigned long long)mib, coded, bytes / coded / 1e6, raw, bytes / raw / 1e6, raw / coded, used,
+                use_bypass(bytes, th) ? "raw" : "coded",
+                th == UINT64_MAX ? "never" : (std::to_string(th >> 10) + " KiB").c_str());
     if (peer_dev != 0) {
       CK(cudaSetDevice(peer_dev));
       CK(cudaFree(peer_dst));

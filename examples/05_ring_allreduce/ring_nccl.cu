@@ -11,10 +11,20 @@
 // process regenerates all ranks' inputs from the seed), and reports how ncclAllReduce's result differs.
 //
 // Usage: zipcomm_ring_nccl [--ranks 1] [--n 4000037] [--dtype bf16|fp16|fp32] [--op sum|prod|min|max|avg]
-//                          [--reps 5]
+//                          [--reps 5] [--sweep MIB [--data DIR] [--json FILE]] [--deadline 600] [--channels 32]
 //   --ranks N > 1 forks N processes (rank r on GPU r; ncclCommInitRank with a unique id shared through an
 //   anonymous shared mapping). Exit 0: every check passed; 1: a check failed; 77: the device API is not
 //   usable here (header/library versions differ, no symmetric memory, ranks not all load/store accessible).
+//   --sweep MIB: instead of one size, per-rank sizes 1 MiB, 4 MiB, ... up to MIB MiB (capped by what fits three
+//   buffers of that size on every GPU), bf16 real gradients (DIR/llama_grads.bf16, default tests/data, tiled and
+//   rotated differently per rank). Per size: the uncompressed ring, the compressed ring and ncclAllReduce on the
+//   same buffers, each restored from a pristine copy before every call and started after a 1-element
+//   ncclAllReduce that lines the ranks up; CUDA events around the call, median of --reps after a warm-up, the
+//   slowest rank's median; algbw = S/t, busbw = algbw * 2(R-1)/R (nccl-tests). Checks on the GPU at every size:
+//   compressed == uncompressed bit for bit on every rank, and how ncclAllReduce's result differs from the
+//   ring's (elements that differ, largest distance in ulps). Rank 0 prints the table and writes --json.
+//   --deadline S: ranks still running after S seconds are killed (exit 1).
+//   --channels N: at most N channels (blocks) per rank (default 32; up to 128), fewer if fewer stay resident.
 //
 // Symmetric memory (which ncclDevCommCreate requires) is decided once, in ncclCommInitRank. NCCL 2.28.3 grants
 // it only when all of: every pair of the node's ranks is directly P2P-connected ("isAllDirectP2p", which
@@ -76,10 +86,12 @@ struct Shared {  // anonymous shared mapping, created before fork
 };
 
 struct Config {
-  int ranks = 1, reps = 5;
+  int ranks = 1, reps = 5, deadline_s = 600, max_channels = 32;
   uint64_t n = 4000037;
   DType dtype = DType::bf16;
   std::string op_name = "sum";
+  uint64_t sweep_mib = 0;  // > 0: the size sweep
+  std::string data = "tests/data", json;
 };
 
 /// Every rank's window as this process addresses it, then every rank clears its own window before the
@@ -119,6 +131,273 @@ double ulp_distance(DType d, uint32_t a, uint32_t b) {
     return (x & sign) ? -int64_t(x & ~sign) : int64_t(x);
   };
   return std::fabs(double(key(a) - key(b)));
+}
+
+/// Elements of two 16-bit arrays that differ (out[0]) and the largest distance between them in ulps (out[1];
+/// the values' monotone integer order, as ulp_distance). Vector loads where 16-byte aligned (cudaMalloc).
+__global__ void diff16(const uint16_t* a, const uint16_t* b, uint64_t n, unsigned long long* out) {
+  unsigned long long cnt = 0, worst = 0;
+  auto one = [&](uint32_t x, uint32_t y) {
+    if (x == y) return;
+    ++cnt;
+    const long long kx = (x & 0x8000u) ? -(long long)(x & 0x7FFFu) : (long long)x;
+    const long long ky = (y & 0x8000u) ? -(long long)(y & 0x7FFFu) : (long long)y;
+    const unsigned long long d = (unsigned long long)(kx > ky ? kx - ky : ky - kx);
+    worst = d > worst ? d : worst;
+  };
+  const uint64_t n8 = n / 8, stride = uint64_t(gridDim.x) * blockDim.x;
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n8; i += stride) {
+    const uint4 x = reinterpret_cast<const uint4*>(a)[i], y = reinterpret_cast<const uint4*>(b)[i];
+    const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+    for (int k = 0; k < 4; ++k) {
+      if (xs[k] == ys[k]) continue;
+      one(xs[k] & 0xFFFFu, ys[k] & 0xFFFFu);
+      one(xs[k] >> 16, ys[k] >> 16);
+    }
+  }
+  for (uint64_t i = n8 * 8 + blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += stride) one(a[i], b[i]);
+  if (cnt) atomicAdd(&out[0], cnt);
+  if (worst) atomicMax(&out[1], worst);
+}
+
+/// --sweep: the three allreduces at per-rank sizes 1 MiB .. cfg.sweep_mib MiB (see the usage above). Every rank
+/// runs it with the same sizes and the same calls (the ring's epochs advance alike); returns the exit code.
+int run_sweep(int rank, const Config& cfg, ncclComm_t comm, cudaStream_t stream, RingPeers peers,
+              const RingWindowLayout& layout, int channels, uint8_t* win_mem, int version) {
+  constexpr DType D = DType::bf16;
+  const int R = cfg.ranks;
+  const uint64_t eb = 2;
+  std::vector<uint8_t> sample;
+  {
+    const std::string path = cfg.data + "/llama_grads.bf16";
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f) {
+      uint8_t buf[1 << 16];
+      for (size_t got; (got = std::fread(buf, 1, sizeof buf, f)) > 0;) sample.insert(sample.end(), buf, buf + got);
+      std::fclose(f);
+    }
+    if (sample.size() < 2 * eb) {
+      std::fprintf(stderr, "rank %d: missing or empty %s (--data DIR)\n", rank, path.c_str());
+      return 1;  // every rank reads the same file: every rank stops here
+    }
+  }
+  const uint64_t m = sample.size() / eb;
+  // Sizes: three buffers (pristine input, working buffer, the raw ring's result) per rank and 1 GiB to spare;
+  // the ranks agree on the smallest cap.
+  size_t free_b = 0, total_b = 0;
+  CK(cudaMemGetInfo(&free_b, &total_b));
+  const uint64_t spare = uint64_t(1) << 30;
+  uint64_t want = cfg.sweep_mib << 20, cap = free_b > spare ? (free_b - spare) / 3 : 0;
+  uint64_t* d_u64;
+  double* d_f64;
+  float* d_bar;
+  unsigned long long* d_diff;
+  CK(cudaMalloc(&d_u64, 8));
+  CK(cudaMalloc(&d_f64, 8 * sizeof(double)));
+  CK(cudaMalloc(&d_bar, sizeof(float)));
+  CK(cudaMalloc(&d_diff, 2 * sizeof(unsigned long long)));
+  CK(cudaMemsetAsync(d_bar, 0, sizeof(float), stream));
+  CK(cudaMemcpyAsync(d_u64, &cap, 8, cudaMemcpyHostToDevice, stream));
+  NK(ncclAllReduce(d_u64, d_u64, 1, ncclUint64, ncclMin, comm, stream));
+  CK(cudaMemcpyAsync(&cap, d_u64, 8, cudaMemcpyDeviceToHost, stream));
+  CK(cudaStreamSynchronize(stream));
+  std::vector<uint64_t> sizes;
+  for (uint64_t b = uint64_t(1) << 20; b <= std::min(want, cap); b *= 4) sizes.push_back(b);
+  if (rank == 0 && cap < want)
+    std::printf("sweep: sizes above %llu MiB per rank do not fit three buffers on every GPU (%llu MiB free on this "
+                "one): skipped\n",
+                (unsigned long long)(cap >> 20), (unsigned long long)(free_b >> 20));
+  if (sizes.empty()) {
+    if (rank == 0) std::fprintf(stderr, "sweep: no size fits (or --sweep below 1 MiB)\n");
+    return EXIT_SKIP;
+  }
+  const uint64_t max_bytes = sizes.back();
+  void *pristine, *buf, *ref;
+  CK(cudaMalloc(&pristine, max_bytes));
+  CK(cudaMalloc(&buf, max_bytes));
+  CK(cudaMalloc(&ref, max_bytes));
+  {  // pristine: the sample rotated by a per-rank shift, tiled (one period uploaded, then doubling copies)
+    const uint64_t shift = ((m / 5) * uint64_t(rank) + uint64_t(rank)) % m;
+    std::vector<uint8_t> rotated(m * eb);
+    std::memcpy(rotated.data(), sample.data() + shift * eb, (m - shift) * eb);
+    std::memcpy(rotated.data() + (m - shift) * eb, sample.data(), shift * eb);
+    uint8_t* p = static_cast<uint8_t*>(pristine);
+    uint64_t have = std::min<uint64_t>(rotated.size(), max_bytes);
+    CK(cudaMemcpy(p, rotated.data(), have, cudaMemcpyHostToDevice));
+    for (; have < max_bytes;) {
+      const uint64_t c = std::min(have, max_bytes - have);
+      CK(cudaMemcpy(p + have, p, c, cudaMemcpyDeviceToDevice));
+      have += c;
+    }
+    CK(cudaDeviceSynchronize());  // the ring runs on a non-blocking stream
+  }
+  peers.data[rank] = buf;
+  const ReduceOp op = cfg.op_name == "prod" ? ReduceOp::prod()
+                      : cfg.op_name == "min" ? ReduceOp::min()
+                      : cfg.op_name == "max" ? ReduceOp::max()
+                      : cfg.op_name == "avg" ? ReduceOp::avg(R)
+                                             : ReduceOp::sum();
+  const ncclRedOp_t nccl_op = op.id == ReduceOpId::prod  ? ncclProd
+                              : op.id == ReduceOpId::min ? ncclMin
+                              : op.id == ReduceOpId::max ? ncclMax
+                              : op.id == ReduceOpId::avg ? ncclAvg
+                                                         : ncclSum;
+  cudaEvent_t t0, t1;
+  CK(cudaEventCreate(&t0));
+  CK(cudaEventCreate(&t1));
+  RingSequence seq;
+  const uint64_t chunk = ring_chunk_elems(D, layout.slot_bytes);
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, rank));
+  if (rank == 0)
+    std::printf("zipcomm_ring_nccl --sweep: %d ranks (one per GPU, %s), NCCL %d device API, up to %d channels, bf16 "
+                "real gradients, %s, median of %d; sizes %llu MiB .. %llu MiB per rank\n",
+                R, prop.name, version, channels, cfg.op_name.c_str(), cfg.reps,
+                (unsigned long long)(sizes.front() >> 20), (unsigned long long)(max_bytes >> 20));
+
+  // One method (0 raw ring, 1 compressed ring, 2 ncclAllReduce) at n elements: median ms and the ring's status.
+  auto timed = [&](int what, uint64_t n, double& ms, Status& st) {
+    const uint64_t bytes = n * eb;
+    const uint64_t wanted = format::div_up(format::div_up(n, uint64_t(R)), RING_MIN_CHANNEL_ELEMS);
+    const int ch = int(std::max<uint64_t>(1, std::min<uint64_t>(uint64_t(channels), wanted)));
+    std::vector<float> times;
+    st = Status::ok;
+    for (int rep = -1; rep < cfg.reps && st == Status::ok; ++rep) {  // rep -1: warm-up
+      CK(cudaMemcpyAsync(buf, pristine, bytes, cudaMemcpyDeviceToDevice, stream));
+      NK(ncclAllReduce(d_bar, d_bar, 1, ncclFloat32, ncclSum, comm, stream));  // the ranks start together
+      CK(cudaEventRecord(t0, stream));
+      if (what == 2) {
+        NK(ncclAllReduce(buf, buf, n, ncclBfloat16, nccl_op, comm, stream));
+      } else {
+        RingLaunch call{};
+        call.peers = peers;
+        call.part = make_ring_partition(n, R, ch, chunk);
+        call.layout = layout;
+        call.op = op;
+        call.first_rank = rank;
+        call.num_ranks = 1;
+        call.timeout_ns = 10000000000ull;
+        CK(ring_for_each_pass(seq, call, [&](const RingLaunch& a) { return launch_pass<D>(a, what == 1, stream); }));
+      }
+      CK(cudaEventRecord(t1, stream));
+      CK(cudaStreamSynchronize(stream));
+      float t = 0;
+      CK(cudaEventElapsedTime(&t, t0, t1));
+      if (rep >= 0) times.push_back(t);
+      // The ranks agree on the worst status after every call, so that all of them take the same path (a rank
+      // that stopped alone would leave the others waiting in NCCL's next collective).
+      CK(cudaMemcpyAsync(d_u64, ring_error_word(win_mem), 4, cudaMemcpyDeviceToDevice, stream));
+      CK(cudaMemsetAsync(reinterpret_cast<uint8_t*>(d_u64) + 4, 0, 4, stream));
+      NK(ncclAllReduce(d_u64, d_u64, 1, ncclUint64, ncclMax, comm, stream));
+      uint64_t word = 0;
+      CK(cudaMemcpyAsync(&word, d_u64, 8, cudaMemcpyDeviceToHost, stream));
+      CK(cudaStreamSynchronize(stream));
+      st = static_cast<Status>(uint32_t(word));
+    }
+    std::sort(times.begin(), times.end());
+    ms = times.empty() ? 0.0 : times[times.size() / 2];
+  };
+  auto diff = [&](uint64_t n, unsigned long long (&out)[2]) {  // buf against ref (the raw ring's result)
+    CK(cudaMemsetAsync(d_diff, 0, sizeof out, stream));
+    diff16<<<4 * prop.multiProcessorCount, 256, 0, stream>>>(static_cast<const uint16_t*>(buf),
+                                                              static_cast<const uint16_t*>(ref), n, d_diff);
+    CK(cudaGetLastError());
+    CK(cudaMemcpyAsync(out, d_diff, sizeof out, cudaMemcpyDeviceToHost, stream));
+    CK(cudaStreamSynchronize(stream));
+  };
+  struct Row {
+    uint64_t bytes;
+    double ms[3];
+    double comp_diff, nccl_diff, nccl_ulp, status;
+  };
+  std::vector<Row> rows;
+  bool ok = true;
+  const double bus = 2.0 * (R - 1) / R;
+  if (rank == 0)
+    std::printf("\n%10s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s | %7s %11s %6s %s\n", "bytes/rank", "raw ms",
+                "algbw", "busbw", "compr ms", "algbw", "busbw", "nccl ms", "algbw", "busbw", "c == r", "nccl diff",
+                "ulp", "faster ring");
+  for (uint64_t bytes : sizes) {
+    const uint64_t n = bytes / eb;
+    double ms[3] = {0, 0, 0};
+    Status st[3];
+    unsigned long long cdiff[2] = {0, 0}, ndiff[2] = {0, 0};
+    timed(0, n, ms[0], st[0]);
+    CK(cudaMemcpyAsync(ref, buf, bytes, cudaMemcpyDeviceToDevice, stream));
+    if (st[0] == Status::ok) timed(1, n, ms[1], st[1]);
+    if (st[0] == Status::ok && st[1] == Status::ok) diff(n, cdiff);
+    if (st[0] == Status::ok && st[1] == Status::ok) timed(2, n, ms[2], st[2]), diff(n, ndiff);
+    // the slowest rank's medians, the worst rank's differences and status
+    const double mine[8] = {ms[0], ms[1], ms[2], double(cdiff[0]), double(ndiff[0]), double(ndiff[1]),
+                            double(std::max({uint32_t(st[0]), uint32_t(st[1]), uint32_t(st[2])})), 0.0};
+    double all[8];
+    CK(cudaMemcpyAsync(d_f64, mine, sizeof mine, cudaMemcpyHostToDevice, stream));
+    NK(ncclAllReduce(d_f64, d_f64, 8, ncclFloat64, ncclMax, comm, stream));
+    CK(cudaMemcpyAsync(all, d_f64, sizeof all, cudaMemcpyDeviceToHost, stream));
+    CK(cudaStreamSynchronize(stream));
+    Row row{bytes, {all[0], all[1], all[2]}, all[3], all[4], all[5], all[6]};
+    rows.push_back(row);
+    const bool good = row.status == 0.0 && row.comp_diff == 0.0;
+    ok = ok && good;
+    if (rank == 0) {
+      auto gbs = [&](double t) { return t > 0 ? double(bytes) / t / 1e6 : 0.0; };
+      char faster[48];
+      std::snprintf(faster, sizeof faster, "%s %.2fx", row.ms[1] < row.ms[0] ? "compressed" : "raw",
+                    row.ms[1] < row.ms[0] ? row.ms[0] / row.ms[1] : row.ms[1] / std::max(row.ms[0], 1e-9));
+      std::printf("%10llu | %9.3f %8.2f %8.2f | %9.3f %8.2f %8.2f | %9.3f %8.2f %8.2f | %7s %11.0f %6.0f %s%s\n",
+                  (unsigned long long)bytes, row.ms[0], gbs(row.ms[0]), gbs(row.ms[0]) * bus, row.ms[1],
+                  gbs(row.ms[1]), gbs(row.ms[1]) * bus, row.ms[2], gbs(row.ms[2]), gbs(row.ms[2]) * bus,
+                  row.status != 0.0 ? "ERROR" : row.comp_diff == 0.0 ? "yes" : "NO", row.nccl_diff, row.nccl_ulp,
+                  faster, row.status != 0.0 ? (std::string(" (ring status ") + status_string(Status(uint32_t(row.status))) + ")").c_str() : "");
+      std::fflush(stdout);
+    }
+    if (!good) break;  // every rank saw the same row: all stop together
+  }
+  if (rank == 0) {
+    std::printf("\nGB/s = 1e9 bytes/s; algbw = S/t, busbw = algbw * 2(R-1)/R, S = bytes per rank, t = the slowest "
+                "rank's median. c == r: the compressed ring's result equals the uncompressed ring's bit for bit on "
+                "every rank. nccl diff / ulp: elements where ncclAllReduce differs from the ring (another order of "
+                "the sums) and the largest distance, worst rank. %s\n",
+                ok ? "All sizes OK." : "FAILED.");
+    if (!cfg.json.empty()) {
+      FILE* f = std::fopen(cfg.json.c_str(), "w");
+      if (!f) {
+        std::fprintf(stderr, "cannot write %s\n", cfg.json.c_str());
+      } else {
+        std::fprintf(f, "{\n  \"gpu\": \"%s\",\n  \"ranks\": %d,\n  \"nccl_version\": %d,\n  \"backend\": \"nccl "
+                        "device API\",\n  \"dtype\": \"bf16\",\n  \"data\": \"llama_grads.bf16 tiled, rotated per "
+                        "rank\",\n  \"op\": \"%s\",\n  \"reps\": %d,\n  \"channels\": %d,\n  \"ok\": %s,\n  \"rows\": [\n",
+                     prop.name, R, version, cfg.op_name.c_str(), cfg.reps, channels, ok ? "true" : "false");
+        for (size_t i = 0; i < rows.size(); ++i) {
+          const Row& r = rows[i];
+          auto gbs = [&](double t) { return t > 0 ? double(r.bytes) / t / 1e6 : 0.0; };
+          std::fprintf(f,
+                       "    {\"bytes_per_rank\": %llu, \"raw_ms\": %.6f, \"raw_algbw_gbps\": %.3f, \"raw_busbw_gbps\": "
+                       "%.3f, \"compressed_ms\": %.6f, \"compressed_algbw_gbps\": %.3f, \"compressed_busbw_gbps\": "
+                       "%.3f, \"nccl_ms\": %.6f, \"nccl_algbw_gbps\": %.3f, \"nccl_busbw_gbps\": %.3f, "
+                       "\"compressed_equals_raw\": %s, \"nccl_diff_elems\": %.0f, \"nccl_max_ulp\": %.0f, "
+                       "\"status\": \"%s\", \"faster\": \"%s\"}%s\n",
+                       (unsigned long long)r.bytes, r.ms[0], gbs(r.ms[0]), gbs(r.ms[0]) * bus, r.ms[1], gbs(r.ms[1]),
+                       gbs(r.ms[1]) * bus, r.ms[2], gbs(r.ms[2]), gbs(r.ms[2]) * bus,
+                       r.comp_diff == 0.0 && r.status == 0.0 ? "true" : "false", r.nccl_diff, r.nccl_ulp,
+                       status_string(Status(uint32_t(r.status))), r.ms[1] < r.ms[0] ? "compressed" : "raw",
+                       i + 1 < rows.size() ? "," : "");
+        }
+        std::fprintf(f, "  ]\n}\n");
+        std::fclose(f);
+      }
+    }
+  }
+  CK(cudaEventDestroy(t0));
+  CK(cudaEventDestroy(t1));
+  CK(cudaFree(pristine));
+  CK(cudaFree(buf));
+  CK(cudaFree(ref));
+  CK(cudaFree(d_u64));
+  CK(cudaFree(d_f64));
+  CK(cudaFree(d_bar));
+  CK(cudaFree(d_diff));
+  return ok ? 0 : 1;
 }
 
 int run_rank(int rank, const Config& cfg, Shared* shared) {
@@ -172,7 +451,7 @@ int run_rank(int rank, const Config& cfg, Shared* shared) {
   CK((d == DType::bf16   ? ring_resident_blocks<DType::bf16, true>(resident)
       : d == DType::fp16 ? ring_resident_blocks<DType::fp16, true>(resident)
                          : ring_resident_blocks<DType::fp32, true>(resident)));
-  int channels = std::max(1, std::min(32, resident));
+  int channels = std::max(1, std::min(cfg.max_channels, resident));
   {
     int* d_ch;
     CK(cudaMalloc(&d_ch, sizeof(int)));
@@ -235,6 +514,15 @@ int run_rank(int rank, const Config& cfg, Shared* shared) {
   CK(cudaMemcpyAsync(&peers, d_peers, sizeof peers, cudaMemcpyDeviceToHost, stream));
   CK(cudaStreamSynchronize(stream));
   peers.ranks = R;
+  if (cfg.sweep_mib > 0) {
+    const int rc = run_sweep(rank, cfg, comm, stream, peers, layout, channels, static_cast<uint8_t*>(win_mem), version);
+    CK(cudaFree(d_peers));
+    NK(ncclDevCommDestroy(comm, &dev));
+    NK(ncclCommWindowDeregister(comm, win));
+    NK(ncclMemFree(win_mem));
+    NK(ncclCommDestroy(comm));
+    return rc;
+  }
 
   // Inputs of every rank (so every process can compute the reference), own buffer on the GPU.
   std::vector<std::vector<uint8_t>> inputs;
@@ -350,15 +638,26 @@ int main(int argc, char** argv) {
     else if (a == "--dtype" && more) dtype = argv[++i];
     else if (a == "--op" && more) cfg.op_name = argv[++i];
     else if (a == "--reps" && more) cfg.reps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--sweep" && more) cfg.sweep_mib = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--data" && more) cfg.data = argv[++i];
+    else if (a == "--json" && more) cfg.json = argv[++i];
+    else if (a == "--deadline" && more) cfg.deadline_s = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--channels" && more) cfg.max_channels = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: %s [--ranks 1] [--n 4000037] [--dtype bf16|fp16|fp32] [--op sum|prod|min|max|avg] "
-                           "[--reps 5]\n", argv[0]);
+                           "[--reps 5] [--sweep MIB [--data DIR] [--json FILE]] [--deadline 600] [--channels 32]\n",
+                   argv[0]);
       return 2;
     }
   }
   cfg.dtype = dtype == "fp16" ? DType::fp16 : dtype == "fp32" ? DType::fp32 : DType::bf16;
-  if (dtype != dtype_name(cfg.dtype) || cfg.ranks < 1 || cfg.ranks > RING_MAX_RANKS) {
-    std::fprintf(stderr, "bad --dtype or --ranks (1..%d)\n", RING_MAX_RANKS);
+  if (dtype != dtype_name(cfg.dtype) || cfg.ranks < 1 || cfg.ranks > RING_MAX_RANKS || cfg.max_channels < 1 ||
+      cfg.max_channels > RING_MAX_CHANNELS) {
+    std::fprintf(stderr, "bad --dtype, --ranks (1..%d) or --channels (1..%d)\n", RING_MAX_RANKS, RING_MAX_CHANNELS);
+    return 2;
+  }
+  if (cfg.sweep_mib > 0 && cfg.dtype != DType::bf16) {
+    std::fprintf(stderr, "--sweep measures bf16 real gradients: --dtype must be bf16\n");
     return 2;
   }
   if (cfg.ranks == 1) return run_rank(0, cfg, nullptr);
@@ -383,7 +682,7 @@ int main(int argc, char** argv) {
   // Bounded wait: a rank stuck past the deadline is killed (by its pid) and counts as a failure.
   int worst = 0;
   std::vector<bool> done(children.size(), false);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(600);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.deadline_s);
   for (size_t left = children.size(); left > 0;) {
     for (size_t i = 0; i < children.size(); ++i) {
       if (done[i]) continue;
@@ -397,7 +696,7 @@ int main(int argc, char** argv) {
     if (left && std::chrono::steady_clock::now() > deadline) {
       for (size_t i = 0; i < children.size(); ++i)
         if (!done[i]) kill(children[i], SIGKILL), waitpid(children[i], nullptr, 0), done[i] = true;
-      std::fprintf(stderr, "ranks still running after 600 s were killed\n");
+      std::fprintf(stderr, "ranks still running after %d s were killed\n", cfg.deadline_s);
       return 1;
     }
     if (left) std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -604,3 +604,125 @@ TEST_CASE("p2p host staging link: 1 GiB (relay, default shape)", "[gpu][p2p][con
   CUDA_OK(cudaMemcpy(&d, diff.ptr, 8, cudaMemcpyDeviceToHost));
   REQUIRE(d == 0);
 }
+
+namespace {
+
+/// The devices a peer link test runs between: GPU 0 -> GPU 1 when there are two with peer access both ways,
+/// else GPU 0 to itself.
+int peer_recv_device() {
+  int devices = 0;
+  CUDA_OK(cudaGetDeviceCount(&devices));
+  if (devices < 2) return 0;
+  int a = 0, b = 0;
+  CUDA_OK(cudaDeviceCanAccessPeer(&a, 0, 1));
+  CUDA_OK(cudaDeviceCanAccessPeer(&b, 1, 0));
+  return a && b ? 1 : 0;
+}
+
+/// Bytes `host` at src_off on the link's send device, moved by `move` to dst_off on its receive device (streams
+/// on each), checked bit-exact with guard bytes around the destination.
+template <class Move>
+void check_peer_transfer(PeerLink<DType::bf16>& link, const std::vector<uint8_t>& host, size_t src_off,
+                         size_t dst_off, Move move) {
+  const uint64_t n = host.size() / 2;
+  const int sd = link.send_device(), rd = link.recv_device();
+  CAPTURE(n, src_off, dst_off, sd, rd);
+  const size_t guard = 64, dst_bytes = host.size() + dst_off + 2 * guard;
+  void *src = nullptr, *dst = nullptr;
+  cudaStream_t ss, rs;
+  CUDA_OK(cudaSetDevice(sd));
+  CUDA_OK(cudaMalloc(&src, host.size() + src_off + 16));
+  if (!host.empty()) CUDA_OK(cudaMemcpy(static_cast<uint8_t*>(src) + src_off, host.data(), host.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaStreamCreateWithFlags(&ss, cudaStreamNonBlocking));
+  CUDA_OK(cudaSetDevice(rd));
+  CUDA_OK(cudaMalloc(&dst, dst_bytes));
+  CUDA_OK(cudaMemset(dst, 0x5A, dst_bytes));
+  CUDA_OK(cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking));
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaSetDevice(sd));
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(move(static_cast<uint8_t*>(src) + src_off, static_cast<uint8_t*>(dst) + guard + dst_off, n, ss, rs));
+  CUDA_OK(cudaStreamSynchronize(rs));
+  REQUIRE(link.wait() == Status::ok);
+  std::vector<uint8_t> all(dst_bytes);
+  CUDA_OK(cudaMemcpy(all.data(), dst, dst_bytes, cudaMemcpyDefault));
+  for (size_t i = 0; i < guard + dst_off; ++i) REQUIRE(all[i] == 0x5A);
+  for (size_t i = guard + dst_off + host.size(); i < all.size(); ++i) REQUIRE(all[i] == 0x5A);
+  REQUIRE(std::equal(host.begin(), host.end(), all.begin() + guard + dst_off));
+  CUDA_OK(cudaSetDevice(sd));
+  CUDA_OK(cudaStreamDestroy(ss));
+  CUDA_OK(cudaFree(src));
+  CUDA_OK(cudaSetDevice(rd));
+  CUDA_OK(cudaStreamDestroy(rs));
+  CUDA_OK(cudaFree(dst));
+  CUDA_OK(cudaSetDevice(0));
+}
+
+}  // namespace
+
+TEST_CASE("p2p peer link between two GPUs: bit-exact coded and raw, odd sizes and alignments, ring wrapping",
+          "[gpu][p2p][concurrent][multigpu]") {
+  const int rd = peer_recv_device();
+  if (rd == 0) {
+    WARN("fewer than two GPUs with peer access to each other: the peer link between two GPUs was not run");
+    return;
+  }
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (bool small_ring : {true, false}) {
+    CAPTURE(small_ring);
+    PeerLink<DType::bf16> link;
+    CUDA_OK(link.init(0, rd, small_ring ? small_ring_options() : P2POptions()));
+    for (uint64_t n : {uint64_t(1), uint64_t(255), uint64_t(123457), (uint64_t(3) << 20) + 3}) {
+      const std::vector<uint8_t> host = n > 100000 ? real_bf16(n) : test_bf16(n, rng);
+      const size_t so = 2 * (rng() % 8), dof = 2 * (rng() % 8);
+      check_peer_transfer(link, host, so, dof, [&](const void* s, void* d, uint64_t m, cudaStream_t a, cudaStream_t b) {
+        return link.transfer_coded(s, d, m, a, b);
+      });
+      check_peer_transfer(link, host, so, dof, [&](const void* s, void* d, uint64_t m, cudaStream_t a, cudaStream_t b) {
+        return link.transfer_raw(s, d, m, a, b);
+      });
+    }
+    // back to back on the same streams, coded: the second waits for the first's receive side
+    const std::vector<uint8_t> host = test_bf16(400001, rng);
+    check_peer_transfer(link, host, 0, 0, [&](const void* s, void* d, uint64_t m, cudaStream_t a, cudaStream_t b) {
+      cudaError_t e = link.transfer_coded(s, d, m, a, b);
+      return e != cudaSuccess ? e : link.transfer_coded(s, d, m, a, b);
+    });
+  }
+}
+
+TEST_CASE("p2p peer link: calibrate() measures coded against raw and sets the bypass; transfers stay bit-exact",
+          "[gpu][p2p][concurrent][multigpu]") {  // GPU 0 -> GPU 1 where there are two, else GPU 0 to itself
+  const int rd = peer_recv_device();
+  CAPTURE(rd);
+  const uint64_t n = uint64_t(1) << 19;  // 1 MiB of real gradients
+  const std::vector<uint8_t> sample = real_bf16(n);
+  DeviceBuffer d_sample(sample.size());
+  CUDA_OK(cudaMemcpy(d_sample.ptr, sample.data(), sample.size(), cudaMemcpyHostToDevice));
+  PeerLink<DType::bf16> link;
+  REQUIRE(link.calibrate(d_sample.ptr, n) == cudaErrorInvalidValue);  // not initialized
+  CUDA_OK(link.init(0, rd));
+  REQUIRE(link.calibrate(nullptr, n) == cudaErrorInvalidValue);
+  CUDA_OK(link.calibrate(d_sample.ptr, n / 3, uint64_t(1) << 20));  // a shorter sample is tiled
+  const std::vector<P2PCalibrationPoint>& pts = link.calibration();
+  REQUIRE(pts.size() == 5);  // 64 KiB .. 1 MiB
+  for (size_t i = 0; i < pts.size(); ++i) {
+    CAPTURE(i, pts[i].coded_ms, pts[i].raw_ms);
+    REQUIRE(pts[i].bytes == (uint64_t(64) << 10) << i);
+    REQUIRE(pts[i].coded_ms > 0);
+    REQUIRE(pts[i].raw_ms > 0);
+  }
+  std::vector<uint64_t> sizes;
+  std::vector<double> coded, raw;
+  for (const P2PCalibrationPoint& p : pts) sizes.push_back(p.bytes), coded.push_back(p.coded_ms), raw.push_back(p.raw_ms);
+  REQUIRE(link.bypass_threshold() == choose_bypass_threshold(sizes.data(), coded.data(), raw.data(), sizes.size(), 0.03));
+  // as used after calibrate(), and both forced paths, below and above the threshold
+  for (uint64_t m : {uint64_t(5000), n}) {
+    const std::vector<uint8_t> host(sample.begin(), sample.begin() + 2 * m);
+    check_peer_transfer(link, host, 2, 4, [&](const void* s, void* d, uint64_t k, cudaStream_t a, cudaStream_t b) {
+      return link.transfer(s, d, k, a, b);
+    });
+  }
+}

@@ -547,7 +547,7 @@ TEST_CASE("ring allreduce: ranks that disagree on the size give Status::size_mis
   mismatch_case<true>();
 }
 
-TEST_CASE("ring allreduce: one rank per GPU through peer access", "[gpu][ring]") {
+TEST_CASE("ring allreduce: one rank per GPU through peer access", "[gpu][ring][multigpu]") {
   int devices = 0;
   CUDA_OK(cudaGetDeviceCount(&devices));
   const uint64_t seed = gpu_test::fresh_seed();

@@ -1067,10 +1067,17 @@ class HostStagingLink {
   std::vector<cudaEvent_t> events_;
 };
 
+/// One measurement of PeerLink::calibrate(): median times of a coded and a raw transfer of `bytes`.
+struct P2PCalibrationPoint {
+  uint64_t bytes;
+  double coded_ms, raw_ms;
+};
+
 /// Peer GPU memory: the sender's SMs write frames straight into a ring in the receiver's GPU memory (NVLink
 /// or PCIe peer writes), flags included; the receiver decodes them in place and writes its credits back into
 /// the sender's GPU memory. Both kernels are persistent: no host involvement. send_device == recv_device
-/// works too (one GPU; used by the tests on one-GPU machines).
+/// works too (one GPU; used by the tests on one-GPU machines). Below bypass_threshold() a transfer is one
+/// cudaMemcpyPeerAsync; calibrate() measures where coding pays on the link (over NVLink it may never).
 template <DType D, class Code = thread::GaussianCode>
 class PeerLink {
  public:
@@ -1114,69 +1121,111 @@ class PeerLink {
       e = cudaStreamCreateWithFlags(&streams_[k], cudaStreamNonBlocking);
       if (e == cudaSuccess) e = cudaEventCreateWithFlags(&done_[k], cudaEventDisableTiming);
       if (e == cudaSuccess) e = cudaEventCreateWithFlags(&start_[k], cudaEventDisableTiming);
+      // the rings' and counters' memsets ran on the legacy stream; the link's streams do not wait for it
+      if (e == cudaSuccess) e = cudaDeviceSynchronize();
     }
     ready_ = e == cudaSuccess;
     return e;
   }
 
-  /// Sends n elements from src (send device) to dst (receive device). Ordered after prior work on
-  /// send_stream and recv_stream; later work on recv_stream sees dst complete.
+  /// Sends n elements from src (send device) to dst (receive device): coded from bypass_threshold() bytes up,
+  /// one cudaMemcpyPeerAsync below. Ordered after prior work on send_stream (on the send device) and
+  /// recv_stream (on the receive device); later work on recv_stream sees dst complete.
   cudaError_t transfer(const void* src, void* dst, uint64_t n, cudaStream_t send_stream, cudaStream_t recv_stream) {
-    if (!ready_ || broken_) return cudaErrorInvalidValue;
-    if ((n && (!src || !dst)) || n > (uint64_t(1) << 40)) return cudaErrorInvalidValue;
-    cudaError_t e = cudaSuccess;
-    {
-      p2p_detail::DeviceGuard g(send_dev_);
-      e = cudaEventRecord(start_[0], send_stream);
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[0], start_[0], 0);
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[0], done_[1], 0);  // previous transfer received
-    }
-    {
-      p2p_detail::DeviceGuard g(recv_dev_);
-      if (e == cudaSuccess) e = cudaEventRecord(start_[1], recv_stream);
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[1], start_[1], 0);
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[1], done_[0], 0);
-    }
-    const uint64_t bytes = n * format::elem_bytes(D);
-    if (e == cudaSuccess && n > 0 && use_bypass(bytes, bypass_)) {
-      p2p_detail::DeviceGuard g(recv_dev_);
-      e = cudaStreamWaitEvent(streams_[1], start_[0], 0);
-      if (e == cudaSuccess) e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), streams_[0]);
-      if (e == cudaSuccess) e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), streams_[1]);
-      if (e == cudaSuccess) e = cudaMemcpyPeerAsync(dst, recv_dev_, src, send_dev_, bytes, streams_[1]);
-    } else if (e == cudaSuccess && n > 0) {
-      const FramePlan plan = make_plan(D, FrameKind::coded, n, opt_.shape);
-      const uint64_t seq_base = next_seq_;
-      next_seq_ += plan.num_frames;
-      FrameRingView send_view = ring_.view();        // frames and ready flags: the receiver's memory
-      send_view.credits = credits_.get<uint64_t>();  // credits: the sender's memory
-      e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, send_view, true, opt_.timeout_ns, streams_[0]);
-      if (e == cudaSuccess)
-        e = receiver_.launch(plan, dst, seq_base, 0, plan.num_frames, send_view, true, true, false, opt_.timeout_ns,
-                             streams_[1]);
-    } else if (e == cudaSuccess) {
-      e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), streams_[0]);
-      if (e == cudaSuccess) e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), streams_[1]);
-    }
-    SideControl* host = status_host_.get<SideControl>();
-    for (int k = 0; k < 2; ++k) {
+    return move(src, dst, n, send_stream, recv_stream, use_bypass(n * format::elem_bytes(D), bypass_));
+  }
+  /// The coded pipeline, whatever the size.
+  cudaError_t transfer_coded(const void* src, void* dst, uint64_t n, cudaStream_t send_stream,
+                             cudaStream_t recv_stream) {
+    return move(src, dst, n, send_stream, recv_stream, false);
+  }
+  /// The raw copy (one cudaMemcpyPeerAsync, the bypass), whatever the size.
+  cudaError_t transfer_raw(const void* src, void* dst, uint64_t n, cudaStream_t send_stream, cudaStream_t recv_stream) {
+    return move(src, dst, n, send_stream, recv_stream, true);
+  }
+
+  /// \brief Measures coded and raw transfers (transfer_coded, transfer_raw) between this link's devices at 64 KiB,
+  /// 128 KiB, ... up to max_bytes, and sets the bypass threshold to the smallest size from which coding is at
+  /// least 3% faster at that and every larger measured size (choose_bypass_threshold; UINT64_MAX, "never
+  /// code", when coding loses at the largest size). Data: `sample` (sample_elems elements anywhere the GPU can
+  /// read: device or host memory) tiled to max_bytes. Time of one transfer: CUDA events on a receive-device
+  /// stream, from before the send side starts until the receiver holds every decoded element; median of 5
+  /// after a warm-up. Allocates max_bytes on each device for the duration, blocks the host; call with no
+  /// transfer in flight. calibration() returns the measurements. A transfer that fails gives cudaErrorUnknown
+  /// (the link then needs reset()).
+  cudaError_t calibrate(const void* sample, uint64_t sample_elems, uint64_t max_bytes = uint64_t(256) << 20) {
+    if (!sample || sample_elems == 0 || !ready_ || broken_) return cudaErrorInvalidValue;
+    const uint64_t eb = format::elem_bytes(D);
+    max_bytes = max_bytes / eb * eb;
+    p2p_detail::Memory src, dst;
+    cudaError_t e = src.device(send_dev_, max_bytes);
+    if (e == cudaSuccess) e = dst.device(recv_dev_, max_bytes);
+    for (uint64_t off = 0; off < max_bytes && e == cudaSuccess; off += sample_elems * eb)
+      e = cudaMemcpy(src.get() + off, sample, std::min(sample_elems * eb, max_bytes - off), cudaMemcpyDefault);
+    cudaStream_t st[2] = {nullptr, nullptr};
+    cudaEvent_t a = nullptr, b = nullptr;
+    for (int k = 0; k < 2 && e == cudaSuccess; ++k) {
       p2p_detail::DeviceGuard g(k == 0 ? send_dev_ : recv_dev_);
-      const cudaError_t f = cudaMemcpyAsync(&host[k], k == 0 ? sender_.control() : receiver_.control(),
-                                            sizeof(SideControl), cudaMemcpyDeviceToHost, streams_[k]);
-      if (e == cudaSuccess) e = f;
-      if (e == cudaSuccess) e = cudaEventRecord(done_[k], streams_[k]);
+      e = cudaDeviceSynchronize();  // the fills and memsets above ran on the legacy stream
+      if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st[k], cudaStreamNonBlocking);
     }
-    if (e == cudaSuccess) {
-      p2p_detail::DeviceGuard g(recv_dev_);
-      e = cudaStreamWaitEvent(recv_stream, done_[1], 0);
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream, done_[0], 0);
+    {
+      p2p_detail::DeviceGuard g(recv_dev_);  // events and the stream they time on: the receive device
+      if (e == cudaSuccess) e = cudaEventCreate(&a);
+      if (e == cudaSuccess) e = cudaEventCreate(&b);
     }
+    std::vector<uint64_t> sizes;
+    std::vector<double> coded, raw;
+    for (uint64_t bytes = uint64_t(64) << 10; bytes <= max_bytes && e == cudaSuccess; bytes *= 2) {
+      double t[2] = {0, 0};
+      for (int which = 0; which < 2 && e == cudaSuccess; ++which) {
+        std::vector<float> ms;
+        for (int rep = 0; rep < 6 && e == cudaSuccess; ++rep) {
+          {
+            p2p_detail::DeviceGuard g(recv_dev_);
+            e = cudaEventRecord(a, st[1]);
+          }
+          if (e == cudaSuccess) {
+            p2p_detail::DeviceGuard g(send_dev_);
+            e = cudaStreamWaitEvent(st[0], a, 0);  // the send side starts after the timer
+          }
+          if (e == cudaSuccess) e = move(src.get(), dst.get(), bytes / eb, st[0], st[1], which == 1);
+          float m = 0;
+          {
+            p2p_detail::DeviceGuard g(recv_dev_);
+            if (e == cudaSuccess) e = cudaEventRecord(b, st[1]);
+            if (e == cudaSuccess) e = cudaEventSynchronize(b);
+            if (e == cudaSuccess) e = cudaEventElapsedTime(&m, a, b);
+          }
+          if (e == cudaSuccess && wait() != Status::ok) e = cudaErrorUnknown;
+          if (rep > 0) ms.push_back(m);  // the first is a warm-up
+        }
+        if (!ms.empty()) {
+          std::sort(ms.begin(), ms.end());
+          t[which] = ms[ms.size() / 2];
+        }
+      }
+      sizes.push_back(bytes);
+      coded.push_back(t[0]);
+      raw.push_back(t[1]);
+    }
+    for (int k = 0; k < 2; ++k)
+      if (st[k]) {
+        p2p_detail::DeviceGuard g(k == 0 ? send_dev_ : recv_dev_);
+        cudaStreamSynchronize(st[k]);
+        cudaStreamDestroy(st[k]);
+      }
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
     if (e == cudaSuccess) {
-      p2p_detail::DeviceGuard g(send_dev_);
-      e = cudaStreamWaitEvent(send_stream, done_[0], 0);
+      bypass_ = choose_bypass_threshold(sizes.data(), coded.data(), raw.data(), sizes.size(), 0.03);
+      points_.clear();
+      for (size_t i = 0; i < sizes.size(); ++i) points_.push_back({sizes[i], coded[i], raw[i]});
     }
     return e;
   }
+  /// The last calibrate()'s measurements, by size (empty before one).
+  const std::vector<P2PCalibrationPoint>& calibration() const { return points_; }
 
   Status wait() {
     if (!ready_) return Status::invalid_argument;
@@ -1211,8 +1260,71 @@ class PeerLink {
 
   void set_bypass_threshold(uint64_t bytes) { bypass_ = bytes; }
   uint64_t bypass_threshold() const { return bypass_; }
+  int send_device() const { return send_dev_; }
+  int recv_device() const { return recv_dev_; }
+  const P2POptions& options() const { return opt_; }
 
  private:
+  /// One transfer, raw (cudaMemcpyPeerAsync) or coded. Every call on a stream is made with that stream's
+  /// device current.
+  cudaError_t move(const void* src, void* dst, uint64_t n, cudaStream_t send_stream, cudaStream_t recv_stream,
+                   bool raw) {
+    if (!ready_ || broken_) return cudaErrorInvalidValue;
+    if ((n && (!src || !dst)) || n > (uint64_t(1) << 40)) return cudaErrorInvalidValue;
+    cudaError_t e = cudaSuccess;
+    {
+      p2p_detail::DeviceGuard g(send_dev_);
+      e = cudaEventRecord(start_[0], send_stream);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[0], start_[0], 0);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[0], done_[1], 0);  // previous transfer received
+    }
+    {
+      p2p_detail::DeviceGuard g(recv_dev_);
+      if (e == cudaSuccess) e = cudaEventRecord(start_[1], recv_stream);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[1], start_[1], 0);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[1], done_[0], 0);
+    }
+    const uint64_t bytes = n * format::elem_bytes(D);
+    if (e == cudaSuccess && (n == 0 || raw)) {  // no kernels: both sides' status words are cleared
+      {
+        p2p_detail::DeviceGuard g(send_dev_);
+        e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), streams_[0]);
+      }
+      p2p_detail::DeviceGuard g(recv_dev_);
+      if (e == cudaSuccess) e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), streams_[1]);
+      if (e == cudaSuccess && n > 0) e = cudaStreamWaitEvent(streams_[1], start_[0], 0);  // src ready
+      if (e == cudaSuccess && n > 0) e = cudaMemcpyPeerAsync(dst, recv_dev_, src, send_dev_, bytes, streams_[1]);
+    } else if (e == cudaSuccess) {
+      const FramePlan plan = make_plan(D, FrameKind::coded, n, opt_.shape);
+      const uint64_t seq_base = next_seq_;
+      next_seq_ += plan.num_frames;
+      FrameRingView send_view = ring_.view();        // frames and ready flags: the receiver's memory
+      send_view.credits = credits_.get<uint64_t>();  // credits: the sender's memory
+      e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, send_view, true, opt_.timeout_ns, streams_[0]);
+      if (e == cudaSuccess)
+        e = receiver_.launch(plan, dst, seq_base, 0, plan.num_frames, send_view, true, true, false, opt_.timeout_ns,
+                             streams_[1]);
+    }
+    SideControl* host = status_host_.get<SideControl>();
+    for (int k = 0; k < 2; ++k) {
+      p2p_detail::DeviceGuard g(k == 0 ? send_dev_ : recv_dev_);
+      const cudaError_t f = cudaMemcpyAsync(&host[k], k == 0 ? sender_.control() : receiver_.control(),
+                                            sizeof(SideControl), cudaMemcpyDeviceToHost, streams_[k]);
+      if (e == cudaSuccess) e = f;
+      if (e == cudaSuccess) e = cudaEventRecord(done_[k], streams_[k]);
+    }
+    if (e == cudaSuccess) {
+      p2p_detail::DeviceGuard g(recv_dev_);
+      e = cudaStreamWaitEvent(recv_stream, done_[1], 0);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream, done_[0], 0);
+    }
+    if (e == cudaSuccess) {
+      p2p_detail::DeviceGuard g(send_dev_);
+      e = cudaStreamWaitEvent(send_stream, done_[0], 0);
+    }
+    return e;
+  }
+
   void destroy() {
     if (ready_) {
       for (int k = 0; k < 2; ++k) {
@@ -1230,6 +1342,7 @@ class PeerLink {
   int send_dev_ = 0, recv_dev_ = 0;
   bool ready_ = false, broken_ = false;
   uint64_t bypass_ = 0, next_seq_ = 0;
+  std::vector<P2PCalibrationPoint> points_;
   FrameRing ring_;
   p2p_detail::Memory credits_, status_host_;
   P2PSender<D, Code> sender_;
