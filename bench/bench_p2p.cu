@@ -481,6 +481,34 @@ int main(int argc, char** argv) {
     std::sort(t.begin(), t.end());
     return double(t[t.size() / 2]);
   };
+  // Two transfers timed alternately (A, B, A, B, ...): medians of each. The ratio of the link as used to raw
+  // comes from such a pair, so drift and the raw sweep's pick of the luckiest chunk do not bias it.
+  auto time_pair_ms = [&](int reps, auto&& run_a, auto&& wait_a, auto&& run_b, auto&& wait_b) {
+    for (int i = 0; i < 2; ++i) {
+      run_a();
+      wait_a();
+      run_b();
+      wait_b();
+    }
+    std::vector<float> ta, tb;
+    auto one = [&](auto&& run, auto&& wait, std::vector<float>& t) {
+      CK(cudaEventRecord(a, stream));
+      run();
+      CK(cudaEventRecord(b, stream));
+      CK(cudaEventSynchronize(b));
+      wait();
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      t.push_back(ms);
+    };
+    for (int i = 0; i < reps; ++i) {
+      one(run_a, wait_a, ta);
+      one(run_b, wait_b, tb);
+    }
+    std::sort(ta.begin(), ta.end());
+    std::sort(tb.begin(), tb.end());
+    return std::make_pair(double(ta[ta.size() / 2]), double(tb[tb.size() / 2]));
+  };
   auto verify = [&](uint64_t bytes, const char* what) {
     CK(cudaMemset(diff, 0, 8));
     count_diff<<<264, 256>>>(reinterpret_cast<const uint4*>(src), reinterpret_cast<const uint4*>(dst), bytes / 16,
@@ -562,6 +590,38 @@ int main(int argc, char** argv) {
   rows.push_back({probe, "probe_sm_both", sm_both, gb / sm_both * 1e3, "each direction"});
   CK(cudaFreeHost(pinned_a));
   CK(cudaFreeHost(pinned_b));
+  // Copy engines both ways at once, by host memory kind and footprint: whole 256 MiB buffers (as above), or
+  // 16 MiB pieces through one 16 MiB pinned buffer per direction (the host pages the DMA touches stay few, as
+  // in the raw baseline's staging); default pinned memory and write-combined (not snooped on some hosts).
+  for (unsigned flags : {unsigned(cudaHostAllocDefault), unsigned(cudaHostAllocWriteCombined)}) {
+    for (uint64_t piece : {probe, std::min<uint64_t>(probe, uint64_t(16) << 20)}) {
+      if (flags == cudaHostAllocDefault && piece == probe) continue;  // measured above
+      uint8_t *ha, *hb;
+      CK(cudaHostAlloc(&ha, piece, flags));
+      CK(cudaHostAlloc(&hb, piece, flags));
+      std::memset(ha, 1, piece);
+      std::memset(hb, 2, piece);
+      const double t = time_ms(
+          5,
+          [&] {
+            CK(cudaEventRecord(a, stream));
+            CK(cudaStreamWaitEvent(side, a, 0));
+            for (uint64_t o = 0; o < probe; o += piece) {
+              CK(cudaMemcpyAsync(ha, src + o, piece, cudaMemcpyDeviceToHost, stream));
+              CK(cudaMemcpyAsync(dst + o, hb, piece, cudaMemcpyHostToDevice, side));
+            }
+            CK(cudaEventRecord(b, side));
+            CK(cudaStreamWaitEvent(stream, b, 0));
+          },
+          nowait);
+      const std::string what = std::string(flags ? "write-combined" : "default") + " pinned, pieces of " + human(piece);
+      std::printf("link probe: copy engines both at once, %s: %.1f GB/s each\n", what.c_str(), gb / t * 1e3);
+      rows.push_back({probe, flags ? "probe_ce_both_wc" : "probe_ce_both", t, gb / t * 1e3,
+                      "each direction; " + what});
+      CK(cudaFreeHost(ha));
+      CK(cudaFreeHost(hb));
+    }
+  }
 
   // ---- raw baseline: the pipelined copy-engine transfer, best chunk of a sweep ------------------------------
   const uint64_t chunks[] = {uint64_t(128) << 10, uint64_t(256) << 10, uint64_t(512) << 10, uint64_t(1) << 20,
@@ -569,6 +629,8 @@ int main(int argc, char** argv) {
   constexpr uint32_t RAW_BUFFERS = 4;
   uint8_t* raw_host;
   CK(cudaHostAlloc(&raw_host, RAW_BUFFERS * (uint64_t(16) << 20), cudaHostAllocDefault));
+  uint8_t* raw_host_wc;  // the baseline also gets write-combined staging, and keeps whichever is faster
+  CK(cudaHostAlloc(&raw_host_wc, RAW_BUFFERS * (uint64_t(16) << 20), cudaHostAllocWriteCombined));
   std::vector<cudaEvent_t> raw_events(2 * RAW_BUFFERS + 2);
   for (auto& e : raw_events) CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 
@@ -652,6 +714,18 @@ int main(int argc, char** argv) {
     tuned("stream tuned, frames of 1024", 1024, 0, 0, 0);
     tuned("stream tuned, frames of 1024, head 2048x128 over 8 MiB", 1024, 2048, 128, 8);
     tuned("stream tuned, frames of 1024, head 4096x256 over 16 MiB", 1024, 4096, 256, 16);
+    // Host memory: fewer slots touch fewer pinned pages (the raw baseline stages through 64 MiB); write-combined.
+    tuned("stream tuned, 4 slots", 0, 0, 0, 0);
+    vs.back().opt.slots = 4;
+    tuned("stream tuned, 8 slots", 0, 0, 0, 0);
+    vs.back().opt.slots = 8;
+    tuned("stream tuned, write-combined", 0, 0, 0, 0);
+    vs.back().opt.write_combined_host = true;
+    tuned("stream tuned, 8 slots, write-combined", 0, 0, 0, 0);
+    vs.back().opt.slots = 8;
+    vs.back().opt.write_combined_host = true;
+    tuned("stream tuned, 8 slots, head 4096x128 over 8 MiB", 0, 4096, 128, 8);
+    vs.back().opt.slots = 8;
     std::printf("\nknob sweep (coded, always): ms at 64 MiB / 256 MiB, and GB/s\n");
     for (Variant& v : vs) {
       if (!sweep_only.empty() && std::string(v.name).rfind(sweep_only, 0) != 0) continue;
@@ -770,6 +844,8 @@ int main(int argc, char** argv) {
   for (int k = 0; k < NL; ++k) std::printf(" %7s+bp", links[k].name);
   std::printf(" |");
   for (int k = 0; k < NL; ++k) std::printf(" %c+bp/raw", links[k].name[0]);
+  std::printf(" |");
+  for (int k = 0; k < NL; ++k) std::printf(" %c+bp/swp", links[k].name[0]);
   std::printf("\n");
   double min_ratio[4] = {1e9, 1e9, 1e9, 1e9}, min_ratio_64[4] = {1e9, 1e9, 1e9, 1e9};
   for (uint64_t bytes = min_kib << 10; bytes <= max_bytes; bytes *= 2) {
@@ -780,23 +856,26 @@ int main(int argc, char** argv) {
     // raw: best chunk
     double raw_best = 1e30;
     uint64_t raw_chunk = 0;
+    uint8_t* raw_best_host = raw_host;
     std::vector<uint64_t> cands;  // pipelined chunk sizes below the message size, and one chunk (two copies)
     for (uint64_t c : chunks)
       if (c < bytes) cands.push_back(c);
     if (bytes <= RAW_BUFFERS * (uint64_t(16) << 20)) cands.push_back(bytes);
-    for (uint64_t c : cands) {
-      const double ms = time_ms(
-          reps,
-          [&] { CK(StagedRawCopy::run(src, dst, bytes, c, raw_host, RAW_BUFFERS, raw_events.data(), stream, side)); },
-          nowait);
-      if (ms < raw_best) raw_best = ms, raw_chunk = c;
-    }
+    for (uint8_t* host : {raw_host, raw_host_wc})
+      for (uint64_t c : cands) {
+        const double ms = time_ms(
+            reps,
+            [&] { CK(StagedRawCopy::run(src, dst, bytes, c, host, RAW_BUFFERS, raw_events.data(), stream, side)); },
+            nowait);
+        if (ms < raw_best) raw_best = ms, raw_chunk = c, raw_best_host = host;
+      }
     CK(cudaMemset(dst, 0, bytes));
-    CK(StagedRawCopy::run(src, dst, bytes, raw_chunk, raw_host, RAW_BUFFERS, raw_events.data(), stream, side));
+    CK(StagedRawCopy::run(src, dst, bytes, raw_chunk, raw_best_host, RAW_BUFFERS, raw_events.data(), stream, side));
     CK(cudaStreamSynchronize(stream));
     verify(bytes, "raw");
-    rows.push_back({bytes, "raw", raw_best, bytes / raw_best / 1e6, "chunk " + std::to_string(raw_chunk)});
-    double coded[4], autob[4];
+    rows.push_back({bytes, "raw", raw_best, bytes / raw_best / 1e6,
+                    "chunk " + std::to_string(raw_chunk) + (raw_best_host == raw_host_wc ? ", write-combined" : "")});
+    double coded[4], autob[4], raw_pair[4];
     for (int k = 0; k < NL; ++k) {
       HostStagingLink<DType::bf16>& link = links[k].link;
       auto wait = [&] {
@@ -813,8 +892,15 @@ int main(int argc, char** argv) {
       CK(link.transfer_coded(src, dst, n, stream));
       wait();
       verify(bytes, links[k].name);
-      autob[k] = time_ms(
-          reps, [&] { CK(link.transfer(src, dst, n, stream)); }, wait);
+      const auto pair = time_pair_ms(
+          reps, [&] { CK(link.transfer(src, dst, n, stream)); }, wait,
+          [&] {
+            CK(StagedRawCopy::run(src, dst, bytes, raw_chunk, raw_best_host, RAW_BUFFERS, raw_events.data(), stream,
+                                  side));
+          },
+          nowait);
+      autob[k] = pair.first;
+      raw_pair[k] = pair.second;
       CK(cudaMemset(dst, 0, bytes));
       CK(link.transfer(src, dst, n, stream));
       wait();
@@ -822,7 +908,9 @@ int main(int argc, char** argv) {
       rows.push_back({bytes, std::string("coded_") + links[k].name, coded[k], bytes / coded[k] / 1e6, ""});
       rows.push_back({bytes, std::string("link_") + links[k].name, autob[k], bytes / autob[k] / 1e6,
                       use_bypass(bytes, link.bypass_threshold()) ? "bypass (raw)" : "coded"});
-      const double r = raw_best / autob[k];
+      rows.push_back({bytes, std::string("raw_paired_") + links[k].name, raw_pair[k], bytes / raw_pair[k] / 1e6,
+                      "raw (chunk of the sweep) timed alternately with link_" + std::string(links[k].name)});
+      const double r = raw_pair[k] / autob[k];
       min_ratio[k] = std::min(min_ratio[k], r);
       if (bytes >= (uint64_t(64) << 20)) min_ratio_64[k] = std::min(min_ratio_64[k], r);
     }
@@ -830,6 +918,8 @@ int main(int argc, char** argv) {
     for (int k = 0; k < NL; ++k) std::printf(" %8.2f", bytes / coded[k] / 1e6);
     std::printf(" |");
     for (int k = 0; k < NL; ++k) std::printf(" %10.2f", bytes / autob[k] / 1e6);
+    std::printf(" |");
+    for (int k = 0; k < NL; ++k) std::printf(" %9.3f", raw_pair[k] / autob[k]);
     std::printf(" |");
     for (int k = 0; k < NL; ++k) std::printf(" %9.3f", raw_best / autob[k]);
     std::printf("\n");
@@ -839,7 +929,8 @@ int main(int argc, char** argv) {
       "\nGB/s = message bytes / (start .. receiver holds every decoded element); raw = pipelined copy-engine "
       "transfer, best of one chunk and chunks of {128K..16M}; copy/relay/kernel/stream = the link's modes, coded always; +bp "
       "= "
-      "the link as used (raw below its measured bypass threshold); c/r/k/raw = link (+bp) speed over raw.\n");
+      "the link as used (raw below its measured bypass threshold); first c/r/k/s+bp/raw = link (+bp) speed over the "
+      "raw transfer (the sweep's chunk) timed alternately with it; second = over the sweep's best raw time.\n");
   for (int k = 0; k < NL; ++k)
     std::printf("%s link: min over sizes of speed/raw %.3f; min at >= 64 MiB %.3f\n", links[k].name, min_ratio[k],
                 min_ratio_64[k]);
@@ -866,6 +957,7 @@ int main(int argc, char** argv) {
     o << "  ]\n}\n";
   }
   CK(cudaFreeHost(raw_host));
+  CK(cudaFreeHost(raw_host_wc));
   CK(cudaFree(src));
   CK(cudaFree(dst));
   return 0;

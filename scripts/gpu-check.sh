@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, run every test (GPU ones included), compute-sanitizer on the GPU tests,
 # then the benchmarks. Logs go to $OUT (the device tool brings them back). Needs Catch2 carried in .deps/.
-# Usage: bash scripts/gpu-check.sh [quick|nosan]    (quick: no sanitizers, 64 MiB benches; nosan: no
-# sanitizers, full-size benches)
+# Usage: bash scripts/gpu-check.sh [full|quick|nosan|san]    (full: everything; quick: no sanitizers, 64 MiB
+# benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second call)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/zipcomm-out}
@@ -24,6 +24,8 @@ if ! cmake --build $BUILD -j"$(nproc)" -- -k 0 > "$OUT/build.log" 2>&1; then
 fi
 log "build ok in $(( $(date +%s) - t0 )) s"
 
+GPU_TESTS=$BUILD/tests/gpu/zipcomm_gpu_tests
+if [ "$MODE" != san ]; then
 # GPU tests one at a time: some run sender and receiver kernels side by side and need the GPU to themselves.
 ctest --test-dir $BUILD --output-on-failure -j4 -LE gpu > "$OUT/ctest.log" 2>&1
 rc=$?
@@ -31,11 +33,11 @@ ctest --test-dir $BUILD --output-on-failure -L gpu -E '^gpu_codec$' >> "$OUT/cte
 rc=$(( rc | $? ))
 log "ctest rc=$rc: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
 [ $rc -ne 0 ] && grep -E "FAILED|Failed|REQUIRE|failed" "$OUT/ctest.log" | head -40
-GPU_TESTS=$BUILD/tests/gpu/zipcomm_gpu_tests
 $GPU_TESTS --durations yes > "$OUT/gpu_tests.log" 2>&1
 log "gpu tests rc=$?: $(tail -3 "$OUT/gpu_tests.log" | tr '\n' ' ')"
+fi
 
-if [ "$MODE" = full ]; then
+if [ "$MODE" = full ] || [ "$MODE" = san ]; then
   compute-sanitizer --tool memcheck --error-exitcode 99 $GPU_TESTS "~[large]~[concurrent]" > "$OUT/memcheck.log" 2>&1
   log "memcheck rc=$?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
   compute-sanitizer --tool racecheck --error-exitcode 99 $GPU_TESTS "[block]" > "$OUT/racecheck.log" 2>&1
@@ -46,6 +48,7 @@ fi
 MIB=256
 [ "$MODE" = quick ] && MIB=64
 BENCHES=${ZIPCOMM_BENCHES:-codec p2p fused ring}  # a subset saves device time
+[ "$MODE" = san ] && BENCHES=""
 want() { [[ " $BENCHES " == *" $1 "* ]]; }
 if want codec; then
   $BUILD/bench/zipcomm_bench --data tests/data --mib $MIB --reps 20 --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1

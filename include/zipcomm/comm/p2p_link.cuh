@@ -41,6 +41,9 @@ struct P2POptions {
                                                     // copy of planes + section B once the frame is complete)
   uint32_t exps_budget_per_kelem = 410;             // stream mode: first guess of coded exponent bytes per 1024
                                                     // elements (bf16 gradients need ~350); adapted after transfers
+  bool write_combined_host = false;                 // pinned ring and raw buffers cudaHostAllocWriteCombined: the
+                                                    // CPU never touches their data, and on some hosts DMA to
+                                                    // write-combined memory skips snooping (bench_p2p probes it)
 
   /// Stream mode as measured best on the H200's pinned-host link (bench_p2p --sweep): frames of 512 full
   /// items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming). Memory: 16 slots of about
@@ -81,9 +84,10 @@ class Memory {
     host_ = false;
     return e;
   }
-  cudaError_t pinned(size_t bytes) {
+  cudaError_t pinned(size_t bytes, unsigned extra_flags = 0) {
     release();
-    cudaError_t e = cudaHostAlloc(&ptr_, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable);
+    cudaError_t e =
+        cudaHostAlloc(&ptr_, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable | extra_flags);
     if (e == cudaSuccess) std::memset(ptr_, 0, bytes ? bytes : 1);
     host_ = true;
     return e;
@@ -184,7 +188,10 @@ class DeviceGuard {
 /// GPU can use it) or one GPU's memory.
 class FrameRing {
  public:
-  cudaError_t init_pinned(uint32_t slots, uint64_t slot_bytes) { return init(-1, slots, slot_bytes); }
+  /// `host_flags`: extra cudaHostAlloc flags (cudaHostAllocWriteCombined: see P2POptions::write_combined_host).
+  cudaError_t init_pinned(uint32_t slots, uint64_t slot_bytes, unsigned host_flags = 0) {
+    return init(-1, slots, slot_bytes, host_flags);
+  }
   cudaError_t init_device(int device, uint32_t slots, uint64_t slot_bytes) { return init(device, slots, slot_bytes); }
   FrameRingView view() const { return view_; }
   /// Pinned rings: the host address of a device-side pointer into the ring (flags, slots).
@@ -206,12 +213,12 @@ class FrameRing {
 
  private:
   size_t flag_bytes() const { return size_t(view_.num_slots) * (3 * 8 + 4); }
-  cudaError_t init(int device, uint32_t slots, uint64_t slot_bytes) {
+  cudaError_t init(int device, uint32_t slots, uint64_t slot_bytes, unsigned host_flags = 0) {
     if (slots == 0 || slot_bytes % 128) return cudaErrorInvalidValue;
     device_ = device;
     const size_t data = size_t(slots) * slot_bytes;
     const size_t total = data + size_t(slots) * (3 * 8 + 4);
-    cudaError_t e = device < 0 ? mem_.pinned(total) : mem_.device(device, total);
+    cudaError_t e = device < 0 ? mem_.pinned(total, host_flags) : mem_.device(device, total);
     if (e != cudaSuccess) return e;
     uint8_t* base = mem_.get();
     if (device < 0) {  // kernels use the device alias of the mapped block
@@ -541,8 +548,9 @@ class HostStagingLink {
     bypass_ = opt.bypass_bytes;
     p2p_detail::DeviceGuard g(device);
     const uint64_t slot_bytes = slot_bytes_for(D, opt.shape);
-    cudaError_t e = ring_.init_pinned(opt.slots, slot_bytes);
-    if (e == cudaSuccess) e = raw_buffers_.pinned(size_t(RAW_BUFFERS) * opt.raw_chunk_bytes);
+    const unsigned host_flags = opt.write_combined_host ? cudaHostAllocWriteCombined : 0u;
+    cudaError_t e = ring_.init_pinned(opt.slots, slot_bytes, host_flags);
+    if (e == cudaSuccess) e = raw_buffers_.pinned(size_t(RAW_BUFFERS) * opt.raw_chunk_bytes, host_flags);
     if (e == cudaSuccess) e = sender_.init(device, opt.slots, opt.shape, opt.sender_blocks);
     const bool persistent = mode == HostLinkMode::kernel || mode == HostLinkMode::stream;
     if (e == cudaSuccess)
