@@ -590,37 +590,62 @@ int main(int argc, char** argv) {
   rows.push_back({probe, "probe_sm_both", sm_both, gb / sm_both * 1e3, "each direction"});
   CK(cudaFreeHost(pinned_a));
   CK(cudaFreeHost(pinned_b));
-  // Copy engines both ways at once, by host memory kind and footprint: whole 256 MiB buffers (as above), or
-  // 16 MiB pieces through one 16 MiB pinned buffer per direction (the host pages the DMA touches stay few, as
-  // in the raw baseline's staging); default pinned memory and write-combined (not snooped on some hosts).
-  for (unsigned flags : {unsigned(cudaHostAllocDefault), unsigned(cudaHostAllocWriteCombined)}) {
-    for (uint64_t piece : {probe, std::min<uint64_t>(probe, uint64_t(16) << 20)}) {
-      if (flags == cudaHostAllocDefault && piece == probe) continue;  // measured above
-      uint8_t *ha, *hb;
-      CK(cudaHostAlloc(&ha, piece, flags));
-      CK(cudaHostAlloc(&hb, piece, flags));
-      std::memset(ha, 1, piece);
-      std::memset(hb, 2, piece);
-      const double t = time_ms(
-          5,
-          [&] {
-            CK(cudaEventRecord(a, stream));
-            CK(cudaStreamWaitEvent(side, a, 0));
-            for (uint64_t o = 0; o < probe; o += piece) {
-              CK(cudaMemcpyAsync(ha, src + o, piece, cudaMemcpyDeviceToHost, stream));
-              CK(cudaMemcpyAsync(dst + o, hb, piece, cudaMemcpyHostToDevice, side));
+  // Copy engines both ways at once, by host memory kind, copy sizes and footprint: each step moves `copies`
+  // (bytes each) one after another in each direction, into pinned slots of `slot_bytes`, `slots` of them used
+  // round robin (the host pages the DMA touches: slots x what a step moves). Whole 256 MiB buffers are the probe
+  // above; 16 MiB pieces through one 16 MiB buffer are what the raw baseline does; 8 MiB + 2.75 MiB per step is
+  // stream mode's copy pattern on bf16 gradients (planes, then section B of a 16 MiB frame) with coding free.
+  auto probe_both = [&](const char* method, const std::string& what, unsigned flags, std::vector<uint64_t> copies,
+                        uint64_t slot_bytes, uint32_t slots) {
+    uint64_t step = 0;
+    for (uint64_t c : copies) step += c;
+    uint8_t *ha, *hb;
+    CK(cudaHostAlloc(&ha, slot_bytes * slots, flags));
+    CK(cudaHostAlloc(&hb, slot_bytes * slots, flags));
+    std::memset(ha, 1, slot_bytes * slots);
+    std::memset(hb, 2, slot_bytes * slots);
+    const uint64_t steps = probe / step;
+    const double t = time_ms(
+        5,
+        [&] {
+          CK(cudaEventRecord(a, stream));
+          CK(cudaStreamWaitEvent(side, a, 0));
+          for (uint64_t i = 0; i < steps; ++i) {
+            uint64_t o = i * step, in_slot = 0;
+            const uint64_t slot = (i % slots) * slot_bytes;
+            for (uint64_t c : copies) {
+              CK(cudaMemcpyAsync(ha + slot + in_slot, src + o, c, cudaMemcpyDeviceToHost, stream));
+              CK(cudaMemcpyAsync(dst + o, hb + slot + in_slot, c, cudaMemcpyHostToDevice, side));
+              o += c;
+              in_slot += c;
             }
-            CK(cudaEventRecord(b, side));
-            CK(cudaStreamWaitEvent(stream, b, 0));
-          },
-          nowait);
-      const std::string what = std::string(flags ? "write-combined" : "default") + " pinned, pieces of " + human(piece);
-      std::printf("link probe: copy engines both at once, %s: %.1f GB/s each\n", what.c_str(), gb / t * 1e3);
-      rows.push_back({probe, flags ? "probe_ce_both_wc" : "probe_ce_both", t, gb / t * 1e3,
-                      "each direction; " + what});
-      CK(cudaFreeHost(ha));
-      CK(cudaFreeHost(hb));
-    }
+          }
+          CK(cudaEventRecord(b, side));
+          CK(cudaStreamWaitEvent(stream, b, 0));
+        },
+        nowait);
+    const double moved = double(steps * step) / 1e9;
+    std::printf("link probe: copy engines both at once, %s: %.1f GB/s each\n", what.c_str(), moved / t * 1e3);
+    rows.push_back({steps * step, method, t, moved / t * 1e3, "each direction; " + what});
+    CK(cudaFreeHost(ha));
+    CK(cudaFreeHost(hb));
+  };
+  const uint64_t MiB = uint64_t(1) << 20;
+  if (probe >= 64 * MiB) {
+    probe_both("probe_ce_both", "default pinned, 16 MiB pieces through one 16 MiB buffer", 0, {16 * MiB}, 16 * MiB,
+               1);
+    probe_both("probe_ce_both", "default pinned, 16 MiB pieces through 256 MiB", 0, {16 * MiB}, 16 * MiB, 16);
+    probe_both("probe_ce_both_wc", "write-combined pinned, 16 MiB pieces through one 16 MiB buffer",
+               cudaHostAllocWriteCombined, {16 * MiB}, 16 * MiB, 1);
+    probe_both("probe_ce_both_wc", "write-combined pinned, one 256 MiB piece", cudaHostAllocWriteCombined,
+               {probe}, probe, 1);
+    const std::vector<uint64_t> frame_copies = {8 * MiB, 2816 * 1024};
+    probe_both("probe_ce_both_frames", "stream mode's copies (8 MiB + 2.75 MiB) through 16 slots of 24 MiB", 0,
+               frame_copies, 24 * MiB, 16);
+    probe_both("probe_ce_both_frames", "stream mode's copies (8 MiB + 2.75 MiB) through 4 slots of 24 MiB", 0,
+               frame_copies, 24 * MiB, 4);
+    probe_both("probe_ce_both_frames", "8 MiB + 2.75 MiB as one 10.75 MiB copy, 4 slots", 0, {11008 * 1024},
+               24 * MiB, 4);
   }
 
   // ---- raw baseline: the pipelined copy-engine transfer, best chunk of a sweep ------------------------------
@@ -721,11 +746,17 @@ int main(int argc, char** argv) {
     vs.back().opt.slots = 8;
     tuned("stream tuned, write-combined", 0, 0, 0, 0);
     vs.back().opt.write_combined_host = true;
-    tuned("stream tuned, 8 slots, write-combined", 0, 0, 0, 0);
-    vs.back().opt.slots = 8;
-    vs.back().opt.write_combined_host = true;
-    tuned("stream tuned, 8 slots, head 4096x128 over 8 MiB", 0, 4096, 128, 8);
-    vs.back().opt.slots = 8;
+    for (uint32_t t : {3u, 4u, 6u}) {
+      static char names[3][64];
+      char* name = names[t == 3 ? 0 : t == 4 ? 1 : 2];
+      std::snprintf(name, 64, "stream tuned, %u transit slots", t);
+      tuned(name, 0, 0, 0, 0);
+      vs.back().opt.transit_slots = t;
+    }
+    tuned("stream tuned, 4 transit slots, head 4096x256 over 8 MiB", 0, 4096, 256, 8);
+    vs.back().opt.transit_slots = 4;
+    tuned("stream tuned, 4 transit slots, frames of 1024", 1024, 0, 0, 0);
+    vs.back().opt.transit_slots = 4;
     std::printf("\nknob sweep (coded, always): ms at 64 MiB / 256 MiB, and GB/s\n");
     for (Variant& v : vs) {
       if (!sweep_only.empty() && std::string(v.name).rfind(sweep_only, 0) != 0) continue;

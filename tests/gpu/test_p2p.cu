@@ -138,6 +138,42 @@ TEST_CASE("p2p host staging link (kernel and stream modes): bit-exact at odd siz
       [&] { return link.wait(); });
 }
 
+TEST_CASE("p2p stream mode through fewer pinned transit slots: bit-exact, wrapping, overflow, split or not",
+          "[gpu][p2p][concurrent]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  {
+    P2POptions bad = small_ring_options();
+    bad.transit_slots = 2;  // with split-send the copies would serialize; refused
+    HostStagingLink<DType::bf16> link;
+    REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
+  }
+  for (uint32_t transit : {3u, 5u}) {
+    for (bool split : {true, false}) {
+      for (uint32_t budget : {410u, 8u}) {  // 8: every frame overflows (the overflow stays in the ring slots)
+        CAPTURE(transit, split, budget);
+        P2POptions o = small_ring_options();
+        o.slots = 8;
+        o.transit_slots = transit;
+        o.split_send = split;
+        o.exps_budget_per_kelem = budget;
+        HostStagingLink<DType::bf16> link;
+        CUDA_OK(link.init(0, o, HostLinkMode::stream));
+        for (uint64_t n : {uint64_t(3000), uint64_t(70001), uint64_t(1) << 21})
+          check_transfer(
+              test_bf16(n, rng), 2 * (rng() % 8), 2 * (rng() % 8),
+              [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
+              [&] { return link.wait(); });
+        check_transfer(
+            real_bf16(uint64_t(3) << 20), 0, 0,
+            [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
+            [&] { return link.wait(); });
+      }
+    }
+  }
+}
+
 TEST_CASE("p2p stream mode: section B past the budget goes by the overflow path; the budget adapts",
           "[gpu][p2p][concurrent]") {
   const uint64_t seed = gpu_test::fresh_seed();

@@ -93,8 +93,19 @@ struct PoisonList {
 };
 constexpr uint64_t POISON_FLAG = uint64_t(1) << 62;
 
+/// First error wins, except that a size mismatch replaces a corrupt stream or timeout: peers that disagree on
+/// the message also disagree on its last frames, whose flags or headers then look corrupt, and which frame is
+/// checked first is a matter of timing; the mismatch is the cause to report.
 ZIPCOMM_DEVICE void report(SideControl* ctl, Status s, uint64_t frame, bool stop, PoisonList poison = {}) {
-  if (atomicCAS(&ctl->status, 0u, uint32_t(s)) == 0u) ctl->error_frame = frame;
+  uint32_t old = atomicCAS(&ctl->status, 0u, uint32_t(s));
+  bool mine = old == 0u;
+  while (!mine && s == Status::size_mismatch &&
+         (old == uint32_t(Status::corrupt_stream) || old == uint32_t(Status::timeout))) {
+    const uint32_t seen = atomicCAS(&ctl->status, old, uint32_t(s));
+    mine = seen == old;
+    old = seen;
+  }
+  if (mine) ctl->error_frame = frame;
   if (stop && atomicExch(&ctl->abort, 1u) == 0u) {
     for (uint32_t i = 0; i < poison.count; ++i) store_release_sys(&poison.flags[i], POISON_FLAG);
   }

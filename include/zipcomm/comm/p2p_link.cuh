@@ -41,6 +41,9 @@ struct P2POptions {
                                                     // copy of planes + section B once the frame is complete)
   uint32_t exps_budget_per_kelem = 410;             // stream mode: first guess of coded exponent bytes per 1024
                                                     // elements (bf16 gradients need ~350); adapted after transfers
+  uint32_t transit_slots = 0;                       // stream mode: pinned slots the frames pass through (0: one
+                                                    // per ring slot). Fewer keep the host pages the copy engines
+                                                    // touch few (IOMMU); at least 3 with split-send
   bool write_combined_host = false;                 // pinned ring and raw buffers cudaHostAllocWriteCombined: the
                                                     // CPU never touches their data, and on some hosts DMA to
                                                     // write-combined memory skips snooping (bench_p2p probes it)
@@ -539,7 +542,7 @@ class HostStagingLink {
 
   cudaError_t init(int device, const P2POptions& opt = P2POptions(), HostLinkMode mode = HostLinkMode::copy) {
     if (!shape_valid(opt.shape) || opt.slots < 2 || opt.decode_streams < 1 || opt.raw_chunk_bytes == 0 ||
-        opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes)
+        opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes || (opt.transit_slots && opt.transit_slots < 3))
       return cudaErrorInvalidValue;
     destroy();
     device_ = device;
@@ -560,6 +563,9 @@ class HostStagingLink {
     if (e == cudaSuccess && (mode == HostLinkMode::copy || mode == HostLinkMode::stream))
       e = dev_send_.device(device, size_t(opt.slots) * slot_bytes);
     if (e == cudaSuccess && mode == HostLinkMode::stream) e = landed_.device(device, size_t(opt.slots) * 8);
+    transit_.release();
+    if (e == cudaSuccess && mode == HostLinkMode::stream && opt.transit_slots)
+      e = transit_.pinned(size_t(opt.transit_slots) * slot_bytes, host_flags);
     if (e == cudaSuccess && mode == HostLinkMode::stream) e = mem_ops_.load(device);
     budget_ = make_exps_budget(opt.shape, opt.exps_budget_per_kelem);  // a head may share a tier's class
     if (e == cudaSuccess) e = status_host_.pinned(2 * sizeof(SideControl));
@@ -568,7 +574,7 @@ class HostStagingLink {
       e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
       if (e == cudaSuccess) streams_.push_back(st);
     }
-    const size_t nev = 4 + 4 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2;
+    const size_t nev = 4 + 4 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2 + opt.transit_slots;
     for (size_t i = 0; i < nev && e == cudaSuccess; ++i) {
       cudaEvent_t ev;
       e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
@@ -795,6 +801,7 @@ class HostStagingLink {
   cudaEvent_t* d2h_planes_done() { return &events_[4 + 2 * size_t(opt_.slots)]; }
   cudaEvent_t* d2h_done() { return &events_[4 + 3 * size_t(opt_.slots)]; }
   cudaEvent_t* raw_events() { return &events_[4 + 4 * size_t(opt_.slots)]; }
+  cudaEvent_t* transit_free() { return &events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2]; }
 
   cudaError_t check(const void* src, const void* dst, uint64_t n) const {
     if (!ready_ || broken_) return cudaErrorInvalidValue;  // after an error: reset() first
@@ -865,21 +872,32 @@ class HostStagingLink {
     cudaStream_t d2h = d2h_stream(), h2d = decode_stream(0);  // finish() joins both
     const bool split = opt_.split_send;
     const uint32_t ahead = split ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
+    // The pinned bytes frame q passes through: its ring slot, or transit slot q % T. A pinned slot is rewritten
+    // only after the h2d copies of the frame that used it before (transit_free / h2d_done); the overflow (SMs)
+    // stays in the ring slot, past the fixed-size part, so it never meets a transit slot.
+    const uint32_t T = opt_.transit_slots;
+    auto host_of = [&](uint64_t q) {
+      return T ? transit_.get() + (q % T) * SB : pinned.slots + slot_of(q, S) * SB;
+    };
+    auto wait_host_free = [&](uint64_t q) {
+      if (q < (T ? T : S)) return cudaSuccess;  // never used yet
+      return cudaStreamWaitEvent(d2h, T ? transit_free()[q % T] : h2d_done()[slot_of(q, S)], 0);
+    };
     wire_bytes_ = 0;
     for (uint64_t i = 0; i < F + ahead && e == cudaSuccess; ++i) {
       if (i < F && split) {  // planes of frame i, both ways, as soon as the sender split them
         const uint64_t q = seq_base + i;
         const uint32_t slot = slot_of(q, S);
         const uint64_t P = plan.frame(i).planes_bytes;
+        uint8_t* host = host_of(q);
         e = mem_ops_.wait_geq(d2h, &pinned.ready_planes[slot], flag_value(q));
-        if (e == cudaSuccess && q >= S) e = cudaStreamWaitEvent(d2h, h2d_done()[slot], 0);
-        if (e == cudaSuccess)
-          e = cudaMemcpyAsync(pinned.slots + slot * SB, dev_send_.get() + slot * SB, P, cudaMemcpyDeviceToHost, d2h);
+        if (e == cudaSuccess) e = wait_host_free(q);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(host, dev_send_.get() + slot * SB, P, cudaMemcpyDeviceToHost, d2h);
         if (e == cudaSuccess) e = cudaEventRecord(d2h_planes_done()[slot], d2h);
         if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d, d2h_planes_done()[slot], 0);
         if (e == cudaSuccess && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
-          e = cudaMemcpyAsync(dev_ring_.get() + slot * SB, pinned.slots + slot * SB, P, cudaMemcpyHostToDevice, h2d);
+          e = cudaMemcpyAsync(dev_ring_.get() + slot * SB, host, P, cudaMemcpyHostToDevice, h2d);
       }
       if (i >= ahead && e == cudaSuccess) {  // section B of frame i - ahead (with the planes when not split)
         const uint64_t f = i - ahead;
@@ -888,20 +906,19 @@ class HostStagingLink {
         const FrameInfo fi = plan.frame(f);
         const uint64_t from = split ? fi.planes_bytes : 0;
         const uint64_t to = fi.planes_bytes + exps_budget_bytes(fi, budget_);
-        uint8_t* host_slot = pinned.slots + slot * SB;
+        uint8_t* host = host_of(q);
         e = mem_ops_.wait_geq(d2h, &pinned.ready_exps[slot], flag_value(q));
-        if (e == cudaSuccess && !split && q >= S) e = cudaStreamWaitEvent(d2h, h2d_done()[slot], 0);
+        if (e == cudaSuccess && !split) e = wait_host_free(q);
         if (e == cudaSuccess)
-          e = cudaMemcpyAsync(host_slot + from, dev_send_.get() + slot * SB + from, to - from, cudaMemcpyDeviceToHost,
-                              d2h);
+          e = cudaMemcpyAsync(host + from, dev_send_.get() + slot * SB + from, to - from, cudaMemcpyDeviceToHost, d2h);
         if (e == cudaSuccess) e = cudaEventRecord(d2h_done()[slot], d2h);
         if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d, d2h_done()[slot], 0);
         if (e == cudaSuccess && !split && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
-          e = cudaMemcpyAsync(dev_ring_.get() + slot * SB + from, host_slot + from, to - from, cudaMemcpyHostToDevice,
-                              h2d);
+          e = cudaMemcpyAsync(dev_ring_.get() + slot * SB + from, host + from, to - from, cudaMemcpyHostToDevice, h2d);
         if (e == cudaSuccess) e = mem_ops_.write(h2d, &landed[slot], flag_value(q));
         if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], h2d);
+        if (e == cudaSuccess && T) e = cudaEventRecord(transit_free()[q % T], h2d);
         wire_bytes_ += to;  // what the copy engines moved; the overflow is GPU-side only
       }
     }
@@ -1056,7 +1073,7 @@ class HostStagingLink {
   uint64_t bypass_ = 0, next_seq_ = 0, wire_bytes_ = 0;
   Status relay_status_ = Status::ok;
   FrameRing ring_;
-  p2p_detail::Memory dev_ring_, dev_send_, status_host_, raw_buffers_, landed_;
+  p2p_detail::Memory dev_ring_, dev_send_, status_host_, raw_buffers_, landed_, transit_;
   p2p_detail::StreamMemOps mem_ops_;
   // Raw copy chunk measured best per size class (class k: [2^k, 2^(k+1)) bytes; 0: not measured).
   static constexpr uint32_t RAW_CLASSES = 48;
