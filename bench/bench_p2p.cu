@@ -15,7 +15,7 @@
 // size (checked on GPU 1 against a copy of the source made there); whether calibrate()'s switch picked the faster
 // of coded and raw at every size; a few knob variants at 64 and 256 MiB.
 // Usage: zipcomm_bench_p2p [--data DIR] [--max-mib 1024] [--min-kib 1] [--json FILE] [--reps-scale X] [--sweep]
-//        [--sweep-only PREFIX] [--trace] [--trace-frame-items N] [--trace-head ITEM,FRAME,MIB] [--no-curve]
+//        [--sweep-only TEXT] [--trace] [--trace-frame-items N] [--trace-head ITEM,FRAME,MIB] [--no-curve]
 //        [--modes copy,relay,kernel,stream] [--peer]
 #include <cuda_runtime.h>
 
@@ -402,7 +402,7 @@ int main(int argc, char** argv) {
       reps_scale = std::atof(argv[++i]);
     else if (a == "--sweep")
       sweep = true;
-    else if (a == "--sweep-only" && i + 1 < argc)  // sweep variants whose name starts with this
+    else if (a == "--sweep-only" && i + 1 < argc)  // sweep variants whose name contains this
       sweep = true, sweep_only = argv[++i];
     else if (a == "--trace")  // per-frame timelines of kernel and stream mode at 64 MiB
       trace = true;
@@ -757,9 +757,14 @@ int main(int argc, char** argv) {
     vs.back().opt.transit_slots = 4;
     tuned("stream tuned, 4 transit slots, frames of 1024", 1024, 0, 0, 0);
     vs.back().opt.transit_slots = 4;
+    tuned("stream tuned, no split-send", 0, 0, 0, 0);
+    vs.back().opt.split_send = false;
+    tuned("stream tuned, no split-send, 4 transit slots", 0, 0, 0, 0);
+    vs.back().opt.split_send = false;
+    vs.back().opt.transit_slots = 4;
     std::printf("\nknob sweep (coded, always): ms at 64 MiB / 256 MiB, and GB/s\n");
     for (Variant& v : vs) {
-      if (!sweep_only.empty() && std::string(v.name).rfind(sweep_only, 0) != 0) continue;
+      if (!sweep_only.empty() && std::string(v.name).find(sweep_only) == std::string::npos) continue;
       HostStagingLink<DType::bf16> link;
       CK(link.init(0, v.opt, v.mode));
       double ms[2];

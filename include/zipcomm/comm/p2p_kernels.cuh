@@ -93,14 +93,14 @@ struct PoisonList {
 };
 constexpr uint64_t POISON_FLAG = uint64_t(1) << 62;
 
-/// First error wins, except that a size mismatch replaces a corrupt stream or timeout: peers that disagree on
-/// the message also disagree on its last frames, whose flags or headers then look corrupt, and which frame is
-/// checked first is a matter of timing; the mismatch is the cause to report.
+/// First error wins, except that a size mismatch (a header that passed its check and describes another
+/// message) replaces any other: peers that disagree on the message also cut it differently, so the receiver
+/// looks for later headers in the wrong places (bad_header), or for frames that never come (corrupt_stream,
+/// timeout), and which frame is checked first is a matter of timing. The mismatch is the cause to report.
 ZIPCOMM_DEVICE void report(SideControl* ctl, Status s, uint64_t frame, bool stop, PoisonList poison = {}) {
   uint32_t old = atomicCAS(&ctl->status, 0u, uint32_t(s));
   bool mine = old == 0u;
-  while (!mine && s == Status::size_mismatch &&
-         (old == uint32_t(Status::corrupt_stream) || old == uint32_t(Status::timeout))) {
+  while (!mine && s == Status::size_mismatch && old != uint32_t(Status::size_mismatch)) {
     const uint32_t seen = atomicCAS(&ctl->status, old, uint32_t(s));
     mine = seen == old;
     old = seen;
