@@ -713,10 +713,9 @@ int main(int argc, char** argv) {
       o.shape.tier[0].frame_items = 256;
       o.slots = 32;
     });
-    // The fill at 64 MiB (bench/RESULTS.md): stream_tuned() with a head of small items, so the first frames are
-    // published within tens of microseconds, and with tier-0 frames of 1024 items. Names start "stream tuned"
-    // (--sweep-only "stream tuned" runs just these); head = item elements x items per frame, region in MiB of
-    // bf16 (elements = MiB << 19).
+    // stream_tuned() and variants (--sweep-only tuned runs just these): the fill at 64 MiB (lead pieces, a head
+    // of small items), frames of 1024, ring and pinned memory, split-send; head = item elements x items per
+    // frame, region in MiB of bf16 (elements = MiB << 19).
     auto tuned = [&](const char* name, uint32_t frame_items, uint32_t head_item, uint32_t head_frame,
                      uint32_t head_mib) {
       P2POptions o = P2POptions::stream_tuned();
@@ -724,41 +723,29 @@ int main(int argc, char** argv) {
       if (head_mib) o.shape.head = {head_item, head_frame, uint64_t(head_mib) << 19};
       vs.push_back({name, HostLinkMode::stream, o});
     };
-    tuned("stream tuned (frames of 512)", 0, 0, 0, 0);
-    tuned("stream tuned, head 2048x64 over 4 MiB", 0, 2048, 64, 4);
-    tuned("stream tuned, head 2048x128 over 4 MiB", 0, 2048, 128, 4);
-    tuned("stream tuned, head 2048x128 over 8 MiB", 0, 2048, 128, 8);
-    tuned("stream tuned, head 2048x256 over 16 MiB", 0, 2048, 256, 16);
-    tuned("stream tuned, head 4096x64 over 4 MiB", 0, 4096, 64, 4);
-    tuned("stream tuned, head 4096x128 over 8 MiB", 0, 4096, 128, 8);
+    tuned("stream tuned (frames of 512, lead pieces from 1 MiB)", 0, 0, 0, 0);
+    tuned("stream tuned, whole copies (no lead pieces)", 0, 0, 0, 0);
+    vs.back().opt.lead_piece_bytes = 0;
+    tuned("stream tuned, lead pieces from 256 KiB", 0, 0, 0, 0);
+    vs.back().opt.lead_piece_bytes = uint64_t(256) << 10;
+    tuned("stream tuned, lead pieces from 512 KiB", 0, 0, 0, 0);
+    vs.back().opt.lead_piece_bytes = uint64_t(512) << 10;
+    tuned("stream tuned, lead pieces from 2 MiB", 0, 0, 0, 0);
+    vs.back().opt.lead_piece_bytes = uint64_t(2) << 20;
     tuned("stream tuned, head 4096x256 over 8 MiB", 0, 4096, 256, 8);
-    tuned("stream tuned, head 4096x256 over 16 MiB", 0, 4096, 256, 16);
-    // Head frames take ring slots too: a body frame waits for the credit of the frame S slots before it.
-    tuned("stream tuned, head 2048x64 over 8 MiB, 32 slots", 0, 2048, 64, 8);
-    vs.back().opt.slots = 32;
+    tuned("stream tuned, head 4096x64 over 4 MiB", 0, 4096, 64, 4);
     tuned("stream tuned, frames of 1024", 1024, 0, 0, 0);
-    tuned("stream tuned, frames of 1024, head 2048x128 over 8 MiB", 1024, 2048, 128, 8);
-    tuned("stream tuned, frames of 1024, head 4096x256 over 16 MiB", 1024, 4096, 256, 16);
-    // Host memory: fewer slots touch fewer pinned pages (the raw baseline stages through 64 MiB); write-combined.
-    tuned("stream tuned, 4 slots", 0, 0, 0, 0);
-    vs.back().opt.slots = 4;
     tuned("stream tuned, 8 slots", 0, 0, 0, 0);
     vs.back().opt.slots = 8;
+    tuned("stream tuned, 4 transit slots", 0, 0, 0, 0);
+    vs.back().opt.transit_slots = 4;
     tuned("stream tuned, write-combined", 0, 0, 0, 0);
     vs.back().opt.write_combined_host = true;
-    for (uint32_t t : {3u, 4u, 6u}) {
-      static char names[3][64];
-      char* name = names[t == 3 ? 0 : t == 4 ? 1 : 2];
-      std::snprintf(name, 64, "stream tuned, %u transit slots", t);
-      tuned(name, 0, 0, 0, 0);
-      vs.back().opt.transit_slots = t;
-    }
-    tuned("stream tuned, 4 transit slots, head 4096x256 over 8 MiB", 0, 4096, 256, 8);
-    vs.back().opt.transit_slots = 4;
-    tuned("stream tuned, 4 transit slots, frames of 1024", 1024, 0, 0, 0);
-    vs.back().opt.transit_slots = 4;
     tuned("stream tuned, no split-send", 0, 0, 0, 0);
     vs.back().opt.split_send = false;
+    tuned("stream tuned, no split-send, whole copies", 0, 0, 0, 0);
+    vs.back().opt.split_send = false;
+    vs.back().opt.lead_piece_bytes = 0;
     tuned("stream tuned, no split-send, 4 transit slots", 0, 0, 0, 0);
     vs.back().opt.split_send = false;
     vs.back().opt.transit_slots = 4;
@@ -796,7 +783,7 @@ int main(int argc, char** argv) {
     const uint64_t n = bytes / 2;
     const HostLinkMode tm[2] = {HostLinkMode::kernel, HostLinkMode::stream};
     const char* tn[2] = {"kernel", "stream"};
-    P2POptions topt;
+    P2POptions topt = P2POptions::stream_tuned();  // kernel mode ignores what is stream mode's only
     if (trace_frame_items) topt.shape.tier[0].frame_items = trace_frame_items;
     topt.shape.head = trace_head;
     if (!shape_valid(topt.shape)) std::fprintf(stderr, "--trace-head: not a valid head\n"), std::exit(2);

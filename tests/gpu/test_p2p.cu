@@ -138,7 +138,7 @@ TEST_CASE("p2p host staging link (kernel and stream modes): bit-exact at odd siz
       [&] { return link.wait(); });
 }
 
-TEST_CASE("p2p stream mode through fewer pinned transit slots: bit-exact, wrapping, overflow, split or not",
+TEST_CASE("p2p stream mode: transit slots, lead pieces, split or not, overflow: bit-exact, wrapping",
           "[gpu][p2p][concurrent]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
@@ -149,28 +149,33 @@ TEST_CASE("p2p stream mode through fewer pinned transit slots: bit-exact, wrappi
     HostStagingLink<DType::bf16> link;
     REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
   }
-  for (uint32_t transit : {3u, 5u}) {
-    for (bool split : {true, false}) {
-      for (uint32_t budget : {410u, 8u}) {  // 8: every frame overflows (the overflow stays in the ring slots)
-        CAPTURE(transit, split, budget);
-        P2POptions o = small_ring_options();
-        o.slots = 8;
-        o.transit_slots = transit;
-        o.split_send = split;
-        o.exps_budget_per_kelem = budget;
-        HostStagingLink<DType::bf16> link;
-        CUDA_OK(link.init(0, o, HostLinkMode::stream));
-        for (uint64_t n : {uint64_t(3000), uint64_t(70001), uint64_t(1) << 21})
-          check_transfer(
-              test_bf16(n, rng), 2 * (rng() % 8), 2 * (rng() % 8),
-              [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
-              [&] { return link.wait(); });
-        check_transfer(
-            real_bf16(uint64_t(3) << 20), 0, 0,
-            [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
-            [&] { return link.wait(); });
-      }
-    }
+  struct Config {
+    uint32_t transit;  // 0: through the ring's own pinned slots
+    bool split;
+    uint32_t budget;  // 8: every frame overflows (the overflow stays in the ring slots)
+    uint64_t lead;    // lead pieces: 16 bytes makes many tiny copies, cut anywhere in a frame
+  };
+  const Config configs[] = {{3, true, 410, 0},     {3, false, 8, 0},     {5, true, 8, 4096},
+                            {5, false, 410, 4096}, {0, true, 410, 4096}, {0, false, 8, 16}};
+  for (const Config& c : configs) {
+    CAPTURE(c.transit, c.split, c.budget, c.lead);
+    P2POptions o = small_ring_options();
+    o.slots = 8;
+    o.transit_slots = c.transit;
+    o.split_send = c.split;
+    o.exps_budget_per_kelem = c.budget;
+    o.lead_piece_bytes = c.lead;
+    HostStagingLink<DType::bf16> link;
+    CUDA_OK(link.init(0, o, HostLinkMode::stream));
+    for (uint64_t n : {uint64_t(3000), uint64_t(70001), uint64_t(1) << 21})
+      check_transfer(
+          test_bf16(n, rng), 2 * (rng() % 8), 2 * (rng() % 8),
+          [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
+          [&] { return link.wait(); });
+    check_transfer(
+        real_bf16(uint64_t(3) << 20), 0, 0,
+        [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
+        [&] { return link.wait(); });
   }
 }
 
