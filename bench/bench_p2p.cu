@@ -723,9 +723,9 @@ int main(int argc, char** argv) {
       if (head_mib) o.shape.head = {head_item, head_frame, uint64_t(head_mib) << 19};
       vs.push_back({name, HostLinkMode::stream, o});
     };
-    tuned("stream tuned (frames of 512, lead pieces from 1 MiB)", 0, 0, 0, 0);
-    tuned("stream tuned, whole copies (no lead pieces)", 0, 0, 0, 0);
-    vs.back().opt.lead_piece_bytes = 0;
+    tuned("stream tuned (frames of 512, whole copies)", 0, 0, 0, 0);
+    tuned("stream tuned, lead pieces from 1 MiB", 0, 0, 0, 0);
+    vs.back().opt.lead_piece_bytes = uint64_t(1) << 20;
     tuned("stream tuned, lead pieces from 256 KiB", 0, 0, 0, 0);
     vs.back().opt.lead_piece_bytes = uint64_t(256) << 10;
     tuned("stream tuned, lead pieces from 512 KiB", 0, 0, 0, 0);

@@ -41,15 +41,16 @@ struct P2POptions {
                                                     // copy of planes + section B once the frame is complete)
   uint32_t exps_budget_per_kelem = 410;             // stream mode: first guess of coded exponent bytes per 1024
                                                     // elements (bf16 gradients need ~350); adapted after transfers
-  uint32_t transit_slots = 0;                       // stream mode: pinned slots the frames pass through (0: one
-                                                    // per ring slot). Fewer keep the host pages the copy engines
-                                                    // touch few (IOMMU); at least 3 with split-send
+  uint32_t transit_slots = 0;                       // stream mode: pinned slots the frames' copies pass through
+                                                    // (0: the ring's own; else at least 3): less pinned memory
+                                                    // touched, same speed on the H200 (bench_p2p --sweep)
   uint64_t lead_piece_bytes = 0;                    // stream mode: a transfer's first copies go in pieces of this
                                                     // size, doubling piece by piece up to the copies' own size, so
-                                                    // the host -> GPU copies start early (0: whole copies)
-  bool write_combined_host = false;                 // pinned ring and raw buffers cudaHostAllocWriteCombined: the
-                                                    // CPU never touches their data, and on some hosts DMA to
-                                                    // write-combined memory skips snooping (bench_p2p probes it)
+                                                    // the host -> GPU copies start early (0: whole copies; on the
+                                                    // H200, 256 KiB .. 2 MiB measured 1-3% slower at 64 MiB)
+  bool write_combined_host = false;                 // pinned ring and raw buffers cudaHostAllocWriteCombined (on
+                                                    // some hosts DMA then skips snooping; no effect on the H200's,
+                                                    // bench_p2p probes it)
 
   /// Stream mode as measured best on the H200's pinned-host link (bench_p2p --sweep): frames of 512 full
   /// items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming). Memory: 16 slots of about
@@ -57,7 +58,6 @@ struct P2POptions {
   static P2POptions stream_tuned() {
     P2POptions o;
     o.shape.tier[0].frame_items = 512;
-    o.lead_piece_bytes = uint64_t(1) << 20;
     return o;
   }
 };
