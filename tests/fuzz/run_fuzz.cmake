@@ -1,10 +1,13 @@
 # ctest driver for a libFuzzer target: fresh seed corpus, run for SECONDS, fail on any crash/sanitizer report.
-# cmake -DSEEDGEN=<seed generator> -DFUZZER=<fuzzer> -DWORK_DIR=<dir> -DSECONDS=60 -P run_fuzz.cmake
+# cmake [-DNAME=<name>] -DSEEDGEN=<seed generator> -DFUZZER=<fuzzer> -DWORK_DIR=<dir> -DSECONDS=60 -P run_fuzz.cmake
 foreach(v SEEDGEN FUZZER WORK_DIR SECONDS)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "run_fuzz.cmake: ${v} not set")
   endif()
 endforeach()
+if(NOT DEFINED NAME)
+  set(NAME "${FUZZER}")
+endif()
 file(REMOVE_RECURSE "${WORK_DIR}/corpus" "${WORK_DIR}/seeds" "${WORK_DIR}/artifacts")
 file(MAKE_DIRECTORY "${WORK_DIR}/corpus" "${WORK_DIR}/seeds" "${WORK_DIR}/artifacts")
 execute_process(COMMAND "${SEEDGEN}" "${WORK_DIR}/seeds" RESULT_VARIABLE rc)
@@ -17,9 +20,9 @@ execute_process(COMMAND "${FUZZER}" "-max_total_time=${SECONDS}" -print_final_st
                         "${WORK_DIR}/corpus" "${WORK_DIR}/seeds"
                 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "fuzz_host_decoder failed (exit ${rc}); reproducers in ${WORK_DIR}/artifacts")
+  message(FATAL_ERROR "${NAME} failed (exit ${rc}); reproducers in ${WORK_DIR}/artifacts")
 endif()
 file(GLOB crashes "${WORK_DIR}/artifacts/*")
 if(crashes)
-  message(FATAL_ERROR "fuzz_host_decoder left artifacts: ${crashes}")
+  message(FATAL_ERROR "${NAME} left artifacts: ${crashes}")
 endif()
