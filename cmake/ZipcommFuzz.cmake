@@ -101,6 +101,11 @@ function(zipcomm_add_fuzzer name)
       list(APPEND flags "-D${d}")
     endforeach()
     file(GLOB_RECURSE hdrs CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/include/zipcomm/*")
+    foreach(s IN LISTS srcs)  # headers beside a fuzzer's sources (e.g. a shared check macro)
+      get_filename_component(d "${s}" DIRECTORY)
+      file(GLOB local CONFIGURE_DEPENDS "${d}/*.hpp")
+      list(APPEND hdrs ${local})
+    endforeach()
     add_custom_command(OUTPUT "${out}"
                        COMMAND "${CMAKE_COMMAND}" -E make_directory "${CMAKE_CURRENT_BINARY_DIR}/fuzzers"
                        COMMAND "${ZIPCOMM_FUZZ_CXX}" ${flags} ${srcs} -o "${out}"

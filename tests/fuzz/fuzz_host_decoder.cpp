@@ -12,6 +12,8 @@
 // each through the harness once.
 #include <zipcomm/host/reference_codec.hpp>
 
+#include "fuzz_check.hpp"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -19,14 +21,6 @@
 #include <vector>
 
 using namespace zipcomm;
-
-#define FUZZ_CHECK(cond)                                                      \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      std::fprintf(stderr, "FUZZ_CHECK failed: %s (line %d)\n", #cond, __LINE__); \
-      std::abort();                                                           \
-    }                                                                         \
-  } while (0)
 
 namespace {
 

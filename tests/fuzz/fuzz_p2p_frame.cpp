@@ -16,6 +16,8 @@
 // into the directory given, and runs each through the harness once.
 #include <zipcomm/comm/p2p_reference.cuh>
 
+#include "fuzz_check.hpp"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -24,14 +26,6 @@
 
 using namespace zipcomm;
 using namespace zipcomm::comm;
-
-#define FUZZ_CHECK(cond)                                                            \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "FUZZ_CHECK failed: %s (line %d)\n", #cond, __LINE__); \
-      std::abort();                                                                 \
-    }                                                                               \
-  } while (0)
 
 namespace {
 
