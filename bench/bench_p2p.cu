@@ -378,6 +378,60 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
   return 0;
 }
 
+// --variant NAME:KEY=VALUE,...: a stream_tuned() link (or base=default: P2POptions()) with its knobs set, timed by
+// the sweep. Keys: mode (copy|relay|kernel|stream), items (tier-0 frame items), item (tier-0 item elements), slots,
+// split (0|1), lead (bytes), transit, wc (0|1), devflags (0|1), pairs (1|2), budget (exps bytes per 1024 elements), tiers, sblocks, rblocks,
+// head (ITEM/FRAME/MIB of bf16). Returns false (with a message) on a key or value it does not know.
+bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mode, P2POptions& o) {
+  const size_t colon = spec.find(':');
+  name = spec.substr(0, colon);
+  mode = HostLinkMode::stream;
+  o = P2POptions::stream_tuned();
+  if (colon == std::string::npos) return true;
+  std::string rest = spec.substr(colon + 1);
+  if (rest.find("base=default") != std::string::npos) o = P2POptions();
+  size_t pos = 0;
+  while (pos <= rest.size()) {
+    const size_t end = std::min(rest.find(',', pos), rest.size());
+    const std::string kv = rest.substr(pos, end - pos);
+    pos = end + 1;
+    if (kv.empty()) continue;
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) return std::fprintf(stderr, "--variant: '%s' is not KEY=VALUE\n", kv.c_str()), false;
+    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    const unsigned long long x = std::strtoull(v.c_str(), nullptr, 10);
+    if (k == "base") continue;
+    else if (k == "mode") {
+      if (v == "copy") mode = HostLinkMode::copy;
+      else if (v == "relay") mode = HostLinkMode::relay;
+      else if (v == "kernel") mode = HostLinkMode::kernel;
+      else if (v == "stream") mode = HostLinkMode::stream;
+      else return std::fprintf(stderr, "--variant: unknown mode '%s'\n", v.c_str()), false;
+    } else if (k == "items") o.shape.tier[0].frame_items = uint32_t(x);
+    else if (k == "item") o.shape.tier[0].item_elems = uint32_t(x);
+    else if (k == "slots") o.slots = uint32_t(x);
+    else if (k == "split") o.split_send = x != 0;
+    else if (k == "lead") o.lead_piece_bytes = x;
+    else if (k == "transit") o.transit_slots = uint32_t(x);
+    else if (k == "wc") o.write_combined_host = x != 0;
+    else if (k == "devflags") o.stream_flags_on_device = x != 0;
+    else if (k == "pairs") o.copy_stream_pairs = uint32_t(x);
+    else if (k == "budget") o.exps_budget_per_kelem = uint32_t(x);
+    else if (k == "tiers") o.shape.num_tiers = uint32_t(x);
+    else if (k == "sblocks") o.sender_blocks = int(x);
+    else if (k == "rblocks") o.receiver_blocks = int(x);
+    else if (k == "head") {
+      unsigned item = 0, frame = 0, mib = 0;
+      if (std::sscanf(v.c_str(), "%u/%u/%u", &item, &frame, &mib) != 3)
+        return std::fprintf(stderr, "--variant: head wants ITEM/FRAME/MIB\n"), false;
+      o.shape.head = {item, frame, uint64_t(mib) << 19};
+    } else
+      return std::fprintf(stderr, "--variant: unknown key '%s'\n", k.c_str()), false;
+  }
+  if (!shape_valid(o.shape)) return std::fprintf(stderr, "--variant %s: not a valid pipeline shape\n", name.c_str()), false;
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -388,6 +442,9 @@ int main(int argc, char** argv) {
   uint32_t trace_frame_items = 0;
   PipelineTier trace_head = {2048, 128, 0};  // region 0: no head
   std::string modes = "copy,relay,kernel,stream", sweep_only;
+  std::vector<std::string> variants;  // --variant specs, timed by the sweep
+  uint64_t sweep_mib[2] = {64, 256};
+  bool chain_probe = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--data" && i + 1 < argc)
@@ -404,6 +461,15 @@ int main(int argc, char** argv) {
       sweep = true;
     else if (a == "--sweep-only" && i + 1 < argc)  // sweep variants whose name contains this
       sweep = true, sweep_only = argv[++i];
+    else if (a == "--variant" && i + 1 < argc)  // NAME:KEY=VALUE,... (see parse_variant); runs only the
+      sweep = true, variants.push_back(argv[++i]);  // (the built-in variants then run only with --sweep-only)
+    else if (a == "--sweep-mib" && i + 1 < argc) {  // A,B: the sweep's two message sizes (MiB)
+      unsigned long long x = 0, y = 0;
+      if (std::sscanf(argv[++i], "%llu,%llu", &x, &y) != 2 || !x || !y)
+        return std::fprintf(stderr, "--sweep-mib wants A,B (MiB)\n"), 2;
+      sweep_mib[0] = x, sweep_mib[1] = y;
+    } else if (a == "--chain-probe")  // stream mode's copy chain without coding: events, flag waits
+      chain_probe = true;
     else if (a == "--trace")  // per-frame timelines of kernel and stream mode at 64 MiB
       trace = true;
     else if (a == "--trace-frame-items" && i + 1 < argc)  // tier-0 frame size of the traced links
@@ -424,7 +490,7 @@ int main(int argc, char** argv) {
       peer = true;
     else {
       std::fprintf(stderr, "usage: %s [--data DIR] [--max-mib 1024] [--min-kib 1] [--json FILE] [--reps-scale X] "
-                   "[--sweep] [--sweep-only NAME] [--trace] [--trace-frame-items N] [--no-curve] [--modes LIST] "
+                   "[--sweep] [--sweep-only NAME] [--variant NAME:K=V,...] [--sweep-mib A,B] [--chain-probe] [--trace] [--trace-frame-items N] [--no-curve] [--modes LIST] "
                    "[--peer]\n", argv[0]);
       return 2;
     }
@@ -648,6 +714,95 @@ int main(int argc, char** argv) {
                24 * MiB, 4);
   }
 
+  // Stream mode's copy chain with coding free (--chain-probe): per frame its planes (half the frame's bytes), then
+  // section B (0.17 of them) go device -> pinned -> device; each host -> device copy waits (event) for its
+  // device -> host copy; a pinned slot (16 of them) is rewritten only after its previous host -> device copy
+  // (event); split-send order (planes of frame i + 1 before section B of frame i) or one copy per frame; and,
+  // optionally, a cuStreamWaitValue64 on a flag that is already set, in pinned host or GPU memory, wherever the
+  // link waits on the sender's flags or the receiver's credits, plus the "landed" write. What the pipeline's
+  // dependencies cost, apart from the coding.
+  if (chain_probe) {
+    p2p_detail::StreamMemOps ops;
+    CK(ops.load(0));
+    uint64_t* flag_host;
+    CK(cudaHostAlloc(&flag_host, 64, cudaHostAllocMapped));
+    flag_host[0] = 1;
+    uint64_t *flag_host_dev, *flag_dev;
+    CK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&flag_host_dev), flag_host, 0));
+    CK(cudaMalloc(&flag_dev, 64));
+    CK(cudaMemcpy(flag_dev, flag_host, 8, cudaMemcpyHostToDevice));
+    constexpr uint32_t S = 16;
+    const uint64_t max_frame = 16 * MiB, slot_bytes = max_frame;
+    uint8_t* slots;
+    CK(cudaHostAlloc(&slots, S * slot_bytes, 0));
+    std::memset(slots, 3, S * slot_bytes);
+    std::vector<cudaEvent_t> ev(3 * S);
+    for (auto& e : ev) CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    auto chain = [&](uint64_t total, uint64_t frame, bool split, int flags) {
+      const uint64_t F = total / frame, P = frame / 2, B = frame * 11 / 64;
+      uint64_t* flag = flags == 1 ? flag_host_dev : flag_dev;
+      const uint32_t ahead = split ? 1 : 0;
+      auto waitv = [&](cudaStream_t st) {
+        if (flags) CK(ops.wait_geq(st, flag, 1));
+      };
+      auto through = [&](uint64_t i, uint64_t from, uint64_t to, cudaEvent_t e) {
+        uint8_t* host = slots + (i % S) * slot_bytes;
+        CK(cudaMemcpyAsync(host + from, src + i * frame + from, to - from, cudaMemcpyDeviceToHost, stream));
+        CK(cudaEventRecord(e, stream));
+        CK(cudaStreamWaitEvent(side, e, 0));
+        CK(cudaMemcpyAsync(dst + i * frame + from, host + from, to - from, cudaMemcpyHostToDevice, side));
+      };
+      return time_ms(
+          5,
+          [&] {
+            CK(cudaEventRecord(a, stream));
+            CK(cudaStreamWaitEvent(side, a, 0));
+            for (uint64_t i = 0; i < F + ahead; ++i) {
+              const uint32_t slot = uint32_t(i % S);
+              if (i < F && split) {
+                waitv(stream);
+                if (i >= S) CK(cudaStreamWaitEvent(stream, ev[2 * S + slot], 0));
+                if (i >= S) waitv(side);
+                through(i, 0, P, ev[slot]);
+              }
+              if (i >= ahead) {
+                const uint64_t f = i - ahead;
+                const uint32_t fs = uint32_t(f % S);
+                waitv(stream);
+                if (!split && f >= S) CK(cudaStreamWaitEvent(stream, ev[2 * S + fs], 0));
+                if (!split && f >= S) waitv(side);
+                through(f, split ? P : 0, P + B, ev[S + fs]);
+                if (flags) CK(ops.write(side, flag + 1, f));
+                CK(cudaEventRecord(ev[2 * S + fs], side));
+              }
+            }
+            CK(cudaEventRecord(b, side));
+            CK(cudaStreamWaitEvent(stream, b, 0));
+          },
+          nowait);
+    };
+    const char* flag_names[3] = {"no flag waits", "flags in pinned memory", "flags in GPU memory"};
+    std::printf("\nstream mode's copy chain, no coding (GB/s each way of what the copies move; ms):\n");
+    for (uint64_t total : {uint64_t(64) * MiB, uint64_t(256) * MiB})
+      for (uint64_t frame : {16 * MiB, 4 * MiB, 2 * MiB})
+        for (int split = 1; split >= 0; --split)
+          for (int flags = 0; flags < 3 && frame <= std::min(total, max_bytes); ++flags) {
+            const double t = chain(std::min(total, max_bytes), frame, split != 0, flags);
+            const uint64_t moved = std::min(total, max_bytes) / frame * (frame / 2 + frame * 11 / 64);
+            std::printf("  %s of %s frames, %s, %s: %.3f ms, %.1f GB/s\n", human(std::min(total, max_bytes)).c_str(),
+                        human(frame).c_str(), split ? "split-send" : "whole frames", flag_names[flags], t,
+                        moved / t / 1e6);
+            rows.push_back({std::min(total, max_bytes), "probe_chain", t, moved / t / 1e6,
+                            "frame " + std::to_string(frame) + (split ? ", split-send, " : ", whole frames, ") +
+                                flag_names[flags]});
+          }
+    std::fflush(stdout);
+    for (auto& e : ev) CK(cudaEventDestroy(e));
+    CK(cudaFreeHost(slots));
+    CK(cudaFreeHost(flag_host));
+    CK(cudaFree(flag_dev));
+  }
+
   // ---- raw baseline: the pipelined copy-engine transfer, best chunk of a sweep ------------------------------
   const uint64_t chunks[] = {uint64_t(128) << 10, uint64_t(256) << 10, uint64_t(512) << 10, uint64_t(1) << 20,
                              uint64_t(2) << 20,   uint64_t(4) << 20,   uint64_t(8) << 20,   uint64_t(16) << 20};
@@ -749,13 +904,25 @@ int main(int argc, char** argv) {
     tuned("stream tuned, no split-send, 4 transit slots", 0, 0, 0, 0);
     vs.back().opt.split_send = false;
     vs.back().opt.transit_slots = 4;
-    std::printf("\nknob sweep (coded, always): ms at 64 MiB / 256 MiB, and GB/s\n");
-    for (Variant& v : vs) {
-      if (!sweep_only.empty() && std::string(v.name).find(sweep_only) == std::string::npos) continue;
+    // --variant links: always timed; the built-in ones then only where --sweep-only names them.
+    const size_t builtin = vs.size();
+    std::vector<std::string> variant_names(variants.size());
+    for (size_t i = 0; i < variants.size(); ++i) {
+      Variant v{nullptr, HostLinkMode::stream, P2POptions()};
+      if (!parse_variant(variants[i], variant_names[i], v.mode, v.opt)) return 2;
+      v.name = variant_names[i].c_str();
+      vs.push_back(v);
+    }
+    std::printf("\nknob sweep (coded, always): ms at %llu MiB / %llu MiB, and GB/s\n",
+                (unsigned long long)sweep_mib[0], (unsigned long long)sweep_mib[1]);
+    for (size_t vi = 0; vi < vs.size(); ++vi) {
+      Variant& v = vs[vi];
+      if (vi < builtin && !variants.empty() && sweep_only.empty()) continue;
+      if (vi < builtin && !sweep_only.empty() && std::string(v.name).find(sweep_only) == std::string::npos) continue;
       HostStagingLink<DType::bf16> link;
       CK(link.init(0, v.opt, v.mode));
       double ms[2];
-      const uint64_t sizes[2] = {uint64_t(64) << 20, uint64_t(256) << 20};
+      const uint64_t sizes[2] = {sweep_mib[0] << 20, sweep_mib[1] << 20};
       for (int k = 0; k < 2; ++k) {
         const uint64_t bytes = std::min(sizes[k], max_bytes);
         auto wait = [&] {

@@ -51,6 +51,12 @@ struct P2POptions {
   bool write_combined_host = false;                 // pinned ring and raw buffers cudaHostAllocWriteCombined (on
                                                     // some hosts DMA then skips snooping; no effect on the H200's,
                                                     // bench_p2p probes it)
+  bool stream_flags_on_device = false;              // stream mode: the ring's flags and credits in GPU memory (only
+                                                    // this GPU's kernels and copy streams use them), so no flag
+                                                    // wait or write crosses PCIe
+  uint32_t copy_stream_pairs = 1;                   // stream mode: 1 or 2 pairs of copy streams (d2h, h2d); with 2,
+                                                    // frames alternate between them, so one pair copies while the
+                                                    // other waits on a flag or event (needs decode_streams >= 2)
 
   /// Stream mode as measured best on the H200's pinned-host link (bench_p2p --sweep): frames of 512 full
   /// items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming). Memory: 16 slots of about
@@ -550,7 +556,8 @@ class HostStagingLink {
 
   cudaError_t init(int device, const P2POptions& opt = P2POptions(), HostLinkMode mode = HostLinkMode::copy) {
     if (!shape_valid(opt.shape) || opt.slots < 2 || opt.decode_streams < 1 || opt.raw_chunk_bytes == 0 ||
-        opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes || (opt.transit_slots && opt.transit_slots < 3))
+        opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes || (opt.transit_slots && opt.transit_slots < 3) ||
+        opt.copy_stream_pairs < 1 || opt.copy_stream_pairs > 2 || opt.decode_streams < int(opt.copy_stream_pairs))
       return cudaErrorInvalidValue;
     destroy();
     device_ = device;
@@ -570,14 +577,15 @@ class HostStagingLink {
     if (e == cudaSuccess && mode != HostLinkMode::kernel) e = dev_ring_.device(device, size_t(opt.slots) * slot_bytes);
     if (e == cudaSuccess && (mode == HostLinkMode::copy || mode == HostLinkMode::stream))
       e = dev_send_.device(device, size_t(opt.slots) * slot_bytes);
-    if (e == cudaSuccess && mode == HostLinkMode::stream) e = landed_.device(device, size_t(opt.slots) * 8);
+    // Stream mode: the "landed" flags, and (stream_flags_on_device) the ring's own flags, in GPU memory.
+    if (e == cudaSuccess && mode == HostLinkMode::stream) e = stream_flags_.device(device, size_t(opt.slots) * 32);
     transit_.release();
     if (e == cudaSuccess && mode == HostLinkMode::stream && opt.transit_slots)
       e = transit_.pinned(size_t(opt.transit_slots) * slot_bytes, host_flags);
     if (e == cudaSuccess && mode == HostLinkMode::stream) e = mem_ops_.load(device);
     budget_ = make_exps_budget(opt.shape, opt.exps_budget_per_kelem);  // a head may share a tier's class
     if (e == cudaSuccess) e = status_host_.pinned(2 * sizeof(SideControl));
-    for (int i = 0; i < 4 + opt.decode_streams && e == cudaSuccess; ++i) {
+    for (int i = 0; i < 5 + opt.decode_streams && e == cudaSuccess; ++i) {  // the last: stream mode's 2nd d2h
       cudaStream_t st;
       e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
       if (e == cudaSuccess) streams_.push_back(st);
@@ -691,7 +699,7 @@ class HostStagingLink {
     if (e == cudaSuccess) e = ring_.reset();
     if (e == cudaSuccess) e = sender_.reset();
     if (e == cudaSuccess) e = receiver_.reset();
-    if (e == cudaSuccess && mode_ == HostLinkMode::stream) e = cudaMemset(landed_.get(), 0, size_t(opt_.slots) * 8);
+    if (e == cudaSuccess && mode_ == HostLinkMode::stream) e = cudaMemset(stream_flags_.get(), 0, size_t(opt_.slots) * 32);
     next_seq_ = 0;
     broken_ = false;
     relay_status_ = Status::ok;
@@ -808,6 +816,9 @@ class HostStagingLink {
   cudaStream_t raw_stream() const { return streams_[2]; }
   cudaStream_t d2h_stream() const { return streams_[3]; }
   cudaStream_t decode_stream(uint32_t k) const { return streams_[4 + k]; }
+  /// Stream mode's copy streams, pair k: device -> host, and host -> device (a decode stream, unused there).
+  cudaStream_t d2h_stream(uint32_t k) const { return k ? streams_[4 + size_t(opt_.decode_streams)] : d2h_stream(); }
+  cudaStream_t h2d_stream(uint32_t k) const { return decode_stream(k); }
   // events: [0] caller's start, [1] send side done, [2] receive side done, [3] joins; then per slot: section B
   // copied to the device, frame decoded, (copy mode) planes and section B copied to the host; then the raw
   // copy's events.
@@ -832,8 +843,10 @@ class HostStagingLink {
       f = cudaEventRecord(ev(3), decode_stream(uint32_t(i)));
       if (f == cudaSuccess) f = cudaStreamWaitEvent(recv_stream(), ev(3), 0);
     }
-    if (f == cudaSuccess && (mode_ == HostLinkMode::copy || mode_ == HostLinkMode::stream)) {
-      f = cudaEventRecord(ev(3), d2h_stream());
+    for (uint32_t k = 0; k < (mode_ == HostLinkMode::stream ? opt_.copy_stream_pairs : 1u) && f == cudaSuccess &&
+                         (mode_ == HostLinkMode::copy || mode_ == HostLinkMode::stream);
+         ++k) {
+      f = cudaEventRecord(ev(3), d2h_stream(k));
       if (f == cudaSuccess) f = cudaStreamWaitEvent(send_stream(), ev(3), 0);
     }
     if (f == cudaSuccess)
@@ -853,7 +866,7 @@ class HostStagingLink {
     P2PLaunchExtras x;
     x.trace = sender ? send_trace_ : recv_trace_;
     if (mode_ == HostLinkMode::stream) {
-      x.poison = {sender ? ring_.view().ready_planes : ring_.view().credits, opt_.slots};
+      x.poison = {sender ? stream_ring().ready_planes : stream_ring().credits, opt_.slots};
       x.overflow_slots = ring_.view().slots;
       x.exps_budget = budget_;
     }
@@ -869,11 +882,24 @@ class HostStagingLink {
   /// next frames' planes); the h2d stream copies both on and writes the frame's "landed" flag. Slots are reused
   /// safely: the sender waits for the receiver's credit; the d2h copies into a pinned slot wait for the h2d
   /// copy of the slot's previous frame (event); the h2d copy waits for that frame's credit (its device slot).
+  /// Stream mode's ring: the pinned slots, with the flags where stream_flags_on_device puts them. Block of
+  /// stream_flags_: [ready_planes | ready_exps | credits | landed], num_slots words each.
+  FrameRingView stream_ring() const {
+    FrameRingView v = ring_.view();
+    if (opt_.stream_flags_on_device) {
+      uint64_t* f = stream_flags_.get<uint64_t>();
+      v.ready_planes = f;
+      v.ready_exps = f + v.num_slots;
+      v.credits = f + 2 * size_t(v.num_slots);
+    }
+    return v;
+  }
+
   cudaError_t schedule_stream(const FramePlan& plan, const void* src, void* dst, uint64_t seq_base) {
-    const FrameRingView pinned = ring_.view();
+    const FrameRingView pinned = stream_ring();
     const uint32_t S = pinned.num_slots;
     const uint64_t SB = pinned.slot_bytes;
-    uint64_t* landed = landed_.get<uint64_t>();
+    uint64_t* landed = stream_flags_.get<uint64_t>() + 3 * size_t(S);
     FrameRingView send_view = pinned;
     send_view.slots = dev_send_.get();  // the whole frame in GPU memory, for the copy engines
     FrameRingView recv_view = pinned;
@@ -885,9 +911,15 @@ class HostStagingLink {
     if (e == cudaSuccess)
       e = receiver_.launch(plan, dst, seq_base, 0, F, recv_view, true, true, false, opt_.timeout_ns, recv_stream(),
                            0, false, 0, nullptr, 0, recv_extras());
-    cudaStream_t d2h = d2h_stream(), h2d = decode_stream(0);  // finish() joins both
+    // Copy streams: frame f goes through pair f % pairs (finish() joins them all). With one pair, split-send puts
+    // the planes of frame i + 1 before section B of frame i; with two, the other pair's frames fill that role,
+    // and frame f's first d2h copy waits (event) for frame f - 1's planes to be copied out, so the transfer's
+    // first frames still go out one after the other.
+    const uint32_t pairs = opt_.copy_stream_pairs;
+    cudaStream_t d2h = d2h_stream(0), h2d = h2d_stream(0);
+    auto use_pair = [&](uint64_t f) { d2h = d2h_stream(uint32_t(f % pairs)), h2d = h2d_stream(uint32_t(f % pairs)); };
     const bool split = opt_.split_send;
-    const uint32_t ahead = split ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
+    const uint32_t ahead = split && pairs == 1 ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
     // The pinned bytes frame q passes through: its ring slot, or transit slot q % T. A pinned slot is rewritten
     // only after the h2d copies of the frame that used it before (transit_free / h2d_done); the overflow (SMs)
     // stays in the ring slot, past the fixed-size part, so it never meets a transit slot.
@@ -905,6 +937,7 @@ class HostStagingLink {
     // may be recorded again right after a stream waited on it: the wait keeps the record it saw.
     uint64_t piece = opt_.lead_piece_bytes ? opt_.lead_piece_bytes : UINT64_MAX;
     auto copy_through = [&](uint8_t* host, const uint8_t* from_dev, uint8_t* to_dev, uint64_t len, cudaEvent_t ev) {
+      // (d2h and h2d: the frame's pair, set by use_pair)
       cudaError_t r = cudaSuccess;
       for (uint64_t off = 0; off < len && r == cudaSuccess;) {
         const uint64_t n = std::min(piece, len - off);
@@ -924,7 +957,9 @@ class HostStagingLink {
         const uint32_t slot = slot_of(q, S);
         const uint64_t P = plan.frame(i).planes_bytes;
         uint8_t* host = host_of(q);
+        use_pair(i);
         e = mem_ops_.wait_geq(d2h, &pinned.ready_planes[slot], flag_value(q));
+        if (e == cudaSuccess && pairs > 1 && i > 0) e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
         if (e == cudaSuccess) e = wait_host_free(q);
         if (e == cudaSuccess && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
@@ -938,7 +973,9 @@ class HostStagingLink {
         const uint64_t from = split ? fi.planes_bytes : 0;
         const uint64_t to = fi.planes_bytes + exps_budget_bytes(fi, budget_);
         uint8_t* host = host_of(q);
+        use_pair(f);
         e = mem_ops_.wait_geq(d2h, &pinned.ready_exps[slot], flag_value(q));
+        if (e == cudaSuccess && pairs > 1 && !split && f > 0) e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
         if (e == cudaSuccess && !split) e = wait_host_free(q);
         if (e == cudaSuccess && !split && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
@@ -1101,7 +1138,7 @@ class HostStagingLink {
   uint64_t bypass_ = 0, next_seq_ = 0, wire_bytes_ = 0;
   Status relay_status_ = Status::ok;
   FrameRing ring_;
-  p2p_detail::Memory dev_ring_, dev_send_, status_host_, raw_buffers_, landed_, transit_;
+  p2p_detail::Memory dev_ring_, dev_send_, status_host_, raw_buffers_, stream_flags_, transit_;
   p2p_detail::StreamMemOps mem_ops_;
   // Raw copy chunk measured best per size class (class k: [2^k, 2^(k+1)) bytes; 0: not measured).
   static constexpr uint32_t RAW_CLASSES = 48;
