@@ -380,7 +380,7 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
 
 // --variant NAME:KEY=VALUE,...: a stream_tuned() link (or base=default: P2POptions()) with its knobs set, timed by
 // the sweep. Keys: mode (copy|relay|kernel|stream), items (tier-0 frame items), item (tier-0 item elements), slots,
-// split (0|1), lead (bytes), transit, wc (0|1), devflags (0|1), pairs (1|2), budget (exps bytes per 1024 elements), tiers, sblocks, rblocks,
+// split (0|1), lead (bytes), transit, wc (0|1), devflags (0|1), pairs (1|2), direct (0|1), budget (exps bytes per 1024 elements), tiers, sblocks, rblocks,
 // head (ITEM/FRAME/MIB of bf16). Returns false (with a message) on a key or value it does not know.
 bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mode, P2POptions& o) {
   const size_t colon = spec.find(':');
@@ -416,6 +416,7 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "wc") o.write_combined_host = x != 0;
     else if (k == "devflags") o.stream_flags_on_device = x != 0;
     else if (k == "pairs") o.copy_stream_pairs = uint32_t(x);
+    else if (k == "direct") o.stream_sender_writes_host = x != 0;
     else if (k == "budget") o.exps_budget_per_kelem = uint32_t(x);
     else if (k == "tiers") o.shape.num_tiers = uint32_t(x);
     else if (k == "sblocks") o.sender_blocks = int(x);
@@ -796,6 +797,54 @@ int main(int argc, char** argv) {
                             "frame " + std::to_string(frame) + (split ? ", split-send, " : ", whole frames, ") +
                                 flag_names[flags]});
           }
+    // One direction by SMs, the other by a copy engine, at once (a sender that writes its frames straight into
+    // pinned memory leaves only the host -> device copies to the copy engines).
+    {
+      const uint64_t bytes = std::min(max_bytes, 256 * MiB);
+      uint8_t *ha, *hb;
+      CK(cudaHostAlloc(&ha, bytes, cudaHostAllocMapped));
+      CK(cudaHostAlloc(&hb, bytes, cudaHostAllocMapped));
+      std::memset(ha, 1, bytes);
+      std::memset(hb, 2, bytes);
+      for (int blocks_per_sm : {1, 2, 4}) {
+        const int grid = prop.multiProcessorCount * blocks_per_sm;
+        const double t_store = time_ms(
+            5,
+            [&] {
+              CK(cudaEventRecord(a, stream));
+              CK(cudaStreamWaitEvent(side, a, 0));
+              sm_copy<<<grid, 256, 0, stream>>>(reinterpret_cast<const uint4*>(src), reinterpret_cast<uint4*>(ha),
+                                                bytes / 16);
+              CK(cudaMemcpyAsync(dst, hb, bytes, cudaMemcpyHostToDevice, side));
+              CK(cudaEventRecord(b, side));
+              CK(cudaStreamWaitEvent(stream, b, 0));
+            },
+            nowait);
+        const double t_load = time_ms(
+            5,
+            [&] {
+              CK(cudaEventRecord(a, stream));
+              CK(cudaStreamWaitEvent(side, a, 0));
+              CK(cudaMemcpyAsync(ha, src, bytes, cudaMemcpyDeviceToHost, stream));
+              sm_copy<<<grid, 256, 0, side>>>(reinterpret_cast<const uint4*>(hb), reinterpret_cast<uint4*>(dst),
+                                              bytes / 16);
+              CK(cudaEventRecord(b, side));
+              CK(cudaStreamWaitEvent(stream, b, 0));
+            },
+            nowait);
+        CK(cudaGetLastError());
+        const double gb = double(bytes) / 1e9;
+        std::printf("  both ways at once, %d blocks/SM: SM stores D2H + copy engine H2D %.1f GB/s each; copy engine "
+                    "D2H + SM loads H2D %.1f GB/s each\n",
+                    blocks_per_sm, gb / t_store * 1e3, gb / t_load * 1e3);
+        rows.push_back({bytes, "probe_sm_store_ce_h2d", t_store, gb / t_store * 1e3,
+                        std::to_string(blocks_per_sm) + " blocks/SM; each direction"});
+        rows.push_back({bytes, "probe_ce_d2h_sm_load", t_load, gb / t_load * 1e3,
+                        std::to_string(blocks_per_sm) + " blocks/SM; each direction"});
+      }
+      CK(cudaFreeHost(ha));
+      CK(cudaFreeHost(hb));
+    }
     std::fflush(stdout);
     for (auto& e : ev) CK(cudaEventDestroy(e));
     CK(cudaFreeHost(slots));

@@ -138,7 +138,7 @@ TEST_CASE("p2p host staging link (kernel and stream modes): bit-exact at odd siz
       [&] { return link.wait(); });
 }
 
-TEST_CASE("p2p stream mode: transit slots, lead pieces, split or not, overflow, flags on the device, 2 copy stream pairs: bit-exact, wrapping",
+TEST_CASE("p2p stream mode: transit slots, lead pieces, split or not, overflow, flags on the device, 2 copy stream pairs, sender writing the pinned ring: bit-exact",
           "[gpu][p2p][concurrent]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
@@ -157,6 +157,13 @@ TEST_CASE("p2p stream mode: transit slots, lead pieces, split or not, overflow, 
   }
   {
     P2POptions bad = small_ring_options();
+    bad.stream_sender_writes_host = true;
+    bad.transit_slots = 4;  // the sender writes the ring's own slots
+    HostStagingLink<DType::bf16> link;
+    REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
+  }
+  {
+    P2POptions bad = small_ring_options();
     bad.copy_stream_pairs = 2;
     bad.decode_streams = 1;  // the second pair's host -> device stream is decode stream 1
     HostStagingLink<DType::bf16> link;
@@ -169,12 +176,16 @@ TEST_CASE("p2p stream mode: transit slots, lead pieces, split or not, overflow, 
     uint64_t lead;    // lead pieces: 16 bytes makes many tiny copies, cut anywhere in a frame
     bool device_flags;
     uint32_t pairs;  // copy stream pairs
+    bool direct;     // the sender writes the pinned ring itself
   };
-  const Config configs[] = {{3, true, 410, 0, false, 1},    {3, false, 8, 0, true, 2},      {5, true, 8, 4096, false, 2},
-                            {5, false, 410, 4096, true, 1}, {0, true, 410, 4096, false, 1}, {0, false, 8, 16, false, 2},
-                            {0, true, 410, 0, true, 1},     {0, true, 8, 0, true, 2},       {0, false, 410, 0, true, 2}};
+  const Config configs[] = {
+      {3, true, 410, 0, false, 1, false},    {3, false, 8, 0, true, 2, false},      {5, true, 8, 4096, false, 2, false},
+      {5, false, 410, 4096, true, 1, false}, {0, true, 410, 4096, false, 1, false}, {0, false, 8, 16, false, 2, false},
+      {0, true, 410, 0, true, 1, false},     {0, true, 8, 0, true, 2, false},       {0, false, 410, 0, true, 2, false},
+      {0, true, 410, 0, false, 1, true},     {0, false, 8, 4096, true, 1, true},    {0, true, 8, 0, true, 2, true},
+      {0, false, 410, 16, false, 2, true}};
   for (const Config& c : configs) {
-    CAPTURE(c.transit, c.split, c.budget, c.lead, c.device_flags, c.pairs);
+    CAPTURE(c.transit, c.split, c.budget, c.lead, c.device_flags, c.pairs, c.direct);
     P2POptions o = small_ring_options();
     o.slots = 8;
     o.transit_slots = c.transit;
@@ -183,6 +194,7 @@ TEST_CASE("p2p stream mode: transit slots, lead pieces, split or not, overflow, 
     o.lead_piece_bytes = c.lead;
     o.stream_flags_on_device = c.device_flags;
     o.copy_stream_pairs = c.pairs;
+    o.stream_sender_writes_host = c.direct;
     HostStagingLink<DType::bf16> link;
     CUDA_OK(link.init(0, o, HostLinkMode::stream));
     for (uint64_t n : {uint64_t(3000), uint64_t(70001), uint64_t(1) << 21})

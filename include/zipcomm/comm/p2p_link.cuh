@@ -57,6 +57,9 @@ struct P2POptions {
   uint32_t copy_stream_pairs = 1;                   // stream mode: 1 or 2 pairs of copy streams (d2h, h2d); with 2,
                                                     // frames alternate between them, so one pair copies while the
                                                     // other waits on a flag or event (needs decode_streams >= 2)
+  bool stream_sender_writes_host = false;           // stream mode: the sender's SMs write each frame straight into
+                                                    // the pinned ring (no device -> host copies, no waits on that
+                                                    // side); the copy engines move only host -> device
 
   /// Stream mode as measured best on the H200's pinned-host link (bench_p2p --sweep): frames of 512 full
   /// items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming). Memory: 16 slots of about
@@ -557,7 +560,8 @@ class HostStagingLink {
   cudaError_t init(int device, const P2POptions& opt = P2POptions(), HostLinkMode mode = HostLinkMode::copy) {
     if (!shape_valid(opt.shape) || opt.slots < 2 || opt.decode_streams < 1 || opt.raw_chunk_bytes == 0 ||
         opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes || (opt.transit_slots && opt.transit_slots < 3) ||
-        opt.copy_stream_pairs < 1 || opt.copy_stream_pairs > 2 || opt.decode_streams < int(opt.copy_stream_pairs))
+        opt.copy_stream_pairs < 1 || opt.copy_stream_pairs > 2 || opt.decode_streams < int(opt.copy_stream_pairs) ||
+        (opt.stream_sender_writes_host && opt.transit_slots))
       return cudaErrorInvalidValue;
     destroy();
     device_ = device;
@@ -901,7 +905,8 @@ class HostStagingLink {
     const uint64_t SB = pinned.slot_bytes;
     uint64_t* landed = stream_flags_.get<uint64_t>() + 3 * size_t(S);
     FrameRingView send_view = pinned;
-    send_view.slots = dev_send_.get();  // the whole frame in GPU memory, for the copy engines
+    const bool direct = opt_.stream_sender_writes_host;
+    if (!direct) send_view.slots = dev_send_.get();  // the whole frame in GPU memory, for the copy engines
     FrameRingView recv_view = pinned;
     recv_view.slots = dev_ring_.get();  // as the copy engine lands it
     recv_view.ready_planes = landed;
@@ -938,12 +943,13 @@ class HostStagingLink {
     uint64_t piece = opt_.lead_piece_bytes ? opt_.lead_piece_bytes : UINT64_MAX;
     auto copy_through = [&](uint8_t* host, const uint8_t* from_dev, uint8_t* to_dev, uint64_t len, cudaEvent_t ev) {
       // (d2h and h2d: the frame's pair, set by use_pair)
+      // (direct: the sender wrote the bytes into `host` itself; only the host -> device copy is left)
       cudaError_t r = cudaSuccess;
       for (uint64_t off = 0; off < len && r == cudaSuccess;) {
         const uint64_t n = std::min(piece, len - off);
-        r = cudaMemcpyAsync(host + off, from_dev + off, n, cudaMemcpyDeviceToHost, d2h);
-        if (r == cudaSuccess) r = cudaEventRecord(ev, d2h);
-        if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, ev, 0);
+        if (!direct) r = cudaMemcpyAsync(host + off, from_dev + off, n, cudaMemcpyDeviceToHost, d2h);
+        if (r == cudaSuccess && !direct) r = cudaEventRecord(ev, d2h);
+        if (r == cudaSuccess && !direct) r = cudaStreamWaitEvent(h2d, ev, 0);
         if (r == cudaSuccess) r = cudaMemcpyAsync(to_dev + off, host + off, n, cudaMemcpyHostToDevice, h2d);
         off += n;
         if (piece != UINT64_MAX) piece = piece < (uint64_t(1) << 40) ? piece * 2 : UINT64_MAX;
@@ -958,9 +964,10 @@ class HostStagingLink {
         const uint64_t P = plan.frame(i).planes_bytes;
         uint8_t* host = host_of(q);
         use_pair(i);
-        e = mem_ops_.wait_geq(d2h, &pinned.ready_planes[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && i > 0) e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
-        if (e == cudaSuccess) e = wait_host_free(q);
+        e = mem_ops_.wait_geq(direct ? h2d : d2h, &pinned.ready_planes[slot], flag_value(q));
+        if (e == cudaSuccess && pairs > 1 && i > 0 && !direct)
+          e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
+        if (e == cudaSuccess && !direct) e = wait_host_free(q);  // direct: the sender's credit covers the slot
         if (e == cudaSuccess && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
           e = copy_through(host, dev_send_.get() + slot * SB, dev_ring_.get() + slot * SB, P, d2h_planes_done()[slot]);
@@ -974,9 +981,10 @@ class HostStagingLink {
         const uint64_t to = fi.planes_bytes + exps_budget_bytes(fi, budget_);
         uint8_t* host = host_of(q);
         use_pair(f);
-        e = mem_ops_.wait_geq(d2h, &pinned.ready_exps[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && !split && f > 0) e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
-        if (e == cudaSuccess && !split) e = wait_host_free(q);
+        e = mem_ops_.wait_geq(direct ? h2d : d2h, &pinned.ready_exps[slot], flag_value(q));
+        if (e == cudaSuccess && pairs > 1 && !split && f > 0 && !direct)
+          e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
+        if (e == cudaSuccess && !split && !direct) e = wait_host_free(q);
         if (e == cudaSuccess && !split && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
           e = copy_through(host + from, dev_send_.get() + slot * SB + from, dev_ring_.get() + slot * SB + from,
