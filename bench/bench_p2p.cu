@@ -380,7 +380,7 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
 
 // --variant NAME:KEY=VALUE,...: a stream_tuned() link (or base=default: P2POptions()) with its knobs set, timed by
 // the sweep. Keys: mode (copy|relay|kernel|stream), items (tier-0 frame items), item (tier-0 item elements), slots,
-// split (0|1), lead (bytes), transit, wc (0|1), devflags (0|1), pairs (1|2), direct (0|1), budget (exps bytes per 1024 elements), tiers, sblocks, rblocks,
+// split (0|1), devflags (0|1), pairs (1|2), direct (0|1), budget (exps bytes per 1024 elements), tiers, sblocks, rblocks,
 // head (ITEM/FRAME/MIB of bf16). Returns false (with a message) on a key or value it does not know.
 bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mode, P2POptions& o) {
   const size_t colon = spec.find(':');
@@ -411,9 +411,6 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "item") o.shape.tier[0].item_elems = uint32_t(x);
     else if (k == "slots") o.slots = uint32_t(x);
     else if (k == "split") o.split_send = x != 0;
-    else if (k == "lead") o.lead_piece_bytes = x;
-    else if (k == "transit") o.transit_slots = uint32_t(x);
-    else if (k == "wc") o.write_combined_host = x != 0;
     else if (k == "devflags") o.stream_flags_on_device = x != 0;
     else if (k == "pairs") o.copy_stream_pairs = uint32_t(x);
     else if (k == "direct") o.stream_sender_writes_host = x != 0;
@@ -917,42 +914,22 @@ int main(int argc, char** argv) {
       o.shape.tier[0].frame_items = 256;
       o.slots = 32;
     });
-    // stream_tuned() and variants (--sweep-only tuned runs just these): the fill at 64 MiB (lead pieces, a head
-    // of small items), frames of 1024, ring and pinned memory, split-send; head = item elements x items per
-    // frame, region in MiB of bf16 (elements = MiB << 19).
-    auto tuned = [&](const char* name, uint32_t frame_items, uint32_t head_item, uint32_t head_frame,
-                     uint32_t head_mib) {
+    // stream_tuned() and variants (--sweep-only tuned runs just these): a head of small items, frames of 1024,
+    // ring depth, split-send, flags in GPU memory, two copy stream pairs, the sender writing the pinned ring;
+    // head = item elements x items per frame, region in MiB of bf16 (elements = MiB << 19).
+    auto tuned = [&](const char* name, auto&& tweak) {
       P2POptions o = P2POptions::stream_tuned();
-      if (frame_items) o.shape.tier[0].frame_items = frame_items;
-      if (head_mib) o.shape.head = {head_item, head_frame, uint64_t(head_mib) << 19};
+      tweak(o);
       vs.push_back({name, HostLinkMode::stream, o});
     };
-    tuned("stream tuned (frames of 512, whole copies)", 0, 0, 0, 0);
-    tuned("stream tuned, lead pieces from 1 MiB", 0, 0, 0, 0);
-    vs.back().opt.lead_piece_bytes = uint64_t(1) << 20;
-    tuned("stream tuned, lead pieces from 256 KiB", 0, 0, 0, 0);
-    vs.back().opt.lead_piece_bytes = uint64_t(256) << 10;
-    tuned("stream tuned, lead pieces from 512 KiB", 0, 0, 0, 0);
-    vs.back().opt.lead_piece_bytes = uint64_t(512) << 10;
-    tuned("stream tuned, lead pieces from 2 MiB", 0, 0, 0, 0);
-    vs.back().opt.lead_piece_bytes = uint64_t(2) << 20;
-    tuned("stream tuned, head 4096x256 over 8 MiB", 0, 4096, 256, 8);
-    tuned("stream tuned, head 4096x64 over 4 MiB", 0, 4096, 64, 4);
-    tuned("stream tuned, frames of 1024", 1024, 0, 0, 0);
-    tuned("stream tuned, 8 slots", 0, 0, 0, 0);
-    vs.back().opt.slots = 8;
-    tuned("stream tuned, 4 transit slots", 0, 0, 0, 0);
-    vs.back().opt.transit_slots = 4;
-    tuned("stream tuned, write-combined", 0, 0, 0, 0);
-    vs.back().opt.write_combined_host = true;
-    tuned("stream tuned, no split-send", 0, 0, 0, 0);
-    vs.back().opt.split_send = false;
-    tuned("stream tuned, no split-send, whole copies", 0, 0, 0, 0);
-    vs.back().opt.split_send = false;
-    vs.back().opt.lead_piece_bytes = 0;
-    tuned("stream tuned, no split-send, 4 transit slots", 0, 0, 0, 0);
-    vs.back().opt.split_send = false;
-    vs.back().opt.transit_slots = 4;
+    tuned("stream tuned (frames of 512)", [](P2POptions&) {});
+    tuned("stream tuned, head 4096x256 over 8 MiB", [](P2POptions& o) { o.shape.head = {4096, 256, uint64_t(8) << 19}; });
+    tuned("stream tuned, frames of 1024", [](P2POptions& o) { o.shape.tier[0].frame_items = 1024; });
+    tuned("stream tuned, 8 slots", [](P2POptions& o) { o.slots = 8; });
+    tuned("stream tuned, no split-send", [](P2POptions& o) { o.split_send = false; });
+    tuned("stream tuned, flags in GPU memory", [](P2POptions& o) { o.stream_flags_on_device = true; });
+    tuned("stream tuned, 2 copy stream pairs", [](P2POptions& o) { o.copy_stream_pairs = 2; });
+    tuned("stream tuned, sender writes the pinned ring", [](P2POptions& o) { o.stream_sender_writes_host = true; });
     // --variant links: always timed; the built-in ones then only where --sweep-only names them.
     const size_t builtin = vs.size();
     std::vector<std::string> variant_names(variants.size());

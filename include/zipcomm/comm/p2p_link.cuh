@@ -41,16 +41,6 @@ struct P2POptions {
                                                     // copy of planes + section B once the frame is complete)
   uint32_t exps_budget_per_kelem = 410;             // stream mode: first guess of coded exponent bytes per 1024
                                                     // elements (bf16 gradients need ~350); adapted after transfers
-  uint32_t transit_slots = 0;                       // stream mode: pinned slots the frames' copies pass through
-                                                    // (0: the ring's own; else at least 3): less pinned memory
-                                                    // touched, same speed on the H200 (bench_p2p --sweep)
-  uint64_t lead_piece_bytes = 0;                    // stream mode: a transfer's first copies go in pieces of this
-                                                    // size, doubling piece by piece up to the copies' own size, so
-                                                    // the host -> GPU copies start early (0: whole copies; on the
-                                                    // H200, 256 KiB .. 2 MiB measured 1-3% slower at 64 MiB)
-  bool write_combined_host = false;                 // pinned ring and raw buffers cudaHostAllocWriteCombined (on
-                                                    // some hosts DMA then skips snooping; no effect on the H200's,
-                                                    // bench_p2p probes it)
   bool stream_flags_on_device = false;              // stream mode: the ring's flags and credits in GPU memory (only
                                                     // this GPU's kernels and copy streams use them), so no flag
                                                     // wait or write crosses PCIe
@@ -208,9 +198,8 @@ class DeviceGuard {
 /// GPU can use it) or one GPU's memory.
 class FrameRing {
  public:
-  /// `host_flags`: extra cudaHostAlloc flags (cudaHostAllocWriteCombined: see P2POptions::write_combined_host).
-  cudaError_t init_pinned(uint32_t slots, uint64_t slot_bytes, unsigned host_flags = 0) {
-    return init(-1, slots, slot_bytes, host_flags);
+  cudaError_t init_pinned(uint32_t slots, uint64_t slot_bytes) {
+    return init(-1, slots, slot_bytes);
   }
   cudaError_t init_device(int device, uint32_t slots, uint64_t slot_bytes) { return init(device, slots, slot_bytes); }
   FrameRingView view() const { return view_; }
@@ -233,12 +222,12 @@ class FrameRing {
 
  private:
   size_t flag_bytes() const { return size_t(view_.num_slots) * (3 * 8 + 4); }
-  cudaError_t init(int device, uint32_t slots, uint64_t slot_bytes, unsigned host_flags = 0) {
+  cudaError_t init(int device, uint32_t slots, uint64_t slot_bytes) {
     if (slots == 0 || slot_bytes % 128) return cudaErrorInvalidValue;
     device_ = device;
     const size_t data = size_t(slots) * slot_bytes;
     const size_t total = data + size_t(slots) * (3 * 8 + 4);
-    cudaError_t e = device < 0 ? mem_.pinned(total, host_flags) : mem_.device(device, total);
+    cudaError_t e = device < 0 ? mem_.pinned(total) : mem_.device(device, total);
     if (e != cudaSuccess) return e;
     uint8_t* base = mem_.get();
     if (device < 0) {  // kernels use the device alias of the mapped block
@@ -559,9 +548,8 @@ class HostStagingLink {
 
   cudaError_t init(int device, const P2POptions& opt = P2POptions(), HostLinkMode mode = HostLinkMode::copy) {
     if (!shape_valid(opt.shape) || opt.slots < 2 || opt.decode_streams < 1 || opt.raw_chunk_bytes == 0 ||
-        opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes || (opt.transit_slots && opt.transit_slots < 3) ||
-        opt.copy_stream_pairs < 1 || opt.copy_stream_pairs > 2 || opt.decode_streams < int(opt.copy_stream_pairs) ||
-        (opt.stream_sender_writes_host && opt.transit_slots))
+        opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes || opt.copy_stream_pairs < 1 ||
+        opt.copy_stream_pairs > 2 || opt.decode_streams < int(opt.copy_stream_pairs))
       return cudaErrorInvalidValue;
     destroy();
     device_ = device;
@@ -570,9 +558,8 @@ class HostStagingLink {
     bypass_ = opt.bypass_bytes;
     p2p_detail::DeviceGuard g(device);
     const uint64_t slot_bytes = slot_bytes_for(D, opt.shape);
-    const unsigned host_flags = opt.write_combined_host ? cudaHostAllocWriteCombined : 0u;
-    cudaError_t e = ring_.init_pinned(opt.slots, slot_bytes, host_flags);
-    if (e == cudaSuccess) e = raw_buffers_.pinned(size_t(RAW_BUFFERS) * opt.raw_chunk_bytes, host_flags);
+    cudaError_t e = ring_.init_pinned(opt.slots, slot_bytes);
+    if (e == cudaSuccess) e = raw_buffers_.pinned(size_t(RAW_BUFFERS) * opt.raw_chunk_bytes);
     if (e == cudaSuccess) e = sender_.init(device, opt.slots, opt.shape, opt.sender_blocks);
     const bool persistent = mode == HostLinkMode::kernel || mode == HostLinkMode::stream;
     if (e == cudaSuccess)
@@ -583,9 +570,6 @@ class HostStagingLink {
       e = dev_send_.device(device, size_t(opt.slots) * slot_bytes);
     // Stream mode: the "landed" flags, and (stream_flags_on_device) the ring's own flags, in GPU memory.
     if (e == cudaSuccess && mode == HostLinkMode::stream) e = stream_flags_.device(device, size_t(opt.slots) * 32);
-    transit_.release();
-    if (e == cudaSuccess && mode == HostLinkMode::stream && opt.transit_slots)
-      e = transit_.pinned(size_t(opt.transit_slots) * slot_bytes, host_flags);
     if (e == cudaSuccess && mode == HostLinkMode::stream) e = mem_ops_.load(device);
     budget_ = make_exps_budget(opt.shape, opt.exps_budget_per_kelem);  // a head may share a tier's class
     if (e == cudaSuccess) e = status_host_.pinned(2 * sizeof(SideControl));
@@ -594,7 +578,7 @@ class HostStagingLink {
       e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
       if (e == cudaSuccess) streams_.push_back(st);
     }
-    const size_t nev = 4 + 4 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2 + opt.transit_slots;
+    const size_t nev = 4 + 4 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2;
     for (size_t i = 0; i < nev && e == cudaSuccess; ++i) {
       cudaEvent_t ev;
       e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
@@ -832,7 +816,6 @@ class HostStagingLink {
   cudaEvent_t* d2h_planes_done() { return &events_[4 + 2 * size_t(opt_.slots)]; }
   cudaEvent_t* d2h_done() { return &events_[4 + 3 * size_t(opt_.slots)]; }
   cudaEvent_t* raw_events() { return &events_[4 + 4 * size_t(opt_.slots)]; }
-  cudaEvent_t* transit_free() { return &events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2]; }
 
   cudaError_t check(const void* src, const void* dst, uint64_t n) const {
     if (!ready_ || broken_) return cudaErrorInvalidValue;  // after an error: reset() first
@@ -925,35 +908,21 @@ class HostStagingLink {
     auto use_pair = [&](uint64_t f) { d2h = d2h_stream(uint32_t(f % pairs)), h2d = h2d_stream(uint32_t(f % pairs)); };
     const bool split = opt_.split_send;
     const uint32_t ahead = split && pairs == 1 ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
-    // The pinned bytes frame q passes through: its ring slot, or transit slot q % T. A pinned slot is rewritten
-    // only after the h2d copies of the frame that used it before (transit_free / h2d_done); the overflow (SMs)
-    // stays in the ring slot, past the fixed-size part, so it never meets a transit slot.
-    const uint32_t T = opt_.transit_slots;
-    auto host_of = [&](uint64_t q) {
-      return T ? transit_.get() + (q % T) * SB : pinned.slots + slot_of(q, S) * SB;
-    };
+    // A pinned slot is rewritten (d2h) only after the h2d copies of the frame that used it before (h2d_done);
+    // with `direct`, the sender's credit wait covers it.
+    auto host_of = [&](uint64_t q) { return pinned.slots + slot_of(q, S) * SB; };
     auto wait_host_free = [&](uint64_t q) {
-      if (q < (T ? T : S)) return cudaSuccess;  // never used yet
-      return cudaStreamWaitEvent(d2h, T ? transit_free()[q % T] : h2d_done()[slot_of(q, S)], 0);
+      return q < S ? cudaSuccess : cudaStreamWaitEvent(d2h, h2d_done()[slot_of(q, S)], 0);
     };
-    // One stretch of a frame, GPU -> pinned -> GPU: the d2h copy, then (event) the h2d copy. The transfer's
-    // first stretches go in pieces that double from lead_piece_bytes, so the h2d stream starts after a small
-    // first piece instead of a whole planes section (at 64 MiB that was ~170 us of a 1.3 ms transfer). An event
-    // may be recorded again right after a stream waited on it: the wait keeps the record it saw.
-    uint64_t piece = opt_.lead_piece_bytes ? opt_.lead_piece_bytes : UINT64_MAX;
+    // One stretch of a frame, GPU -> pinned -> GPU on the frame's pair (use_pair): the d2h copy, then (event) the
+    // h2d copy; `direct`: the sender wrote `host` itself, only the h2d copy is left. An event may be recorded
+    // again right after a stream waited on it: the wait keeps the record it saw.
     auto copy_through = [&](uint8_t* host, const uint8_t* from_dev, uint8_t* to_dev, uint64_t len, cudaEvent_t ev) {
-      // (d2h and h2d: the frame's pair, set by use_pair)
-      // (direct: the sender wrote the bytes into `host` itself; only the host -> device copy is left)
       cudaError_t r = cudaSuccess;
-      for (uint64_t off = 0; off < len && r == cudaSuccess;) {
-        const uint64_t n = std::min(piece, len - off);
-        if (!direct) r = cudaMemcpyAsync(host + off, from_dev + off, n, cudaMemcpyDeviceToHost, d2h);
-        if (r == cudaSuccess && !direct) r = cudaEventRecord(ev, d2h);
-        if (r == cudaSuccess && !direct) r = cudaStreamWaitEvent(h2d, ev, 0);
-        if (r == cudaSuccess) r = cudaMemcpyAsync(to_dev + off, host + off, n, cudaMemcpyHostToDevice, h2d);
-        off += n;
-        if (piece != UINT64_MAX) piece = piece < (uint64_t(1) << 40) ? piece * 2 : UINT64_MAX;
-      }
+      if (!direct) r = cudaMemcpyAsync(host, from_dev, len, cudaMemcpyDeviceToHost, d2h);
+      if (r == cudaSuccess && !direct) r = cudaEventRecord(ev, d2h);
+      if (r == cudaSuccess && !direct) r = cudaStreamWaitEvent(h2d, ev, 0);
+      if (r == cudaSuccess) r = cudaMemcpyAsync(to_dev, host, len, cudaMemcpyHostToDevice, h2d);
       return r;
     };
     wire_bytes_ = 0;
@@ -991,7 +960,6 @@ class HostStagingLink {
                            to - from, d2h_done()[slot]);
         if (e == cudaSuccess) e = mem_ops_.write(h2d, &landed[slot], flag_value(q));
         if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], h2d);
-        if (e == cudaSuccess && T) e = cudaEventRecord(transit_free()[q % T], h2d);
         wire_bytes_ += to;  // what the copy engines moved; the overflow is GPU-side only
       }
     }
@@ -1146,7 +1114,7 @@ class HostStagingLink {
   uint64_t bypass_ = 0, next_seq_ = 0, wire_bytes_ = 0;
   Status relay_status_ = Status::ok;
   FrameRing ring_;
-  p2p_detail::Memory dev_ring_, dev_send_, status_host_, raw_buffers_, stream_flags_, transit_;
+  p2p_detail::Memory dev_ring_, dev_send_, status_host_, raw_buffers_, stream_flags_;
   p2p_detail::StreamMemOps mem_ops_;
   // Raw copy chunk measured best per size class (class k: [2^k, 2^(k+1)) bytes; 0: not measured).
   static constexpr uint32_t RAW_CLASSES = 48;
