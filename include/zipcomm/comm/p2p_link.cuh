@@ -854,7 +854,9 @@ class HostStagingLink {
     x.trace = sender ? send_trace_ : recv_trace_;
     if (mode_ == HostLinkMode::stream) {
       x.poison = {sender ? stream_ring().ready_planes : stream_ring().credits, opt_.slots};
-      x.overflow_slots = ring_.view().slots;
+      // The sender writes the overflow into the pinned slot; a sender that writes its whole frame there already
+      // has (stream_sender_writes_host).
+      x.overflow_slots = sender && opt_.stream_sender_writes_host ? nullptr : ring_.view().slots;
       x.exps_budget = budget_;
     }
     return x;
