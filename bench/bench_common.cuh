@@ -1,49 +1,23 @@
-// Shared pieces of the zipcomm benchmarks: checked CUDA calls, median timing with CUDA events, the copy
-// roofline measured in the same run, the command line every bench takes, and test-data files.
+// Shared pieces of the zipcomm benchmarks: median timing with CUDA events, the copy roofline measured in the same
+// run, the command line every bench takes, and test-data files (checked CUDA calls: example_common.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
-#define CK(...)                                                                                            \
-  do {                                                                                                     \
-    cudaError_t e_ = (__VA_ARGS__);                                                                        \
-    if (e_ != cudaSuccess) {                                                                               \
-      std::fprintf(stderr, "%s:%d %s -> %s\n", __FILE__, __LINE__, #__VA_ARGS__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                        \
-    }                                                                                                      \
-  } while (0)
+#include "example_common.cuh"
 
 namespace bench {
 
-/// Median time of `reps` calls of f (after 3 warm-ups), CUDA events around each stream-ordered call.
+/// Median time of `reps` calls of f (after 3 warm-ups), CUDA events around each call on the legacy stream.
 template <class F>
 double median_ms(int reps, F&& f) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return examples::median_ms(0, 3, reps, f);
 }
 
 /// Device-to-device copy bandwidth, bytes read + written per second, in TB/s.
@@ -83,8 +57,7 @@ inline Options parse_options(int argc, char** argv) {
 
 /// Whole file, or exit with a message naming it.
 inline std::vector<uint8_t> read_data_file(const std::string& dir, const char* name) {
-  std::ifstream f(dir + "/" + name, std::ios::binary);
-  std::vector<uint8_t> v((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> v = examples::read_file(dir + "/" + name);
   if (v.empty()) std::fprintf(stderr, "missing or empty %s/%s\n", dir.c_str(), name), std::exit(1);
   return v;
 }

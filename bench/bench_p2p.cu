@@ -30,28 +30,13 @@
 
 #include <zipcomm/comm/p2p.cuh>
 
+#include "example_common.cuh"
+
 using namespace zipcomm;
 using namespace zipcomm::comm;
-
-#define CK(...)                                                                                           \
-  do {                                                                                                    \
-    cudaError_t e_ = (__VA_ARGS__);                                                                       \
-    if (e_ != cudaSuccess) {                                                                              \
-      std::fprintf(stderr, "%s:%d %s -> %s\n", __FILE__, __LINE__, #__VA_ARGS__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                       \
-    }                                                                                                     \
-  } while (0)
+using examples::count_diff;
 
 namespace {
-
-__global__ void count_diff(const uint4* a, const uint4* b, uint64_t n16, unsigned long long* diff) {
-  unsigned long long d = 0;
-  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n16; i += uint64_t(gridDim.x) * blockDim.x) {
-    const uint4 x = a[i], y = b[i];
-    d += (x.x != y.x) | (x.y != y.y) | (x.z != y.z) | (x.w != y.w);
-  }
-  if (d) atomicAdd(diff, d);
-}
 
 // SM copy over the link (what the kernel mode's data path costs): 16-byte loads and stores, grid-stride.
 __global__ void sm_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, uint64_t n16) {

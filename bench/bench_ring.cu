@@ -45,7 +45,7 @@
 #include "bench_common.cuh"
 
 #if defined(ZIPCOMM_BENCH_WITH_NCCL)
-#include <nccl.h>
+#include "nccl_check.cuh"
 #endif
 
 using namespace zipcomm;
@@ -67,33 +67,6 @@ struct Row {
   std::string verdict;                                 // automatic rows: right / wrong / tie
   double diff_elems = 0, diff_ulp = 0;                 // ncclAllReduce rows: how its result differs from the ring's
 };
-
-/// Elements of two bf16 arrays that differ (out[0]) and the largest distance in ulps (out[1]; the values'
-/// monotone integer order). Vector loads where 16-byte aligned (cudaMalloc'd buffers).
-__global__ void diff16(const uint16_t* a, const uint16_t* b, uint64_t n, unsigned long long* out) {
-  unsigned long long cnt = 0, worst = 0;
-  auto one = [&](uint32_t x, uint32_t y) {
-    if (x == y) return;
-    ++cnt;
-    const long long kx = (x & 0x8000u) ? -(long long)(x & 0x7FFFu) : (long long)x;
-    const long long ky = (y & 0x8000u) ? -(long long)(y & 0x7FFFu) : (long long)y;
-    const unsigned long long d = (unsigned long long)(kx > ky ? kx - ky : ky - kx);
-    worst = d > worst ? d : worst;
-  };
-  const uint64_t n8 = n / 8, stride = uint64_t(gridDim.x) * blockDim.x;
-  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n8; i += stride) {
-    const uint4 x = reinterpret_cast<const uint4*>(a)[i], y = reinterpret_cast<const uint4*>(b)[i];
-    const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-    for (int k = 0; k < 4; ++k) {
-      if (xs[k] == ys[k]) continue;
-      one(xs[k] & 0xFFFFu, ys[k] & 0xFFFFu);
-      one(xs[k] >> 16, ys[k] >> 16);
-    }
-  }
-  for (uint64_t i = n8 * 8 + blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += stride) one(a[i], b[i]);
-  if (cnt) atomicAdd(&out[0], cnt);
-  if (worst) atomicMax(&out[1], worst);
-}
 
 constexpr uint64_t SPARE_BYTES = uint64_t(1) << 30;  // left free on every GPU for the rings, NCCL, the runtime
 
@@ -206,15 +179,9 @@ struct Buffers {
   /// {elements that differ, largest distance in ulps}. Call with every stream idle.
   std::array<unsigned long long, 2> compare(int r) {
     CK(cudaSetDevice(device[r]));
-    CK(cudaMemset(diff[r], 0, 2 * sizeof(unsigned long long)));
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device[r]));
-    diff16<<<4 * sms, 256>>>(static_cast<const uint16_t*>(data[r]), static_cast<const uint16_t*>(ref),
-                             bytes / format::elem_bytes(D), diff[r]);
-    CK(cudaGetLastError());
-    std::array<unsigned long long, 2> h{};
-    CK(cudaMemcpy(h.data(), diff[r], sizeof h, cudaMemcpyDeviceToHost));
-    return h;
+    return examples::diff16(data[r], ref, bytes / format::elem_bytes(D), diff[r], 4 * sms);
   }
 };
 
@@ -320,15 +287,6 @@ void add_ring_rows(const std::string& backend, RingCommunicator& comm, Buffers& 
 }
 
 #if defined(ZIPCOMM_BENCH_WITH_NCCL)
-#define NK(call)                                                                                      \
-  do {                                                                                                \
-    ncclResult_t r_ = (call);                                                                         \
-    if (r_ != ncclSuccess) {                                                                          \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_));     \
-      std::exit(1);                                                                                   \
-    }                                                                                                 \
-  } while (0)
-
 void add_nccl_row(const std::vector<ncclComm_t>& comms, const std::vector<cudaStream_t>& streams, Buffers& buf,
                   int reps, std::vector<Row>& rows) {
   const int R = int(comms.size());

@@ -34,6 +34,9 @@
 #include <cuda_runtime.h>
 
 #include <zipcomm/device/device_codec.cuh>  // templates only: bf16/fp16/fp32 x Gaussian are instantiated below
+
+#include "example_common.cuh"
+
 #define ZIPCOMM_DEMO_GPU 1
 #else
 #define ZIPCOMM_DEMO_GPU 0
@@ -96,50 +99,11 @@ double best_seconds(F f) {
 }
 
 #if ZIPCOMM_DEMO_GPU
-#define CUDA_OK(call)                                                                                  \
-  do {                                                                                                 \
-    cudaError_t e_ = (call);                                                                           \
-    if (e_ != cudaSuccess) {                                                                           \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #call); \
-      std::exit(1);                                                                                    \
-    }                                                                                                  \
-  } while (0)
-
 struct GpuResult {
   bool same_bytes = false, round_trip = false;
   double enc_gbs = 0, dec_gbs = 0, copy_gbs = 0;
   uint64_t big_bytes = 0;
 };
-
-__global__ void count_mismatches(const uint4* a, const uint4* b, uint64_t n16, unsigned long long* bad) {
-  unsigned long long local = 0;
-  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n16; i += uint64_t(gridDim.x) * blockDim.x) {
-    uint4 x = a[i], y = b[i];
-    local += (x.x != y.x) | (x.y != y.y) | (x.z != y.z) | (x.w != y.w);
-  }
-  if (local) atomicAdd(bad, local);
-}
-
-/// Median time in ms of `runs` timed launches of f() after `warmup` untimed ones.
-template <class F>
-double median_ms(F f, int warmup = 3, int runs = 25) {
-  for (int i = 0; i < warmup; ++i) f();
-  cudaEvent_t a, b;
-  CUDA_OK(cudaEventCreate(&a));
-  CUDA_OK(cudaEventCreate(&b));
-  std::vector<float> t(runs);
-  for (int i = 0; i < runs; ++i) {
-    CUDA_OK(cudaEventRecord(a));
-    f();
-    CUDA_OK(cudaEventRecord(b));
-    CUDA_OK(cudaEventSynchronize(b));
-    CUDA_OK(cudaEventElapsedTime(&t[i], a, b));
-  }
-  CUDA_OK(cudaEventDestroy(a));
-  CUDA_OK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[runs / 2];
-}
 
 template <DType D>
 GpuResult gpu_run(const Sample& s, const std::vector<uint8_t>& host_stream) {
@@ -158,27 +122,25 @@ GpuResult gpu_run(const Sample& s, const std::vector<uint8_t>& host_stream) {
   void *d_in, *d_comp, *d_out;
   Res* d_res;
   unsigned long long* d_bad;
-  CUDA_OK(cudaMalloc(&d_in, big));
-  CUDA_OK(cudaMalloc(&d_out, big + 16));
-  CUDA_OK(cudaMalloc(&d_comp, cap_big));
-  CUDA_OK(cudaMalloc(&d_res, sizeof(Res)));
-  CUDA_OK(cudaMalloc(&d_bad, sizeof(unsigned long long)));
-  CUDA_OK(cudaMemcpy(d_in, s.data.data(), sample_bytes, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&d_in, big));
+  CK(cudaMalloc(&d_out, big + 16));
+  CK(cudaMalloc(&d_comp, cap_big));
+  CK(cudaMalloc(&d_res, sizeof(Res)));
+  CK(cudaMalloc(&d_bad, sizeof(unsigned long long)));
+  CK(cudaMemcpy(d_in, s.data.data(), sample_bytes, cudaMemcpyHostToDevice));
   size_t t_enc = 0, t_dec = 0;
-  CUDA_OK((zipcomm::device::compress<D, Code>(nullptr, t_enc, d_in, n_big, d_comp, cap_big, &d_res->bytes,
-                                             &d_res->status)));
-  CUDA_OK((zipcomm::device::decompress<D, Code>(nullptr, t_dec, d_comp, cap_big, d_out, n_big, &d_res->status)));
+  CK((zipcomm::device::compress<D, Code>(nullptr, t_enc, d_in, n_big, d_comp, cap_big, &d_res->bytes, &d_res->status)));
+  CK((zipcomm::device::decompress<D, Code>(nullptr, t_dec, d_comp, cap_big, d_out, n_big, &d_res->status)));
   void* d_temp = nullptr;
-  CUDA_OK(cudaMalloc(&d_temp, std::max<size_t>(std::max(t_enc, t_dec), 16)));
+  CK(cudaMalloc(&d_temp, std::max<size_t>(std::max(t_enc, t_dec), 16)));
   Res res;
 
   // 1. The sample itself: the GPU must write the host codec's bytes.
-  CUDA_OK((zipcomm::device::compress<D, Code>(d_temp, t_enc, d_in, s.n, d_comp, cap_big, &d_res->bytes,
-                                             &d_res->status)));
-  CUDA_OK(cudaMemcpy(&res, d_res, sizeof res, cudaMemcpyDeviceToHost));
+  CK((zipcomm::device::compress<D, Code>(d_temp, t_enc, d_in, s.n, d_comp, cap_big, &d_res->bytes, &d_res->status)));
+  CK(cudaMemcpy(&res, d_res, sizeof res, cudaMemcpyDeviceToHost));
   if (res.status == Status::ok && res.bytes == host_stream.size()) {
     std::vector<uint8_t> got(res.bytes);
-    CUDA_OK(cudaMemcpy(got.data(), d_comp, res.bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got.data(), d_comp, res.bytes, cudaMemcpyDeviceToHost));
     r.same_bytes = got == host_stream;
   }
   if (res.status != Status::ok) std::printf("  device compress of %s: %s\n", s.name.c_str(), zipcomm::status_string(res.status));
@@ -186,38 +148,35 @@ GpuResult gpu_run(const Sample& s, const std::vector<uint8_t>& host_stream) {
   // 2. Tile the sample to >= 256 MiB (doubling copies on the device).
   for (uint64_t have = sample_bytes; have < big;) {
     uint64_t len = std::min(have, big - have);
-    CUDA_OK(cudaMemcpy(static_cast<uint8_t*>(d_in) + have, d_in, len, cudaMemcpyDeviceToDevice));
+    CK(cudaMemcpy(static_cast<uint8_t*>(d_in) + have, d_in, len, cudaMemcpyDeviceToDevice));
     have += len;
   }
   auto enc = [&] {
     size_t t = t_enc;
-    CUDA_OK((zipcomm::device::compress<D, Code>(d_temp, t, d_in, n_big, d_comp, cap_big, &d_res->bytes,
-                                               &d_res->status)));
+    CK((zipcomm::device::compress<D, Code>(d_temp, t, d_in, n_big, d_comp, cap_big, &d_res->bytes, &d_res->status)));
   };
-  const double enc_ms = median_ms(enc);
-  CUDA_OK(cudaDeviceSynchronize());
-  CUDA_OK(cudaMemcpy(&res, d_res, sizeof res, cudaMemcpyDeviceToHost));
+  const double enc_ms = examples::median_ms(0, 3, 25, enc);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(&res, d_res, sizeof res, cudaMemcpyDeviceToHost));
   const Status enc_status = res.status;
   const uint64_t comp_bytes = res.bytes;
   auto dec = [&] {
     size_t t = t_dec;
-    CUDA_OK((zipcomm::device::decompress<D, Code>(d_temp, t, d_comp, comp_bytes, d_out, n_big, &d_res->status)));
+    CK((zipcomm::device::decompress<D, Code>(d_temp, t, d_comp, comp_bytes, d_out, n_big, &d_res->status)));
   };
-  const double dec_ms = median_ms(dec);
-  CUDA_OK(cudaDeviceSynchronize());
-  CUDA_OK(cudaMemcpy(&res, d_res, sizeof res, cudaMemcpyDeviceToHost));
+  const double dec_ms = examples::median_ms(0, 3, 25, dec);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(&res, d_res, sizeof res, cudaMemcpyDeviceToHost));
   const Status dec_status = res.status;
-  CUDA_OK(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
-  count_mismatches<<<1024, 256>>>(static_cast<const uint4*>(d_in), static_cast<const uint4*>(d_out), big / 16, d_bad);
-  unsigned long long bad = 1;
-  CUDA_OK(cudaMemcpy(&bad, d_bad, sizeof bad, cudaMemcpyDeviceToHost));
+  const unsigned long long bad = examples::count_diff_words(d_in, d_out, big, d_bad, 1024);
   r.round_trip = enc_status == Status::ok && dec_status == Status::ok && bad == 0 && big % 16 == 0;
   if (enc_status != Status::ok || dec_status != Status::ok)
     std::printf("  device codec on the tiled buffer: compress %s, decompress %s\n", zipcomm::status_string(enc_status),
                 zipcomm::status_string(dec_status));
 
   // 3. Copy roofline: device-to-device memcpy of the same bytes, same run.
-  const double copy_ms = median_ms([&] { CUDA_OK(cudaMemcpyAsync(d_out, d_in, big, cudaMemcpyDeviceToDevice)); });
+  const double copy_ms =
+      examples::median_ms(0, 3, 25, [&] { CK(cudaMemcpyAsync(d_out, d_in, big, cudaMemcpyDeviceToDevice)); });
   r.enc_gbs = double(big) / (enc_ms * 1e6);
   r.dec_gbs = double(big) / (dec_ms * 1e6);
   r.copy_gbs = 2.0 * double(big) / (copy_ms * 1e6);
@@ -286,7 +245,7 @@ int main(int argc, char** argv) {
   int count = 0;
   gpu = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
   cudaDeviceProp prop{};
-  if (gpu) CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  if (gpu) CK(cudaGetDeviceProperties(&prop, 0));
   (void)cudaGetLastError();
 #endif
 

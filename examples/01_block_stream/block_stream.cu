@@ -19,6 +19,8 @@
 #include <zipcomm/block/block_stream_codec.cuh>
 #include <zipcomm/host/reference_codec.hpp>
 
+#include "example_common.cuh"
+
 namespace cg = cooperative_groups;
 using namespace zipcomm;
 
@@ -26,15 +28,6 @@ constexpr int WARPS = 8;
 constexpr uint64_t SLICE = 1 << 18;  // elements per stream: one block's share of a collective step
 using Enc = block::BlockStreamEncoder<DType::bf16, WARPS>;
 using Dec = block::BlockStreamDecoder<DType::bf16, WARPS>;
-
-#define CK(call)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
 
 // Slot s of `out` (slot_bytes apart, 16-byte aligned) receives the stream of elements [s*SLICE, ...).
 __global__ void __launch_bounds__(WARPS * 32) compress_slices(const uint16_t* in, uint64_t n, uint8_t* out,

@@ -22,35 +22,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include <zipcomm/comm/p2p.cuh>
 
+#include "nccl_check.cuh"
+
 using namespace zipcomm;
 using namespace zipcomm::comm;
 
-#define CK(call)                                                                                                 \
-  do {                                                                                                           \
-    cudaError_t e_ = (call);                                                                                     \
-    if (e_ != cudaSuccess) {                                                                                     \
-      std::fprintf(stderr, "rank %d %s:%d %s: %s\n", g_rank, __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                              \
-    }                                                                                                            \
-  } while (0)
-#define NK(call)                                                                                                 \
-  do {                                                                                                           \
-    ncclResult_t r_ = (call);                                                                                    \
-    if (r_ != ncclSuccess) {                                                                                     \
-      std::fprintf(stderr, "rank %d %s:%d %s: %s\n", g_rank, __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
-      std::exit(1);                                                                                              \
-    }                                                                                                            \
-  } while (0)
-
 namespace {
 
-int g_rank = 0;
 constexpr uint32_t SLOTS = 8;
 constexpr uint64_t TIMEOUT_NS = 10000000000ull;
 
@@ -72,7 +55,7 @@ bool stream_done(cudaStream_t s) {
 }
 
 int run_rank(int rank, int nranks, ncclUniqueId id, const std::vector<uint8_t>& message) {
-  g_rank = rank;
+  examples::error_rank() = rank;
   CK(cudaSetDevice(rank));
   ncclComm_t comm;
   NK(ncclCommInitRank(&comm, nranks, id, rank));
@@ -245,6 +228,7 @@ int run_rank(int rank, int nranks, ncclUniqueId id, const std::vector<uint8_t>& 
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::error_rank() = 0;  // failures before the fork name rank 0
   int nranks = 1;
   std::string data = "tests/data";
   uint64_t mib = 64;
@@ -262,8 +246,7 @@ int main(int argc, char** argv) {
     }
   }
   setenv("NCCL_NVLS_ENABLE", "0", 0);  // no NVLink multicast
-  std::ifstream f(data + "/llama_grads.bf16", std::ios::binary);
-  const std::vector<uint8_t> sample((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::vector<uint8_t> sample = examples::read_file(data + "/llama_grads.bf16");
   if (sample.size() < 2) return std::fprintf(stderr, "missing %s/llama_grads.bf16\n", data.c_str()), 1;
   std::vector<uint8_t> message((mib << 20) + 2 * 777);  // not a whole number of items
   for (uint64_t off = 0; off < message.size(); off += sample.size())

@@ -18,23 +18,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include <zipcomm/comm/p2p.cuh>
 
+#include "example_common.cuh"
+
 using namespace zipcomm;
 using namespace zipcomm::comm;
-
-#define CK(call)                                                                                 \
-  do {                                                                                           \
-    cudaError_t e_ = (call);                                                                     \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 namespace {
 
@@ -43,29 +35,6 @@ bool same_on_device(const void* a, const void* b, uint64_t bytes) {
   CK(cudaMemcpy(x.data(), a, bytes, cudaMemcpyDefault));
   CK(cudaMemcpy(y.data(), b, bytes, cudaMemcpyDefault));
   return x == y;
-}
-
-template <class F>
-double median_ms(cudaStream_t s, int reps, F&& f) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  f();  // warm-up
-  CK(cudaStreamSynchronize(s));
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a, s));
-    f();
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
 }
 
 }  // namespace
@@ -89,8 +58,7 @@ int main(int argc, char** argv) {
     std::printf("zipcomm_p2p_pipeline: no GPU here; nothing to show.\n");
     return 0;
   }
-  std::ifstream f(data + "/llama_grads.bf16", std::ios::binary);
-  const std::vector<uint8_t> sample((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::vector<uint8_t> sample = examples::read_file(data + "/llama_grads.bf16");
   if (sample.size() < 2) {
     std::fprintf(stderr, "missing %s/llama_grads.bf16\n", data.c_str());
     return 1;
@@ -123,14 +91,14 @@ int main(int argc, char** argv) {
     }
     CK(ie);
     CK(link.calibrate(src, sample.size() / 2, std::min<uint64_t>(bytes, uint64_t(256) << 20)));
-    const double coded = median_ms(stream, 5, [&] { CK(link.transfer(src, dst, n, stream)); });
+    const double coded = examples::median_ms(stream, 1, 5, [&] { CK(link.transfer(src, dst, n, stream)); });
     if (link.wait() != Status::ok) return std::fprintf(stderr, "host link: transfer failed\n"), 1;
     CK(cudaMemset(dst, 0, bytes));
     CK(link.transfer(src, dst, n, stream));
     const Status st = link.wait();
     if (st != Status::ok || !same_on_device(src, dst, bytes))
       return std::fprintf(stderr, "host link: %s, data %s\n", status_string(st), "differs"), 1;
-    const double raw = median_ms(stream, 5, [&] { CK(link.transfer_raw(src, dst, n, stream)); });
+    const double raw = examples::median_ms(stream, 1, 5, [&] { CK(link.transfer_raw(src, dst, n, stream)); });
     if (link.wait() != Status::ok || !same_on_device(src, dst, bytes))
       return std::fprintf(stderr, "raw copy failed\n"), 1;
     std::printf(

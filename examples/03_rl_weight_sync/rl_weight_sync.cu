@@ -20,23 +20,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include <zipcomm/comm/p2p.cuh>
 
+#include "example_common.cuh"
+
 using namespace zipcomm;
 using namespace zipcomm::comm;
-
-#define CK(call)                                                                                 \
-  do {                                                                                           \
-    cudaError_t e_ = (call);                                                                     \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 namespace {
 
@@ -148,15 +140,6 @@ __global__ void reader_kernel(const Published* p, const uint16_t* buf0, const ui
   if (threadIdx.x == 0) *count = k;
 }
 
-__global__ void count_diff(const uint4* a, const uint4* b, uint64_t n16, unsigned long long* diff) {
-  unsigned long long d = 0;
-  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n16; i += uint64_t(gridDim.x) * blockDim.x) {
-    const uint4 x = a[i], y = b[i];
-    d += (x.x != y.x) | (x.y != y.y) | (x.z != y.z) | (x.w != y.w);
-  }
-  if (d) atomicAdd(diff, d);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -185,8 +168,7 @@ int main(int argc, char** argv) {
   }
   const std::vector<TensorSpec> specs =
       model == "tiny" ? llama_shapes(4096, 256, 1024, 64, 2) : llama_shapes(128256, 2048, 8192, 512, 16);
-  std::ifstream f(data + "/llama_weights.bf16", std::ios::binary);
-  const std::vector<uint8_t> sample((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::vector<uint8_t> sample = examples::read_file(data + "/llama_weights.bf16");
   if (sample.size() < 2) return std::fprintf(stderr, "missing %s/llama_weights.bf16\n", data.c_str()), 1;
 
   // Flat parameter buffers: tensor t is a view at offset[t] (256-byte aligned).
@@ -304,11 +286,7 @@ int main(int argc, char** argv) {
     CK(cudaMemsetAsync(infer[spare], 0, total, sync_stream));
     const double coded_ms = sync_all(spare, false);
     const Status st = link.wait();  // every bucket decoded and checked
-    CK(cudaMemset(diff, 0, 8));
-    count_diff<<<264, 256>>>(reinterpret_cast<const uint4*>(trainer), reinterpret_cast<const uint4*>(infer[spare]),
-                             total / 16, diff);
-    unsigned long long d = 1;
-    CK(cudaMemcpy(&d, diff, 8, cudaMemcpyDeviceToHost));
+    const unsigned long long d = examples::count_diff_words(trainer, infer[spare], total, diff);
     if (st != Status::ok || d != 0) {
       std::fprintf(stderr, "step %d: sync failed (%s, %llu differing words)\n", step, status_string(st), d);
       rc = 1;

@@ -26,17 +26,10 @@
 #include <zipcomm/block/block_stream_codec.cuh>
 #include <zipcomm/host/reference_reduce.hpp>
 
+#include "example_common.cuh"
+
 using namespace zipcomm;
 namespace cg = cooperative_groups;
-
-#define CK(...)                                                                                            \
-  do {                                                                                                     \
-    cudaError_t e_ = (__VA_ARGS__);                                                                        \
-    if (e_ != cudaSuccess) {                                                                               \
-      std::fprintf(stderr, "%s:%d %s -> %s\n", __FILE__, __LINE__, #__VA_ARGS__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                        \
-    }                                                                                                      \
-  } while (0)
 
 namespace {
 

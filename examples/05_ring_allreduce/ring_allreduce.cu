@@ -23,7 +23,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,17 +30,10 @@
 #include <zipcomm/comm/ring_communicator.cuh>
 #include <zipcomm/comm/ring_reference.cuh>
 
+#include "example_common.cuh"
+
 using namespace zipcomm;
 using namespace zipcomm::comm;
-
-#define CK(call)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
 
 namespace {
 
@@ -167,8 +159,7 @@ int main(int argc, char** argv) {
 
   std::vector<uint8_t> sample;
   if (!data_file.empty()) {
-    std::ifstream f(data_file, std::ios::binary);
-    sample.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    sample = examples::read_file(data_file);
     if (sample.size() < format::elem_bytes(d)) return std::fprintf(stderr, "cannot read %s\n", data_file.c_str()), 2;
   }
   std::vector<std::vector<uint8_t>> inputs;

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -55,30 +56,14 @@
 #include <zipcomm/comm/ring_allreduce.cuh>
 #include <zipcomm/comm/ring_reference.cuh>
 
+#include "nccl_check.cuh"
+
 using namespace zipcomm;
 using namespace zipcomm::comm;
 
 namespace {
 
 constexpr int EXIT_SKIP = 77;
-int g_rank = 0;
-
-#define CK(call)                                                                                          \
-  do {                                                                                                    \
-    cudaError_t e_ = (call);                                                                              \
-    if (e_ != cudaSuccess) {                                                                              \
-      std::fprintf(stderr, "rank %d %s:%d %s: %s\n", g_rank, __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                       \
-    }                                                                                                     \
-  } while (0)
-#define NK(call)                                                                                          \
-  do {                                                                                                    \
-    ncclResult_t r_ = (call);                                                                             \
-    if (r_ != ncclSuccess) {                                                                              \
-      std::fprintf(stderr, "rank %d %s:%d %s: %s\n", g_rank, __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
-      std::exit(1);                                                                                       \
-    }                                                                                                     \
-  } while (0)
 
 struct Shared {  // anonymous shared mapping, created before fork
   std::atomic<int> id_ready;
@@ -133,33 +118,6 @@ double ulp_distance(DType d, uint32_t a, uint32_t b) {
   return std::fabs(double(key(a) - key(b)));
 }
 
-/// Elements of two 16-bit arrays that differ (out[0]) and the largest distance between them in ulps (out[1];
-/// the values' monotone integer order, as ulp_distance). Vector loads where 16-byte aligned (cudaMalloc).
-__global__ void diff16(const uint16_t* a, const uint16_t* b, uint64_t n, unsigned long long* out) {
-  unsigned long long cnt = 0, worst = 0;
-  auto one = [&](uint32_t x, uint32_t y) {
-    if (x == y) return;
-    ++cnt;
-    const long long kx = (x & 0x8000u) ? -(long long)(x & 0x7FFFu) : (long long)x;
-    const long long ky = (y & 0x8000u) ? -(long long)(y & 0x7FFFu) : (long long)y;
-    const unsigned long long d = (unsigned long long)(kx > ky ? kx - ky : ky - kx);
-    worst = d > worst ? d : worst;
-  };
-  const uint64_t n8 = n / 8, stride = uint64_t(gridDim.x) * blockDim.x;
-  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n8; i += stride) {
-    const uint4 x = reinterpret_cast<const uint4*>(a)[i], y = reinterpret_cast<const uint4*>(b)[i];
-    const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-    for (int k = 0; k < 4; ++k) {
-      if (xs[k] == ys[k]) continue;
-      one(xs[k] & 0xFFFFu, ys[k] & 0xFFFFu);
-      one(xs[k] >> 16, ys[k] >> 16);
-    }
-  }
-  for (uint64_t i = n8 * 8 + blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += stride) one(a[i], b[i]);
-  if (cnt) atomicAdd(&out[0], cnt);
-  if (worst) atomicMax(&out[1], worst);
-}
-
 /// --sweep: the three allreduces at per-rank sizes 1 MiB .. cfg.sweep_mib MiB (see the usage above). Every rank
 /// runs it with the same sizes and the same calls (the ring's epochs advance alike); returns the exit code.
 int run_sweep(int rank, const Config& cfg, ncclComm_t comm, cudaStream_t stream, RingPeers peers,
@@ -170,12 +128,7 @@ int run_sweep(int rank, const Config& cfg, ncclComm_t comm, cudaStream_t stream,
   std::vector<uint8_t> sample;
   {
     const std::string path = cfg.data + "/llama_grads.bf16";
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (f) {
-      uint8_t buf[1 << 16];
-      for (size_t got; (got = std::fread(buf, 1, sizeof buf, f)) > 0;) sample.insert(sample.end(), buf, buf + got);
-      std::fclose(f);
-    }
+    sample = examples::read_file(path);
     if (sample.size() < 2 * eb) {
       std::fprintf(stderr, "rank %d: missing or empty %s (--data DIR)\n", rank, path.c_str());
       return 1;  // every rank reads the same file: every rank stops here
@@ -297,13 +250,8 @@ int run_sweep(int rank, const Config& cfg, ncclComm_t comm, cudaStream_t stream,
     std::sort(times.begin(), times.end());
     ms = times.empty() ? 0.0 : times[times.size() / 2];
   };
-  auto diff = [&](uint64_t n, unsigned long long (&out)[2]) {  // buf against ref (the raw ring's result)
-    CK(cudaMemsetAsync(d_diff, 0, sizeof out, stream));
-    diff16<<<4 * prop.multiProcessorCount, 256, 0, stream>>>(static_cast<const uint16_t*>(buf),
-                                                              static_cast<const uint16_t*>(ref), n, d_diff);
-    CK(cudaGetLastError());
-    CK(cudaMemcpyAsync(out, d_diff, sizeof out, cudaMemcpyDeviceToHost, stream));
-    CK(cudaStreamSynchronize(stream));
+  auto diff = [&](uint64_t n) {  // buf against ref (the raw ring's result)
+    return examples::diff16(buf, ref, n, d_diff, 4 * prop.multiProcessorCount, stream);
   };
   struct Row {
     uint64_t bytes;
@@ -321,12 +269,12 @@ int run_sweep(int rank, const Config& cfg, ncclComm_t comm, cudaStream_t stream,
     const uint64_t n = bytes / eb;
     double ms[3] = {0, 0, 0};
     Status st[3];
-    unsigned long long cdiff[2] = {0, 0}, ndiff[2] = {0, 0};
+    std::array<unsigned long long, 2> cdiff{}, ndiff{};
     timed(0, n, ms[0], st[0]);
     CK(cudaMemcpyAsync(ref, buf, bytes, cudaMemcpyDeviceToDevice, stream));
     if (st[0] == Status::ok) timed(1, n, ms[1], st[1]);
-    if (st[0] == Status::ok && st[1] == Status::ok) diff(n, cdiff);
-    if (st[0] == Status::ok && st[1] == Status::ok) timed(2, n, ms[2], st[2]), diff(n, ndiff);
+    if (st[0] == Status::ok && st[1] == Status::ok) cdiff = diff(n);
+    if (st[0] == Status::ok && st[1] == Status::ok) timed(2, n, ms[2], st[2]), ndiff = diff(n);
     // the slowest rank's medians, the worst rank's differences and status
     const double mine[8] = {ms[0], ms[1], ms[2], double(cdiff[0]), double(ndiff[0]), double(ndiff[1]),
                             double(std::max({uint32_t(st[0]), uint32_t(st[1]), uint32_t(st[2])})), 0.0};
@@ -401,7 +349,7 @@ int run_sweep(int rank, const Config& cfg, ncclComm_t comm, cudaStream_t stream,
 }
 
 int run_rank(int rank, const Config& cfg, Shared* shared) {
-  g_rank = rank;
+  examples::error_rank() = rank;
   const int R = cfg.ranks;
   const DType d = cfg.dtype;
   const uint64_t n = cfg.n, eb = format::elem_bytes(d), bytes = n * eb;
