@@ -848,12 +848,14 @@ class HostStagingLink {
   }
 
   /// Launch settings of one side: its trace, and in stream mode the flags its copy streams wait on (poisoned
-  /// if this side aborts: the sender's planes flags, the receiver's credits), the overflow area and the budget.
+  /// if this side aborts: the sender's planes and exponents flags, the receiver's credits), the overflow area and the budget.
   P2PLaunchExtras extras(bool sender) const {
     P2PLaunchExtras x;
     x.trace = sender ? send_trace_ : recv_trace_;
     if (mode_ == HostLinkMode::stream) {
-      x.poison = {sender ? stream_ring().ready_planes : stream_ring().credits, opt_.slots};
+      // The copy streams wait on the sender's planes and exponents flags (adjacent: ready_exps = ready_planes +
+      // slots, in the pinned ring and in stream_flags_ alike) and on the receiver's credits.
+      x.poison = {sender ? stream_ring().ready_planes : stream_ring().credits, sender ? 2 * opt_.slots : opt_.slots};
       // The sender writes the overflow into the pinned slot; a sender that writes its whole frame there already
       // has (stream_sender_writes_host).
       x.overflow_slots = sender && opt_.stream_sender_writes_host ? nullptr : ring_.view().slots;
