@@ -14,9 +14,11 @@
 // from GPU 0, pull from GPU 1), the link coded always and as used after calibrate(), per size; bit-exact once per
 // size (checked on GPU 1 against a copy of the source made there); whether calibrate()'s switch picked the faster
 // of coded and raw at every size; a few knob variants at 64 and 256 MiB.
+// --variant NAME:KEY=VALUE,... times any combination of options in the sweep (see parse_variant); --curve-variant
+// puts one on the curve too; --chain-probe times stream mode's copy chain with coding free.
 // Usage: zipcomm_bench_p2p [--data DIR] [--max-mib 1024] [--min-kib 1] [--json FILE] [--reps-scale X] [--sweep]
-//        [--sweep-only TEXT] [--trace] [--trace-frame-items N] [--trace-head ITEM,FRAME,MIB] [--no-curve]
-//        [--modes copy,relay,kernel,stream] [--peer]
+//        [--sweep-only TEXT] [--sweep-mib A,B] [--variant SPEC] [--curve-variant SPEC] [--chain-probe] [--trace]
+//        [--trace-frame-items N] [--trace-head ITEM,FRAME,MIB] [--no-curve] [--modes copy,relay,kernel,stream] [--peer]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -426,6 +428,7 @@ int main(int argc, char** argv) {
   PipelineTier trace_head = {2048, 128, 0};  // region 0: no head
   std::string modes = "copy,relay,kernel,stream", sweep_only;
   std::vector<std::string> variants;  // --variant specs, timed by the sweep
+  std::vector<std::string> curve_variants;  // --curve-variant specs: more links on the curve
   uint64_t sweep_mib[2] = {64, 256};
   bool chain_probe = false;
   for (int i = 1; i < argc; ++i) {
@@ -451,7 +454,9 @@ int main(int argc, char** argv) {
       if (std::sscanf(argv[++i], "%llu,%llu", &x, &y) != 2 || !x || !y)
         return std::fprintf(stderr, "--sweep-mib wants A,B (MiB)\n"), 2;
       sweep_mib[0] = x, sweep_mib[1] = y;
-    } else if (a == "--chain-probe")  // stream mode's copy chain without coding: events, flag waits
+    } else if (a == "--curve-variant" && i + 1 < argc)  // NAME:KEY=VALUE,...: one more link on the curve
+      curve_variants.push_back(argv[++i]);
+    else if (a == "--chain-probe")  // stream mode's copy chain without coding: events, flag waits
       chain_probe = true;
     else if (a == "--trace")  // per-frame timelines of kernel and stream mode at 64 MiB
       trace = true;
@@ -473,7 +478,7 @@ int main(int argc, char** argv) {
       peer = true;
     else {
       std::fprintf(stderr, "usage: %s [--data DIR] [--max-mib 1024] [--min-kib 1] [--json FILE] [--reps-scale X] "
-                   "[--sweep] [--sweep-only NAME] [--variant NAME:K=V,...] [--sweep-mib A,B] [--chain-probe] [--trace] [--trace-frame-items N] [--no-curve] [--modes LIST] "
+                   "[--sweep] [--sweep-only NAME] [--variant NAME:K=V,...] [--sweep-mib A,B] [--chain-probe] [--curve-variant NAME:K=V,...] [--trace] [--trace-frame-items N] [--no-curve] [--modes LIST] "
                    "[--peer]\n", argv[0]);
       return 2;
     }
@@ -1019,7 +1024,9 @@ int main(int argc, char** argv) {
     const char* name;
     HostStagingLink<DType::bf16> link;
   };
-  std::vector<Link> all_links(4);
+  // The modes asked for, then each --curve-variant (named by its spec's NAME).
+  std::vector<Link> all_links(4 + curve_variants.size());
+  std::vector<std::string> curve_names(curve_variants.size());
   const HostLinkMode all_modes[4] = {HostLinkMode::copy, HostLinkMode::relay, HostLinkMode::kernel,
                                      HostLinkMode::stream};
   const char* all_names[4] = {"copy", "relay", "kernel", "stream"};
@@ -1029,6 +1036,14 @@ int main(int argc, char** argv) {
     all_links[NL].name = all_names[k];
     CK(all_links[NL].link.init(0, all_modes[k] == HostLinkMode::stream ? P2POptions::stream_tuned() : P2POptions(),
                                all_modes[k]));
+    ++NL;
+  }
+  for (size_t i = 0; i < curve_variants.size(); ++i) {
+    HostLinkMode m;
+    P2POptions o;
+    if (!parse_variant(curve_variants[i], curve_names[i], m, o)) return 2;
+    all_links[NL].name = curve_names[i].c_str();
+    CK(all_links[NL].link.init(0, o, m));
     ++NL;
   }
   Link* links = all_links.data();
@@ -1048,7 +1063,7 @@ int main(int argc, char** argv) {
   std::printf(" |");
   for (int k = 0; k < NL; ++k) std::printf(" %c+bp/swp", links[k].name[0]);
   std::printf("\n");
-  double min_ratio[4] = {1e9, 1e9, 1e9, 1e9}, min_ratio_64[4] = {1e9, 1e9, 1e9, 1e9};
+  std::vector<double> min_ratio(NL, 1e9), min_ratio_64(NL, 1e9);
   for (uint64_t bytes = min_kib << 10; bytes <= max_bytes; bytes *= 2) {
     const uint64_t n = bytes / 2;
     const int reps = std::max(5, int(reps_scale * (bytes <= (uint64_t(1) << 20)    ? 41
@@ -1076,7 +1091,7 @@ int main(int argc, char** argv) {
     verify(bytes, "raw");
     rows.push_back({bytes, "raw", raw_best, bytes / raw_best / 1e6,
                     "chunk " + std::to_string(raw_chunk) + (raw_best_host == raw_host_wc ? ", write-combined" : "")});
-    double coded[4], autob[4], raw_pair[4];
+    std::vector<double> coded(NL), autob(NL), raw_pair(NL);
     for (int k = 0; k < NL; ++k) {
       HostStagingLink<DType::bf16>& link = links[k].link;
       auto wait = [&] {

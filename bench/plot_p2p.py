@@ -37,11 +37,16 @@ def main():
         "coded_kernel": "coded, kernel mode (always coded)",
         "link_relay": "link, relay mode (raw below measured threshold)",
         "link_kernel": "link, kernel mode (raw below measured threshold)",
+        "coded_stream": "coded, stream mode (always coded)",
+        "link_stream": "link, stream mode (raw below measured threshold)",
     }
     styles = {"raw": "k-", "coded_copy": "C2--", "coded_relay": "C0--", "coded_kernel": "C1--",
-              "link_copy": "C2-", "link_relay": "C0-", "link_kernel": "C1-"}
+              "link_copy": "C2-", "link_relay": "C0-", "link_kernel": "C1-", "coded_stream": "C3--",
+              "link_stream": "C3-"}
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 9), sharex=True)
     for name, pts in series.items():
+        if name.startswith("raw_paired_"):
+            continue  # the paired raw times only feed the ratios below
         ax1.plot([p[0] for p in pts], [p[1] for p in pts], styles.get(name, "-"), marker=".",
                  label=labels.get(name, name))
     ax1.set_xscale("log", base=2)
@@ -50,12 +55,19 @@ def main():
     ax1.set_title("GPU -> pinned host -> GPU on %s, real bf16 gradients" % d.get("gpu", "?"))
     ax1.grid(True, which="both", alpha=0.3)
     ax1.legend(fontsize=8)
+    # Speed over raw: a link as used against the raw transfer timed alternately with it (raw_paired_<link>),
+    # coded-always against the raw sweep's best.
     raw = {p[0]: p[2] for p in series.get("raw", [])}
-    for name in ("link_copy", "link_relay", "link_kernel", "coded_copy", "coded_relay", "coded_kernel"):
-        pts = [(b, raw[b] / ms) for b, _, ms in series.get(name, []) if b in raw]
+    for name in sorted(series):
+        if not (name.startswith("link_") or name.startswith("coded_")):
+            continue
+        base = raw
+        if name.startswith("link_") and ("raw_paired_" + name[5:]) in series:
+            base = {p[0]: p[2] for p in series["raw_paired_" + name[5:]]}
+        pts = [(b, base[b] / ms) for b, _, ms in series.get(name, []) if b in base]
         if pts:
             ax2.plot([p[0] for p in pts], [p[1] for p in pts], styles.get(name, "-"), marker=".",
-                     label=labels.get(name, name))
+                     label=labels.get(name, name) + (" / paired raw" if base is not raw else ""))
     ax2.axhline(1.40, color="g", lw=0.8, ls=":", label="target 1.40x (>= 64 MiB)")
     ax2.axhline(0.97, color="r", lw=0.8, ls=":", label="floor 0.97x (every size)")
     ax2.axvline(64 << 20, color="g", lw=0.5, ls=":")
