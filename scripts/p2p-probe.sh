@@ -9,10 +9,10 @@ OUT=${OUT:-/tmp/zipcomm-out}
 mkdir -p "$OUT"
 BUILD=build-p2p
 { nvidia-smi topo -m; command -v numactl >/dev/null && numactl -H; lscpu | grep -iE 'numa|socket|model name';
-  grep -i cpus_allowed_list /proc/self/status; } > "$OUT/machine.txt" 2>&1
+  grep -i cpus_allowed_list /proc/self/status; } > "$OUT/p2p-machine.txt" 2>&1
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DZIPCOMM_BUILD_FUZZ=OFF \
-  -DZIPCOMM_BUILD_TESTS=OFF -DZIPCOMM_BUILD_EXAMPLES=OFF > "$OUT/build.log" 2>&1 &&
-  cmake --build $BUILD --target zipcomm_bench_p2p >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+  -DZIPCOMM_BUILD_TESTS=OFF -DZIPCOMM_BUILD_EXAMPLES=OFF > "$OUT/p2p-build.log" 2>&1 &&
+  cmake --build $BUILD --target zipcomm_bench_p2p >> "$OUT/p2p-build.log" 2>&1 || { tail -30 "$OUT/p2p-build.log"; exit 1; }
 BENCH=$BUILD/bench/zipcomm_bench_p2p
 ARGS=("$@")
 [ ${#ARGS[@]} -eq 0 ] && ARGS=(--max-mib 256 --no-curve --chain-probe --variant "stream tuned")
