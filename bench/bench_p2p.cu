@@ -367,7 +367,7 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
 
 // --variant NAME:KEY=VALUE,...: a stream_tuned() link (or base=default: P2POptions()) with its knobs set, timed by
 // the sweep. Keys: mode (copy|relay|kernel|stream), items (tier-0 frame items), item (tier-0 item elements), slots,
-// split (0|1), devflags (0|1), pairs (1|2), direct (0|1), budget (exps bytes per 1024 elements), tiers, sblocks, rblocks,
+// split (0|1), devflags (0|1), pairs (1|2), budget (exps bytes per 1024 elements), tiers, sblocks, rblocks,
 // head (ITEM/FRAME/MIB of bf16). Returns false (with a message) on a key or value it does not know.
 bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mode, P2POptions& o) {
   const size_t colon = spec.find(':');
@@ -400,7 +400,6 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "split") o.split_send = x != 0;
     else if (k == "devflags") o.stream_flags_on_device = x != 0;
     else if (k == "pairs") o.copy_stream_pairs = uint32_t(x);
-    else if (k == "direct") o.stream_sender_writes_host = x != 0;
     else if (k == "budget") o.exps_budget_per_kelem = uint32_t(x);
     else if (k == "tiers") o.shape.num_tiers = uint32_t(x);
     else if (k == "sblocks") o.sender_blocks = int(x);
@@ -536,8 +535,11 @@ int main(int argc, char** argv) {
     return double(t[t.size() / 2]);
   };
   // Two transfers timed alternately (A, B, A, B, ...): medians of each. The ratio of the link as used to raw
-  // comes from such a pair, so drift and the raw sweep's pick of the luckiest chunk do not bias it.
-  auto time_pair_ms = [&](int reps, auto&& run_a, auto&& wait_a, auto&& run_b, auto&& wait_b) {
+  // comes from such a pair, so drift and the raw sweep's pick of the luckiest chunk do not bias it. `batch`
+  // transfers back to back between the two events, time / batch: at a few microseconds per transfer, one
+  // transfer between events measures mostly when the host got its calls in (seen: 13 or 20 us for the same two
+  // 2 KiB copies, the median flipping between runs); both sides are batched alike.
+  auto time_pair_ms = [&](int reps, auto&& run_a, auto&& wait_a, auto&& run_b, auto&& wait_b, int batch) {
     for (int i = 0; i < 2; ++i) {
       run_a();
       wait_a();
@@ -547,13 +549,13 @@ int main(int argc, char** argv) {
     std::vector<float> ta, tb;
     auto one = [&](auto&& run, auto&& wait, std::vector<float>& t) {
       CK(cudaEventRecord(a, stream));
-      run();
+      for (int k = 0; k < batch; ++k) run();
       CK(cudaEventRecord(b, stream));
       CK(cudaEventSynchronize(b));
       wait();
       float ms = 0;
       CK(cudaEventElapsedTime(&ms, a, b));
-      t.push_back(ms);
+      t.push_back(ms / float(batch));
     };
     for (int i = 0; i < reps; ++i) {
       one(run_a, wait_a, ta);
@@ -917,9 +919,12 @@ int main(int argc, char** argv) {
     tuned("stream tuned, frames of 1024", [](P2POptions& o) { o.shape.tier[0].frame_items = 1024; });
     tuned("stream tuned, 8 slots", [](P2POptions& o) { o.slots = 8; });
     tuned("stream tuned, no split-send", [](P2POptions& o) { o.split_send = false; });
-    tuned("stream tuned, flags in GPU memory", [](P2POptions& o) { o.stream_flags_on_device = true; });
-    tuned("stream tuned, 2 copy stream pairs", [](P2POptions& o) { o.copy_stream_pairs = 2; });
-    tuned("stream tuned, sender writes the pinned ring", [](P2POptions& o) { o.stream_sender_writes_host = true; });
+    tuned("stream tuned, flags in pinned memory", [](P2POptions& o) { o.stream_flags_on_device = false; });
+    tuned("stream tuned, 1 copy stream pair", [](P2POptions& o) { o.copy_stream_pairs = 1; });
+    tuned("stream tuned, 1 pair, flags in pinned memory (the tuning before 2026-12-02 evening)", [](P2POptions& o) {
+      o.copy_stream_pairs = 1;
+      o.stream_flags_on_device = false;
+    });
     // --variant links: always timed; the built-in ones then only where --sweep-only names them.
     const size_t builtin = vs.size();
     std::vector<std::string> variant_names(variants.size());
@@ -1114,7 +1119,7 @@ int main(int argc, char** argv) {
             CK(StagedRawCopy::run(src, dst, bytes, raw_chunk, raw_best_host, RAW_BUFFERS, raw_events.data(), stream,
                                   side));
           },
-          nowait);
+          nowait, bytes < (uint64_t(4) << 20) ? 8 : 1);
       autob[k] = pair.first;
       raw_pair[k] = pair.second;
       CK(cudaMemset(dst, 0, bytes));
@@ -1146,7 +1151,8 @@ int main(int argc, char** argv) {
       "transfer, best of one chunk and chunks of {128K..16M}; copy/relay/kernel/stream = the link's modes, coded always; +bp "
       "= "
       "the link as used (raw below its measured bypass threshold); first c/r/k/s+bp/raw = link (+bp) speed over the "
-      "raw transfer (the sweep's chunk) timed alternately with it; second = over the sweep's best raw time.\n");
+      "raw transfer (the sweep's chunk) timed alternately with it (below 4 MiB: 8 transfers back to back per timing, "
+      "both sides); second = over the sweep's best raw time (one transfer per timing).\n");
   for (int k = 0; k < NL; ++k)
     std::printf("%s link: min over sizes of speed/raw %.3f; min at >= 64 MiB %.3f\n", links[k].name, min_ratio[k],
                 min_ratio_64[k]);

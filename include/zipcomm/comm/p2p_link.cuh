@@ -47,16 +47,16 @@ struct P2POptions {
   uint32_t copy_stream_pairs = 1;                   // stream mode: 1 or 2 pairs of copy streams (d2h, h2d); with 2,
                                                     // frames alternate between them, so one pair copies while the
                                                     // other waits on a flag or event (needs decode_streams >= 2)
-  bool stream_sender_writes_host = false;           // stream mode: the sender's SMs write each frame straight into
-                                                    // the pinned ring (no device -> host copies, no waits on that
-                                                    // side); the copy engines move only host -> device
 
-  /// Stream mode as measured best on the H200's pinned-host link (bench_p2p --sweep): frames of 512 full
-  /// items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming). Memory: 16 slots of about
-  /// 24 MiB (bf16) each in pinned host memory, and twice that in GPU memory.
+  /// Stream mode as measured best on the H200's pinned-host link (bench_p2p, bench/RESULTS.md): frames of 512
+  /// full items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming), the ring's flags in GPU
+  /// memory and two pairs of copy streams (1.32-1.35x the raw copy from 256 MiB, against 1.29-1.30x without
+  /// them). Memory: 16 slots of about 24 MiB (bf16) each in pinned host memory, and twice that in GPU memory.
   static P2POptions stream_tuned() {
     P2POptions o;
     o.shape.tier[0].frame_items = 512;
+    o.stream_flags_on_device = true;
+    o.copy_stream_pairs = 2;
     return o;
   }
 };
@@ -856,9 +856,7 @@ class HostStagingLink {
       // The copy streams wait on the sender's planes and exponents flags (adjacent: ready_exps = ready_planes +
       // slots, in the pinned ring and in stream_flags_ alike) and on the receiver's credits.
       x.poison = {sender ? stream_ring().ready_planes : stream_ring().credits, sender ? 2 * opt_.slots : opt_.slots};
-      // The sender writes the overflow into the pinned slot; a sender that writes its whole frame there already
-      // has (stream_sender_writes_host).
-      x.overflow_slots = sender && opt_.stream_sender_writes_host ? nullptr : ring_.view().slots;
+      x.overflow_slots = ring_.view().slots;
       x.exps_budget = budget_;
     }
     return x;
@@ -892,8 +890,7 @@ class HostStagingLink {
     const uint64_t SB = pinned.slot_bytes;
     uint64_t* landed = stream_flags_.get<uint64_t>() + 3 * size_t(S);
     FrameRingView send_view = pinned;
-    const bool direct = opt_.stream_sender_writes_host;
-    if (!direct) send_view.slots = dev_send_.get();  // the whole frame in GPU memory, for the copy engines
+    send_view.slots = dev_send_.get();  // the whole frame in GPU memory, for the copy engines
     FrameRingView recv_view = pinned;
     recv_view.slots = dev_ring_.get();  // as the copy engine lands it
     recv_view.ready_planes = landed;
@@ -912,20 +909,18 @@ class HostStagingLink {
     auto use_pair = [&](uint64_t f) { d2h = d2h_stream(uint32_t(f % pairs)), h2d = h2d_stream(uint32_t(f % pairs)); };
     const bool split = opt_.split_send;
     const uint32_t ahead = split && pairs == 1 ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
-    // A pinned slot is rewritten (d2h) only after the h2d copies of the frame that used it before (h2d_done);
-    // with `direct`, the sender's credit wait covers it.
+    // A pinned slot is rewritten (d2h) only after the h2d copies of the frame that used it before (h2d_done).
     auto host_of = [&](uint64_t q) { return pinned.slots + slot_of(q, S) * SB; };
     auto wait_host_free = [&](uint64_t q) {
       return q < S ? cudaSuccess : cudaStreamWaitEvent(d2h, h2d_done()[slot_of(q, S)], 0);
     };
     // One stretch of a frame, GPU -> pinned -> GPU on the frame's pair (use_pair): the d2h copy, then (event) the
-    // h2d copy; `direct`: the sender wrote `host` itself, only the h2d copy is left. An event may be recorded
-    // again right after a stream waited on it: the wait keeps the record it saw.
+    // h2d copy. An event may be recorded again right after a stream waited on it: the wait keeps the record it
+    // saw.
     auto copy_through = [&](uint8_t* host, const uint8_t* from_dev, uint8_t* to_dev, uint64_t len, cudaEvent_t ev) {
-      cudaError_t r = cudaSuccess;
-      if (!direct) r = cudaMemcpyAsync(host, from_dev, len, cudaMemcpyDeviceToHost, d2h);
-      if (r == cudaSuccess && !direct) r = cudaEventRecord(ev, d2h);
-      if (r == cudaSuccess && !direct) r = cudaStreamWaitEvent(h2d, ev, 0);
+      cudaError_t r = cudaMemcpyAsync(host, from_dev, len, cudaMemcpyDeviceToHost, d2h);
+      if (r == cudaSuccess) r = cudaEventRecord(ev, d2h);
+      if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, ev, 0);
       if (r == cudaSuccess) r = cudaMemcpyAsync(to_dev, host, len, cudaMemcpyHostToDevice, h2d);
       return r;
     };
@@ -937,10 +932,9 @@ class HostStagingLink {
         const uint64_t P = plan.frame(i).planes_bytes;
         uint8_t* host = host_of(q);
         use_pair(i);
-        e = mem_ops_.wait_geq(direct ? h2d : d2h, &pinned.ready_planes[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && i > 0 && !direct)
-          e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
-        if (e == cudaSuccess && !direct) e = wait_host_free(q);  // direct: the sender's credit covers the slot
+        e = mem_ops_.wait_geq(d2h, &pinned.ready_planes[slot], flag_value(q));
+        if (e == cudaSuccess && pairs > 1 && i > 0) e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
+        if (e == cudaSuccess) e = wait_host_free(q);
         if (e == cudaSuccess && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
           e = copy_through(host, dev_send_.get() + slot * SB, dev_ring_.get() + slot * SB, P, d2h_planes_done()[slot]);
@@ -954,10 +948,9 @@ class HostStagingLink {
         const uint64_t to = fi.planes_bytes + exps_budget_bytes(fi, budget_);
         uint8_t* host = host_of(q);
         use_pair(f);
-        e = mem_ops_.wait_geq(direct ? h2d : d2h, &pinned.ready_exps[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && !split && f > 0 && !direct)
-          e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
-        if (e == cudaSuccess && !split && !direct) e = wait_host_free(q);
+        e = mem_ops_.wait_geq(d2h, &pinned.ready_exps[slot], flag_value(q));
+        if (e == cudaSuccess && pairs > 1 && !split && f > 0) e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
+        if (e == cudaSuccess && !split) e = wait_host_free(q);
         if (e == cudaSuccess && !split && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
           e = copy_through(host + from, dev_send_.get() + slot * SB + from, dev_ring_.get() + slot * SB + from,
