@@ -367,7 +367,7 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
 
 // --variant NAME:KEY=VALUE,...: a stream_tuned() link (or base=default: P2POptions()) with its knobs set, timed by
 // the sweep. Keys: mode (copy|relay|kernel|stream), items (tier-0 frame items), item (tier-0 item elements), slots,
-// split (0|1), devflags (0|1), pairs (1|2), budget (exps bytes per 1024 elements), tiers, sblocks, rblocks,
+// split (0|1), devflags (0|1), pairs (1..4), budget (exps bytes per 1024 elements), tiers, sblocks, rblocks,
 // head (ITEM/FRAME/MIB of bf16). Returns false (with a message) on a key or value it does not know.
 bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mode, P2POptions& o) {
   const size_t colon = spec.find(':');
@@ -921,6 +921,8 @@ int main(int argc, char** argv) {
     tuned("stream tuned, no split-send", [](P2POptions& o) { o.split_send = false; });
     tuned("stream tuned, flags in pinned memory", [](P2POptions& o) { o.stream_flags_on_device = false; });
     tuned("stream tuned, 1 copy stream pair", [](P2POptions& o) { o.copy_stream_pairs = 1; });
+    tuned("stream tuned, 3 copy stream pairs", [](P2POptions& o) { o.copy_stream_pairs = 3; });
+    tuned("stream tuned, 4 copy stream pairs", [](P2POptions& o) { o.copy_stream_pairs = 4; });
     tuned("stream tuned, 1 pair, flags in pinned memory (the tuning before 2026-12-02 evening)", [](P2POptions& o) {
       o.copy_stream_pairs = 1;
       o.stream_flags_on_device = false;

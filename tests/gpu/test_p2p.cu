@@ -138,13 +138,13 @@ TEST_CASE("p2p host staging link (kernel and stream modes): bit-exact at odd siz
       [&] { return link.wait(); });
 }
 
-TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memory, 1 or 2 copy stream pairs: "
+TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memory, 1 to 4 copy stream pairs: "
           "bit-exact, wrapping",
           "[gpu][p2p][concurrent]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (uint32_t pairs : {0u, 3u}) {  // copy stream pairs: 1 or 2
+  for (uint32_t pairs : {0u, P2POptions::MAX_COPY_STREAM_PAIRS + 1}) {  // copy stream pairs: 1 .. 4
     P2POptions bad = small_ring_options();
     bad.copy_stream_pairs = pairs;
     HostStagingLink<DType::bf16> link;
@@ -152,8 +152,8 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
   }
   {
     P2POptions bad = small_ring_options();
-    bad.copy_stream_pairs = 2;
-    bad.decode_streams = 1;  // the second pair's host -> device stream is decode stream 1
+    bad.copy_stream_pairs = 3;
+    bad.decode_streams = 2;  // pair k's host -> device stream is decode stream k
     HostStagingLink<DType::bf16> link;
     REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
   }
@@ -165,7 +165,8 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
   };
   const Config configs[] = {{true, 410, false, 1}, {false, 8, true, 2},   {true, 8, false, 2},  {false, 410, true, 1},
                             {true, 410, true, 1},  {true, 8, true, 2},    {false, 410, true, 2}, {true, 410, false, 2},
-                            {false, 8, false, 1},  {true, 410, true, 2}};
+                            {false, 8, false, 1},  {true, 410, true, 2},  {true, 8, true, 3},    {false, 410, true, 4},
+                            {true, 410, false, 4}};
   for (const Config& c : configs) {
     CAPTURE(c.split, c.budget, c.device_flags, c.pairs);
     P2POptions o = small_ring_options();

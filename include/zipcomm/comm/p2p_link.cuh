@@ -44,14 +44,16 @@ struct P2POptions {
   bool stream_flags_on_device = false;              // stream mode: the ring's flags and credits in GPU memory (only
                                                     // this GPU's kernels and copy streams use them), so no flag
                                                     // wait or write crosses PCIe
-  uint32_t copy_stream_pairs = 1;                   // stream mode: 1 or 2 pairs of copy streams (d2h, h2d); with 2,
-                                                    // frames alternate between them, so one pair copies while the
-                                                    // other waits on a flag or event (needs decode_streams >= 2)
+  uint32_t copy_stream_pairs = 1;                   // stream mode: 1..4 pairs of copy streams (d2h, h2d); frames
+                                                    // take them in turn, so one pair copies while another waits
+                                                    // on a flag or event (needs decode_streams >= pairs)
 
   /// Stream mode as measured best on the H200's pinned-host link (bench_p2p, bench/RESULTS.md): frames of 512
   /// full items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming), the ring's flags in GPU
   /// memory and two pairs of copy streams (1.32-1.35x the raw copy from 256 MiB, against 1.29-1.30x without
   /// them). Memory: 16 slots of about 24 MiB (bf16) each in pinned host memory, and twice that in GPU memory.
+  static constexpr uint32_t MAX_COPY_STREAM_PAIRS = 4;  // copy_stream_pairs at most
+
   static P2POptions stream_tuned() {
     P2POptions o;
     o.shape.tier[0].frame_items = 512;
@@ -549,7 +551,7 @@ class HostStagingLink {
   cudaError_t init(int device, const P2POptions& opt = P2POptions(), HostLinkMode mode = HostLinkMode::copy) {
     if (!shape_valid(opt.shape) || opt.slots < 2 || opt.decode_streams < 1 || opt.raw_chunk_bytes == 0 ||
         opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes || opt.copy_stream_pairs < 1 ||
-        opt.copy_stream_pairs > 2 || opt.decode_streams < int(opt.copy_stream_pairs))
+        opt.copy_stream_pairs > P2POptions::MAX_COPY_STREAM_PAIRS || opt.decode_streams < int(opt.copy_stream_pairs))
       return cudaErrorInvalidValue;
     destroy();
     device_ = device;
@@ -573,7 +575,8 @@ class HostStagingLink {
     if (e == cudaSuccess && mode == HostLinkMode::stream) e = mem_ops_.load(device);
     budget_ = make_exps_budget(opt.shape, opt.exps_budget_per_kelem);  // a head may share a tier's class
     if (e == cudaSuccess) e = status_host_.pinned(2 * sizeof(SideControl));
-    for (int i = 0; i < 5 + opt.decode_streams && e == cudaSuccess; ++i) {  // the last: stream mode's 2nd d2h
+    // The last MAX_COPY_STREAM_PAIRS - 1: stream mode's further d2h streams.
+    for (int i = 0; i < 3 + int(P2POptions::MAX_COPY_STREAM_PAIRS) + opt.decode_streams && e == cudaSuccess; ++i) {
       cudaStream_t st;
       e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
       if (e == cudaSuccess) streams_.push_back(st);
@@ -805,7 +808,7 @@ class HostStagingLink {
   cudaStream_t d2h_stream() const { return streams_[3]; }
   cudaStream_t decode_stream(uint32_t k) const { return streams_[4 + k]; }
   /// Stream mode's copy streams, pair k: device -> host, and host -> device (a decode stream, unused there).
-  cudaStream_t d2h_stream(uint32_t k) const { return k ? streams_[4 + size_t(opt_.decode_streams)] : d2h_stream(); }
+  cudaStream_t d2h_stream(uint32_t k) const { return k ? streams_[3 + size_t(opt_.decode_streams) + k] : d2h_stream(); }
   cudaStream_t h2d_stream(uint32_t k) const { return decode_stream(k); }
   // events: [0] caller's start, [1] send side done, [2] receive side done, [3] joins; then per slot: section B
   // copied to the device, frame decoded, (copy mode) planes and section B copied to the host; then the raw
@@ -901,7 +904,7 @@ class HostStagingLink {
       e = receiver_.launch(plan, dst, seq_base, 0, F, recv_view, true, true, false, opt_.timeout_ns, recv_stream(),
                            0, false, 0, nullptr, 0, recv_extras());
     // Copy streams: frame f goes through pair f % pairs (finish() joins them all). With one pair, split-send puts
-    // the planes of frame i + 1 before section B of frame i; with two, the other pair's frames fill that role,
+    // the planes of frame i + 1 before section B of frame i; with more, the other pairs' frames fill that role,
     // and frame f's first d2h copy waits (event) for frame f - 1's planes to be copied out, so the transfer's
     // first frames still go out one after the other.
     const uint32_t pairs = opt_.copy_stream_pairs;
