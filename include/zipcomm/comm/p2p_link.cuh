@@ -723,19 +723,22 @@ class HostStagingLink {
       std::vector<uint64_t> chunks{bytes <= RAW_BUFFERS * opt_.raw_chunk_bytes ? bytes : opt_.raw_chunk_bytes};
       for (uint64_t c = uint64_t(128) << 10; c < bytes && c <= opt_.raw_chunk_bytes; c *= 2) chunks.push_back(c);
       // Candidates timed round robin (drift hits them alike), median of 8 each; another chunk replaces the
-      // first candidate only when 3% faster (a noisy pick cost up to 20% at 512 KiB on the H200).
+      // first candidate only when 3% faster (a noisy pick cost up to 20% at 512 KiB on the H200). Below 4 MiB
+      // each timing covers 8 transfers back to back: one transfer of a few tens of microseconds measures mostly
+      // when the host got its calls in (a pick made that way lost 7-15% at 1 MiB on the H200).
+      const int batch = bytes < (uint64_t(4) << 20) ? 8 : 1;
       std::vector<std::vector<float>> ms(chunks.size());
       for (int rep = 0; rep < 9 && e == cudaSuccess; ++rep)
         for (size_t k = 0; k < chunks.size() && e == cudaSuccess; ++k) {
           e = cudaEventRecord(a, st);
-          if (e == cudaSuccess)
+          for (int i = 0; i < batch && e == cudaSuccess; ++i)
             e = StagedRawCopy::run(src.get(), dst.get(), bytes, chunks[k], raw_buffers_.get(), RAW_BUFFERS,
                                    raw_events(), st, raw_stream());
           if (e == cudaSuccess) e = cudaEventRecord(b, st);
           if (e == cudaSuccess) e = cudaEventSynchronize(b);
           float m = 0;
           if (e == cudaSuccess) e = cudaEventElapsedTime(&m, a, b);
-          if (rep > 0) ms[k].push_back(m);  // the first round is a warm-up
+          if (rep > 0) ms[k].push_back(m / float(batch));  // the first round is a warm-up
         }
       if (e != cudaSuccess) break;
       auto median = [](std::vector<float> v) {
