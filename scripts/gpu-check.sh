@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, run every test (GPU ones included), compute-sanitizer on the GPU tests,
 # then the benchmarks. Logs go to $OUT (the device tool brings them back). Needs Catch2 carried in .deps/.
-# Usage: bash scripts/gpu-check.sh [full|quick|nosan|san]    (full: everything; quick: no sanitizers, 64 MiB
-# benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second call)
+# Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p]    (full: everything; quick: no sanitizers, 64 MiB
+# benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second call;
+# p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples and bench_p2p, no sanitizers - a cheap call
+# for a change confined to the P2P links)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/zipcomm-out}
@@ -18,14 +20,22 @@ t0=$(date +%s)
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DZIPCOMM_BUILD_FUZZ=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Catch2=ON ${ZIPCOMM_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
 # -k 0: a target that fails to build is reported, and everything else still builds and runs.
-if ! cmake --build $BUILD -j"$(nproc)" -- -k 0 > "$OUT/build.log" 2>&1; then
+TARGETS=()
+[ "$MODE" = p2p ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_p2p zipcomm_p2p_pipeline zipcomm_rl_weight_sync)
+if ! cmake --build $BUILD -j"$(nproc)" "${TARGETS[@]}" -- -k 0 > "$OUT/build.log" 2>&1; then
   log "build had FAILURES (the rest runs)"; grep -E "error|FAILED" "$OUT/build.log" | head -40
   [ -x $BUILD/tests/gpu/zipcomm_gpu_tests ] || exit 1
 fi
 log "build ok in $(( $(date +%s) - t0 )) s"
 
 GPU_TESTS=$BUILD/tests/gpu/zipcomm_gpu_tests
-if [ "$MODE" != san ]; then
+if [ "$MODE" = p2p ]; then
+  ctest --test-dir $BUILD --output-on-failure -R 'zipcomm_p2p_pipeline|zipcomm_rl_weight_sync' > "$OUT/ctest.log" 2>&1
+  log "ctest (P2P examples) rc=$?: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
+  $GPU_TESTS "[p2p]" --durations yes > "$OUT/gpu_tests.log" 2>&1
+  log "gpu tests [p2p] rc=$?: $(tail -3 "$OUT/gpu_tests.log" | tr '\n' ' ')"
+  ZIPCOMM_BENCHES=p2p
+elif [ "$MODE" != san ]; then
 # GPU tests one at a time: some run sender and receiver kernels side by side and need the GPU to themselves.
 ctest --test-dir $BUILD --output-on-failure -j4 -LE gpu > "$OUT/ctest.log" 2>&1
 rc=$?
