@@ -446,8 +446,8 @@ int main(int argc, char** argv) {
       sweep = true;
     else if (a == "--sweep-only" && i + 1 < argc)  // sweep variants whose name contains this
       sweep = true, sweep_only = argv[++i];
-    else if (a == "--variant" && i + 1 < argc)  // NAME:KEY=VALUE,... (see parse_variant); runs only the
-      sweep = true, variants.push_back(argv[++i]);  // (the built-in variants then run only with --sweep-only)
+    else if (a == "--variant" && i + 1 < argc)  // NAME:KEY=VALUE,... (parse_variant); the built-in variants
+      sweep = true, variants.push_back(argv[++i]);  // then run only where --sweep-only names them
     else if (a == "--sweep-mib" && i + 1 < argc) {  // A,B: the sweep's two message sizes (MiB)
       unsigned long long x = 0, y = 0;
       if (std::sscanf(argv[++i], "%llu,%llu", &x, &y) != 2 || !x || !y)

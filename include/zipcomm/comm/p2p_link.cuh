@@ -47,13 +47,12 @@ struct P2POptions {
   uint32_t copy_stream_pairs = 1;                   // stream mode: 1..4 pairs of copy streams (d2h, h2d); frames
                                                     // take them in turn, so one pair copies while another waits
                                                     // on a flag or event (needs decode_streams >= pairs)
+  static constexpr uint32_t MAX_COPY_STREAM_PAIRS = 4;  // copy_stream_pairs at most
 
   /// Stream mode as measured best on the H200's pinned-host link (bench_p2p, bench/RESULTS.md): frames of 512
   /// full items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming), the ring's flags in GPU
-  /// memory and two pairs of copy streams (1.32-1.35x the raw copy from 256 MiB, against 1.29-1.30x without
+  /// memory and two pairs of copy streams (1.31-1.36x the raw copy from 256 MiB, against 1.29-1.30x without
   /// them). Memory: 16 slots of about 24 MiB (bf16) each in pinned host memory, and twice that in GPU memory.
-  static constexpr uint32_t MAX_COPY_STREAM_PAIRS = 4;  // copy_stream_pairs at most
-
   static P2POptions stream_tuned() {
     P2POptions o;
     o.shape.tier[0].frame_items = 512;
@@ -92,10 +91,9 @@ class Memory {
     host_ = false;
     return e;
   }
-  cudaError_t pinned(size_t bytes, unsigned extra_flags = 0) {
+  cudaError_t pinned(size_t bytes) {
     release();
-    cudaError_t e =
-        cudaHostAlloc(&ptr_, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable | extra_flags);
+    cudaError_t e = cudaHostAlloc(&ptr_, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable);
     if (e == cudaSuccess) std::memset(ptr_, 0, bytes ? bytes : 1);
     host_ = true;
     return e;
@@ -870,13 +868,6 @@ class HostStagingLink {
   P2PLaunchExtras send_extras() const { return extras(true); }
   P2PLaunchExtras recv_extras() const { return extras(false); }
 
-  /// Stream mode (see HostLinkMode): launches the persistent sender and receiver, then enqueues each frame's
-  /// fixed-size copies between flag operations; nothing here waits for the GPU. Per frame, the d2h stream
-  /// copies the planes once the sender published them, and section B up to its budget once the frame is
-  /// complete (planes run `ahead` frames in front of section B, so a frame still coding does not hold back the
-  /// next frames' planes); the h2d stream copies both on and writes the frame's "landed" flag. Slots are reused
-  /// safely: the sender waits for the receiver's credit; the d2h copies into a pinned slot wait for the h2d
-  /// copy of the slot's previous frame (event); the h2d copy waits for that frame's credit (its device slot).
   /// Stream mode's ring: the pinned slots, with the flags where stream_flags_on_device puts them. Block of
   /// stream_flags_: [ready_planes | ready_exps | credits | landed], num_slots words each.
   FrameRingView stream_ring() const {
@@ -890,6 +881,13 @@ class HostStagingLink {
     return v;
   }
 
+  /// Stream mode (see HostLinkMode): launches the persistent sender and receiver, then enqueues each frame's
+  /// fixed-size copies between flag operations; nothing here waits for the GPU. Per frame, the d2h stream
+  /// copies the planes once the sender published them, and section B up to its budget once the frame is
+  /// complete (planes run `ahead` frames in front of section B, so a frame still coding does not hold back the
+  /// next frames' planes); the h2d stream copies both on and writes the frame's "landed" flag. Slots are reused
+  /// safely: the sender waits for the receiver's credit; the d2h copies into a pinned slot wait for the h2d
+  /// copy of the slot's previous frame (event); the h2d copy waits for that frame's credit (its device slot).
   cudaError_t schedule_stream(const FramePlan& plan, const void* src, void* dst, uint64_t seq_base) {
     const FrameRingView pinned = stream_ring();
     const uint32_t S = pinned.num_slots;
