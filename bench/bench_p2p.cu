@@ -7,8 +7,10 @@
 // (decoded), CUDA events on the caller's stream; median of reps after warm-ups. Every measured configuration is
 // checked bit-exact once per size.
 // --sweep first times variants of the link's knobs (frame size, tiers, head region, ring depth, grid) at 64 and
-// 256 MiB; --trace prints per-frame timelines at 64 MiB (--trace-frame-items N: tier-0 frame size; --trace-head
-// ITEM,FRAME,MIB: a head of ITEM-element items, FRAME to a frame, over the first MIB MiB of bf16).
+// 256 MiB; --trace prints per-frame timelines of stream_tuned() at 64 MiB: the kernels' stamps and each copy's
+// start and end (--trace-mib M: another size; --trace-variant SPEC: trace that option set too;
+// --trace-frame-items N: tier-0 frame size; --trace-head ITEM,FRAME,MIB: a head of ITEM-element items, FRAME to
+// a frame, over the first MIB MiB of bf16). --tiny-probe times 1-128 KiB raw transfers by host memory kind.
 // --peer measures PeerLink from GPU 0 to GPU 1 instead (the pinned-host part does not run; skipped with a message
 // when there are fewer than two GPUs with peer access): raw cudaMemcpyPeerAsync, SM copies over the link (push
 // from GPU 0, pull from GPU 1), the link coded always and as used after calibrate(), per size; bit-exact once per
@@ -17,8 +19,9 @@
 // --variant NAME:KEY=VALUE,... times any combination of options in the sweep (see parse_variant); --curve-variant
 // puts one on the curve too; --chain-probe times stream mode's copy chain with coding free.
 // Usage: zipcomm_bench_p2p [--data DIR] [--max-mib 1024] [--min-kib 1] [--json FILE] [--reps-scale X] [--sweep]
-//        [--sweep-only TEXT] [--sweep-mib A,B] [--variant SPEC] [--curve-variant SPEC] [--chain-probe] [--trace]
-//        [--trace-frame-items N] [--trace-head ITEM,FRAME,MIB] [--no-curve] [--modes copy,relay,kernel,stream] [--peer]
+//        [--sweep-only TEXT] [--sweep-mib A,B] [--variant SPEC] [--curve-variant SPEC] [--chain-probe]
+//        [--tiny-probe] [--trace] [--trace-mib M] [--trace-variant SPEC] [--trace-frame-items N]
+//        [--trace-head ITEM,FRAME,MIB] [--no-curve] [--modes copy,relay,kernel,stream] [--peer]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -404,6 +407,7 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "tiers") o.shape.num_tiers = uint32_t(x);
     else if (k == "sblocks") o.sender_blocks = int(x);
     else if (k == "rblocks") o.receiver_blocks = int(x);
+    else if (k == "piece") o.copy_piece_bytes = uint64_t(x) << 10;  // KiB
     else if (k == "head") {
       unsigned item = 0, frame = 0, mib = 0;
       if (std::sscanf(v.c_str(), "%u/%u/%u", &item, &frame, &mib) != 3)
@@ -425,11 +429,13 @@ int main(int argc, char** argv) {
   bool sweep = false, trace = false, curve = true, peer = false;
   uint32_t trace_frame_items = 0;
   PipelineTier trace_head = {2048, 128, 0};  // region 0: no head
+  std::vector<std::string> trace_variants;   // --trace-variant specs: more traced links
+  uint64_t trace_mib = 64;
   std::string modes = "copy,relay,kernel,stream", sweep_only;
   std::vector<std::string> variants;  // --variant specs, timed by the sweep
   std::vector<std::string> curve_variants;  // --curve-variant specs: more links on the curve
   uint64_t sweep_mib[2] = {64, 256};
-  bool chain_probe = false;
+  bool chain_probe = false, tiny_probe = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--data" && i + 1 < argc)
@@ -457,8 +463,14 @@ int main(int argc, char** argv) {
       curve_variants.push_back(argv[++i]);
     else if (a == "--chain-probe")  // stream mode's copy chain without coding: events, flag waits
       chain_probe = true;
-    else if (a == "--trace")  // per-frame timelines of kernel and stream mode at 64 MiB
+    else if (a == "--tiny-probe")  // 1-128 KiB raw transfers by host memory kind, and the link's raw path
+      tiny_probe = true;
+    else if (a == "--trace")  // per-frame timelines (kernels' stamps, copies' events) of stream_tuned() at 64 MiB
       trace = true;
+    else if (a == "--trace-variant" && i + 1 < argc)  // NAME:KEY=VALUE,...: trace this option set too
+      trace = true, trace_variants.push_back(argv[++i]);
+    else if (a == "--trace-mib" && i + 1 < argc)  // size of the traced transfers (MiB)
+      trace = true, trace_mib = std::max<uint64_t>(1, std::strtoull(argv[++i], nullptr, 10));
     else if (a == "--trace-frame-items" && i + 1 < argc)  // tier-0 frame size of the traced links
       trace = true, trace_frame_items = uint32_t(std::strtoul(argv[++i], nullptr, 10));
     else if (a == "--trace-head" && i + 1 < argc) {  // ITEM,FRAME,MIB: head of the traced links
@@ -477,7 +489,9 @@ int main(int argc, char** argv) {
       peer = true;
     else {
       std::fprintf(stderr, "usage: %s [--data DIR] [--max-mib 1024] [--min-kib 1] [--json FILE] [--reps-scale X] "
-                   "[--sweep] [--sweep-only NAME] [--variant NAME:K=V,...] [--sweep-mib A,B] [--chain-probe] [--curve-variant NAME:K=V,...] [--trace] [--trace-frame-items N] [--no-curve] [--modes LIST] "
+                   "[--sweep] [--sweep-only NAME] [--variant NAME:K=V,...] [--sweep-mib A,B] [--chain-probe] [--tiny-probe] "
+                   "[--curve-variant NAME:K=V,...] [--trace] [--trace-mib M] [--trace-variant NAME:K=V,...] "
+                   "[--trace-frame-items N] [--trace-head I,F,MIB] [--no-curve] [--modes LIST] "
                    "[--peer]\n", argv[0]);
       return 2;
     }
@@ -711,6 +725,51 @@ int main(int argc, char** argv) {
   // optionally, a cuStreamWaitValue64 on a flag that is already set, in pinned host or GPU memory, wherever the
   // link waits on the sender's flags or the receiver's credits, plus the "landed" write. What the pipeline's
   // dependencies cost, apart from the coding.
+  // Small raw transfers (two copies each) by the kind of pinned staging, and through a link's transfer_raw():
+  // 8 back to back per timing, the candidates timed round robin, medians. Where the link's bypass loses to
+  // the baseline at a few KiB, this says whether the host memory or the link's own host calls cost it.
+  if (tiny_probe) {
+    const unsigned kinds[4] = {cudaHostAllocDefault, cudaHostAllocPortable, cudaHostAllocMapped | cudaHostAllocPortable,
+                               cudaHostAllocWriteCombined};
+    const char* kind_names[5] = {"default", "portable", "mapped+portable", "write-combined", "link transfer_raw"};
+    uint8_t* hosts[4];
+    for (int k = 0; k < 4; ++k) CK(cudaHostAlloc(&hosts[k], 1 << 20, kinds[k]));
+    HostStagingLink<DType::bf16> tiny_link;
+    CK(tiny_link.init(0));
+    std::printf("\nsmall raw transfers (us per transfer, median of 41 timings of 8 back to back):\n  %-8s", "size");
+    for (const char* kn : kind_names) std::printf(" %18s", kn);
+    std::printf("\n");
+    for (uint64_t bytes = 1024; bytes <= std::min<uint64_t>(max_bytes, 128 << 10); bytes *= 2) {
+      std::vector<float> t[5];
+      auto run = [&](int k) {
+        if (k < 4) {
+          CK(cudaMemcpyAsync(hosts[k], src, bytes, cudaMemcpyDeviceToHost, stream));
+          CK(cudaMemcpyAsync(dst, hosts[k], bytes, cudaMemcpyHostToDevice, stream));
+        } else {
+          CK(tiny_link.transfer_raw(src, dst, bytes / 2, stream));
+        }
+      };
+      for (int rep = -2; rep < 41; ++rep)
+        for (int k = 0; k < 5; ++k) {
+          CK(cudaEventRecord(a, stream));
+          for (int i = 0; i < 8; ++i) run(k);
+          CK(cudaEventRecord(b, stream));
+          CK(cudaEventSynchronize(b));
+          if (rep >= 0) t[k].push_back(elapsed(a, b) * 1e3f / 8);
+        }
+      std::printf("  %-8s", human(bytes).c_str());
+      for (int k = 0; k < 5; ++k) {
+        std::sort(t[k].begin(), t[k].end());
+        std::printf(" %18.2f", t[k][t[k].size() / 2]);
+        rows.push_back({bytes, "probe_tiny", t[k][t[k].size() / 2] / 1e3, bytes / (t[k][t[k].size() / 2] * 1e3),
+                        kind_names[k]});
+      }
+      std::printf("\n");
+    }
+    if (tiny_link.wait() != Status::ok) std::fprintf(stderr, "tiny probe: link failed\n"), std::exit(1);
+    for (uint8_t* h : hosts) CK(cudaFreeHost(h));
+  }
+
   if (chain_probe) {
     p2p_detail::StreamMemOps ops;
     CK(ops.load(0));
@@ -967,62 +1026,98 @@ int main(int argc, char** argv) {
     }
   }
 
-  // ---- per-frame timelines (tuning): when each frame was taken, published and decoded --------------------
+  // ---- per-frame timelines (tuning): when each frame was taken, published, copied and decoded -------------
+  // Kernel stamps (%globaltimer) count from the first stamp (the sender's first item); copy marks (CUDA events,
+  // stream mode) from an event recorded just before the sender's launch, so the two clocks differ by about
+  // the launch latency. For each copy: when its stream reached it (its waits done) and when it ended.
   if (trace) {
-    const uint64_t bytes = std::min<uint64_t>(max_bytes, uint64_t(64) << 20);
+    const uint64_t bytes = std::min<uint64_t>(max_bytes, trace_mib << 20);
     const uint64_t n = bytes / 2;
-    const HostLinkMode tm[2] = {HostLinkMode::kernel, HostLinkMode::stream};
-    const char* tn[2] = {"kernel", "stream"};
-    P2POptions topt = P2POptions::stream_tuned();  // kernel mode ignores what is stream mode's only
-    if (trace_frame_items) topt.shape.tier[0].frame_items = trace_frame_items;
-    topt.shape.head = trace_head;
-    if (!shape_valid(topt.shape)) std::fprintf(stderr, "--trace-head: not a valid head\n"), std::exit(2);
-    const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n, topt.shape);
-    const uint64_t F = plan.num_frames;
-    uint64_t* d_trace;
-    CK(cudaMalloc(&d_trace, 6 * F * 8));
-    std::vector<uint64_t> h(6 * F);
-    for (int k = 0; k < 2; ++k) {
+    struct Traced {
+      std::string name;
+      HostLinkMode mode;
+      P2POptions opt;
+    };
+    std::vector<Traced> traced;
+    {
+      P2POptions topt = P2POptions::stream_tuned();
+      if (trace_frame_items) topt.shape.tier[0].frame_items = trace_frame_items;
+      topt.shape.head = trace_head;
+      if (!shape_valid(topt.shape)) std::fprintf(stderr, "--trace-head: not a valid head\n"), std::exit(2);
+      traced.push_back({"stream_tuned()", HostLinkMode::stream, topt});
+    }
+    for (const std::string& spec : trace_variants) {
+      Traced t;
+      if (!parse_variant(spec, t.name, t.mode, t.opt)) return 2;
+      traced.push_back(t);
+    }
+    for (const Traced& tv : traced) {
+      const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n, tv.opt.shape);
+      const uint64_t F = plan.num_frames;
+      uint64_t* d_trace;
+      CK(cudaMalloc(&d_trace, 6 * F * 8));
+      std::vector<uint64_t> h(6 * F);
+      std::vector<cudaEvent_t> marks(1 + 8 * F);
+      for (cudaEvent_t& m : marks) CK(cudaEventCreate(&m));
       HostStagingLink<DType::bf16> link;
-      CK(link.init(0, topt, tm[k]));
-      for (int w = 0; w < 2; ++w) {
+      CK(link.init(0, tv.opt, tv.mode));
+      for (int w = 0; w < 2; ++w) {  // warm-up; the budget adapts
         CK(link.transfer_coded(src, dst, n, stream));
-        if (link.wait() != Status::ok) std::fprintf(stderr, "trace %s: transfer failed\n", tn[k]), std::exit(1);
+        if (link.wait() != Status::ok) std::fprintf(stderr, "trace %s: transfer failed\n", tv.name.c_str()), std::exit(1);
       }
       CK(cudaMemset(d_trace, 0, 6 * F * 8));
       link.set_trace(d_trace, d_trace + 3 * F);
+      const bool copies = tv.mode == HostLinkMode::stream;
+      if (copies) link.set_copy_trace(marks.data(), marks.size());
       CK(cudaEventRecord(a, stream));
       CK(link.transfer_coded(src, dst, n, stream));
       CK(cudaEventRecord(b, stream));
-      if (link.wait() != Status::ok) std::fprintf(stderr, "trace %s: transfer failed\n", tn[k]), std::exit(1);
-      float ms = 0;
-      CK(cudaEventElapsedTime(&ms, a, b));
+      if (link.wait() != Status::ok) std::fprintf(stderr, "trace %s: transfer failed\n", tv.name.c_str()), std::exit(1);
+      const float ms = elapsed(a, b);
       link.set_trace(nullptr, nullptr);
-      verify(bytes, tn[k]);
+      link.set_copy_trace(nullptr, 0);
+      verify(bytes, tv.name.c_str());
       CK(cudaMemcpy(h.data(), d_trace, 6 * F * 8, cudaMemcpyDeviceToHost));
       uint64_t t0 = UINT64_MAX;
       for (uint64_t v : h)
         if (v) t0 = std::min(t0, v);
       auto us = [&](uint64_t v) { return v ? double(v - t0) / 1e3 : -1.0; };
-      std::printf("\ntrace, %s mode, %s, %llu frames (%llu in the head), %.3f ms (%.1f GB/s); "
-                  "us from the first stamp\n",
-                  tn[k], human(bytes).c_str(), (unsigned long long)F,
-                  (unsigned long long)(plan.head_parts ? plan.part[0].frames : 0), ms, bytes / ms / 1e6);
-      std::printf("%6s %9s %6s %6s | %9s %9s %9s | %9s %9s %9s\n", "frame", "elems", "items", "item", "s.take",
-                  "s.planes", "s.done", "r.start", "r.ready", "r.done");
+      // A mark never recorded (part not copied: no split-send) reads -1.
+      auto mark_us = [&](size_t i) {
+        float m = 0;
+        return cudaEventElapsedTime(&m, marks[0], marks[i]) == cudaSuccess ? double(m) * 1e3 : -1.0;
+      };
+      std::printf("\ntrace, %s (%s mode), %s, %llu frames (%llu in the head), %.3f ms (%.1f GB/s), wire/raw %.3f; "
+                  "us: kernels from the first stamp, copies from before the launch (start-end)\n",
+                  tv.name.c_str(), tv.mode == HostLinkMode::stream ? "stream" : "other", human(bytes).c_str(),
+                  (unsigned long long)F, (unsigned long long)(plan.head_parts ? plan.part[0].frames : 0), ms,
+                  bytes / ms / 1e6, double(link.wire_bytes()) / bytes);
+      std::printf("%5s %8s %5s | %7s %7s %7s | %15s %15s %15s %15s | %7s %7s %7s\n", "frame", "elems", "items",
+                  "s.take", "s.plane", "s.done", "d2h planes", "h2d planes", "d2h B", "h2d B", "r.start", "r.ready",
+                  "r.done");
       for (uint64_t f = 0; f < F; ++f) {
-        if (F > 28 && f == 12) std::printf("   ...\n");
-        if (F > 28 && f >= 12 && f + 12 < F) continue;
+        if (F > 40 && f == 16) std::printf("   ...\n");
+        if (F > 40 && f >= 16 && f + 16 < F) continue;
         const FrameInfo fi = plan.frame(f);
         const uint64_t* sv = &h[3 * f];
         const uint64_t* rv = &h[3 * F + 3 * f];
-        std::printf("%6llu %9llu %6u %6u | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f\n", (unsigned long long)f,
-                    (unsigned long long)fi.elems, fi.items, fi.item_elems, us(sv[0]), us(sv[1]), us(sv[2]), us(rv[0]),
-                    us(rv[1]), us(rv[2]));
+        char cp[4][40];
+        for (int c = 0; c < 4; ++c) {  // d2h planes, h2d planes, d2h B, h2d B
+          const size_t base = 1 + 8 * f + 4 * (c / 2) + (c % 2 ? 2 : 0);
+          if (copies)
+            std::snprintf(cp[c], sizeof cp[c], "%7.1f-%7.1f", mark_us(base), mark_us(base + 1));
+          else
+            std::snprintf(cp[c], sizeof cp[c], "%15s", "-");
+        }
+        std::printf("%5llu %8llu %5u | %7.1f %7.1f %7.1f | %s %s %s %s | %7.1f %7.1f %7.1f\n", (unsigned long long)f,
+                    (unsigned long long)fi.elems, fi.items, us(sv[0]), us(sv[1]), us(sv[2]), cp[0], cp[1], cp[2], cp[3],
+                    us(rv[0]), us(rv[1]), us(rv[2]));
       }
       std::fflush(stdout);
+      (void)cudaGetLastError();  // marks of parts not copied were never recorded: their query failed, harmlessly
+      for (cudaEvent_t m : marks) CK(cudaEventDestroy(m));
+      CK(cudaFree(d_trace));
     }
-    CK(cudaFree(d_trace));
   }
   if (!curve) return 0;
 

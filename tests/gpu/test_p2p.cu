@@ -138,8 +138,8 @@ TEST_CASE("p2p host staging link (kernel and stream modes): bit-exact at odd siz
       [&] { return link.wait(); });
 }
 
-TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memory, 1 to 4 copy stream pairs: "
-          "bit-exact, wrapping",
+TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memory, 1 to 4 copy stream pairs, "
+          "copies in pieces: bit-exact, wrapping",
           "[gpu][p2p][concurrent]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
@@ -162,19 +162,23 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     uint32_t budget;  // 8: every frame overflows (the overflow stays in the ring slots)
     bool device_flags;
     uint32_t pairs;  // copy stream pairs
+    uint64_t piece;  // copy_piece_bytes (0: whole copies; odd sizes leave a short last piece)
   };
-  const Config configs[] = {{true, 410, false, 1}, {false, 8, true, 2},   {true, 8, false, 2},  {false, 410, true, 1},
-                            {true, 410, true, 1},  {true, 8, true, 2},    {false, 410, true, 2}, {true, 410, false, 2},
-                            {false, 8, false, 1},  {true, 410, true, 2},  {true, 8, true, 3},    {false, 410, true, 4},
-                            {true, 410, false, 4}};
+  const Config configs[] = {{true, 410, false, 1, 0},     {false, 8, true, 2, 0},   {true, 8, false, 2, 0},
+                            {false, 410, true, 1, 0},     {true, 410, true, 1, 0},  {true, 8, true, 2, 0},
+                            {false, 410, true, 2, 0},     {true, 410, false, 2, 0}, {false, 8, false, 1, 0},
+                            {true, 410, true, 2, 0},      {true, 8, true, 3, 0},    {false, 410, true, 4, 0},
+                            {true, 410, false, 4, 0},     {true, 410, true, 2, 65536}, {true, 8, true, 2, 40000},
+                            {false, 410, true, 1, 99999}, {true, 410, false, 3, 4096}};
   for (const Config& c : configs) {
-    CAPTURE(c.split, c.budget, c.device_flags, c.pairs);
+    CAPTURE(c.split, c.budget, c.device_flags, c.pairs, c.piece);
     P2POptions o = small_ring_options();
     o.slots = 8;
     o.split_send = c.split;
     o.exps_budget_per_kelem = c.budget;
     o.stream_flags_on_device = c.device_flags;
     o.copy_stream_pairs = c.pairs;
+    o.copy_piece_bytes = c.piece;
     HostStagingLink<DType::bf16> link;
     CUDA_OK(link.init(0, o, HostLinkMode::stream));
     for (uint64_t n : {uint64_t(3000), uint64_t(70001), uint64_t(1) << 21})

@@ -48,6 +48,11 @@ struct P2POptions {
                                                     // take them in turn, so one pair copies while another waits
                                                     // on a flag or event (needs decode_streams >= pairs)
   static constexpr uint32_t MAX_COPY_STREAM_PAIRS = 4;  // copy_stream_pairs at most
+  uint64_t copy_piece_bytes = 0;                    // stream mode: each copy of a frame's planes or section B goes
+                                                    // in pieces of at most this many bytes (0: whole), each host ->
+                                                    // device piece waiting only for its own device -> host piece.
+                                                    // The host -> device side trails by one copy, so a transfer
+                                                    // takes about (wire bytes + largest copy) / link bandwidth
 
   /// Stream mode as measured best on the H200's pinned-host link (bench_p2p, bench/RESULTS.md): frames of 512
   /// full items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming), the ring's flags in GPU
@@ -579,7 +584,7 @@ class HostStagingLink {
       e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
       if (e == cudaSuccess) streams_.push_back(st);
     }
-    const size_t nev = 4 + 4 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2;
+    const size_t nev = 4 + 4 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2 + P2POptions::MAX_COPY_STREAM_PAIRS;
     for (size_t i = 0; i < nev && e == cudaSuccess; ++i) {
       cudaEvent_t ev;
       e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
@@ -790,6 +795,14 @@ class HostStagingLink {
     send_trace_ = send_trace;
     recv_trace_ = recv_trace;
   }
+  /// For tuning, stream mode: the next coded transfers record `events` (timing-enabled, this GPU; `count` of
+  /// them): [0] on the sender's stream before its launch, then 8 per frame: before and after the device -> host
+  /// copy of its planes, before and after their host -> device copy, then the same for section B. Copies
+  /// of frames past the events' room are not marked. nullptr turns it off.
+  void set_copy_trace(cudaEvent_t* events, size_t count) {
+    copy_trace_ = events;
+    copy_trace_count_ = events ? count : 0;
+  }
 
   void set_bypass_threshold(uint64_t bytes) { bypass_ = bytes; }
   uint64_t bypass_threshold() const { return bypass_; }
@@ -820,6 +833,7 @@ class HostStagingLink {
   cudaEvent_t* d2h_planes_done() { return &events_[4 + 2 * size_t(opt_.slots)]; }
   cudaEvent_t* d2h_done() { return &events_[4 + 3 * size_t(opt_.slots)]; }
   cudaEvent_t* raw_events() { return &events_[4 + 4 * size_t(opt_.slots)]; }
+  cudaEvent_t& piece_done(uint32_t pair) { return events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2 + pair]; }
 
   cudaError_t check(const void* src, const void* dst, uint64_t n) const {
     if (!ready_ || broken_) return cudaErrorInvalidValue;  // after an error: reset() first
@@ -899,8 +913,12 @@ class HostStagingLink {
     recv_view.slots = dev_ring_.get();  // as the copy engine lands it
     recv_view.ready_planes = landed;
     const uint64_t F = plan.num_frames;
-    cudaError_t e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(),
-                                   send_extras());
+    auto trace_mark = [&](uint64_t f, int part) -> cudaEvent_t* {
+      return copy_trace_ && 1 + 8 * (f + 1) <= copy_trace_count_ ? copy_trace_ + 1 + 8 * f + 4 * part : nullptr;
+    };
+    cudaError_t e = copy_trace_ && copy_trace_count_ ? cudaEventRecord(copy_trace_[0], send_stream()) : cudaSuccess;
+    if (e == cudaSuccess)
+      e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(), send_extras());
     if (e == cudaSuccess)
       e = receiver_.launch(plan, dst, seq_base, 0, F, recv_view, true, true, false, opt_.timeout_ns, recv_stream(),
                            0, false, 0, nullptr, 0, recv_extras());
@@ -910,7 +928,11 @@ class HostStagingLink {
     // first frames still go out one after the other.
     const uint32_t pairs = opt_.copy_stream_pairs;
     cudaStream_t d2h = d2h_stream(0), h2d = h2d_stream(0);
-    auto use_pair = [&](uint64_t f) { d2h = d2h_stream(uint32_t(f % pairs)), h2d = h2d_stream(uint32_t(f % pairs)); };
+    uint32_t pair_of_d2h = 0;
+    auto use_pair = [&](uint64_t f) {
+      pair_of_d2h = uint32_t(f % pairs);
+      d2h = d2h_stream(pair_of_d2h), h2d = h2d_stream(pair_of_d2h);
+    };
     const bool split = opt_.split_send;
     const uint32_t ahead = split && pairs == 1 ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
     // A pinned slot is rewritten (d2h) only after the h2d copies of the frame that used it before (h2d_done).
@@ -921,11 +943,26 @@ class HostStagingLink {
     // One stretch of a frame, GPU -> pinned -> GPU on the frame's pair (use_pair): the d2h copy, then (event) the
     // h2d copy. An event may be recorded again right after a stream waited on it: the wait keeps the record it
     // saw.
-    auto copy_through = [&](uint8_t* host, const uint8_t* from_dev, uint8_t* to_dev, uint64_t len, cudaEvent_t ev) {
-      cudaError_t r = cudaMemcpyAsync(host, from_dev, len, cudaMemcpyDeviceToHost, d2h);
-      if (r == cudaSuccess) r = cudaEventRecord(ev, d2h);
-      if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, ev, 0);
-      if (r == cudaSuccess) r = cudaMemcpyAsync(to_dev, host, len, cudaMemcpyHostToDevice, h2d);
+    // With copy_piece_bytes, in pieces: each h2d piece waits for its own d2h piece (event of the pair), and `ev`
+    // marks the whole stretch out. `mark` (trace): events before and after each side's copies.
+    const uint64_t piece = opt_.copy_piece_bytes;
+    auto copy_through = [&](uint8_t* host, const uint8_t* from_dev, uint8_t* to_dev, uint64_t len, cudaEvent_t ev,
+                            cudaEvent_t* mark) {
+      const bool pieces = piece && len > piece;
+      const cudaEvent_t link_ev = pieces ? piece_done(pair_of_d2h) : ev;
+      cudaError_t r = mark ? cudaEventRecord(mark[0], d2h) : cudaSuccess;
+      bool h2d_marked = false;
+      for (uint64_t off = 0; off < len && r == cudaSuccess; off += pieces ? piece : len) {
+        const uint64_t n = pieces ? std::min(piece, len - off) : len;
+        r = cudaMemcpyAsync(host + off, from_dev + off, n, cudaMemcpyDeviceToHost, d2h);
+        if (r == cudaSuccess) r = cudaEventRecord(link_ev, d2h);
+        if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, link_ev, 0);
+        if (r == cudaSuccess && mark && !h2d_marked) r = cudaEventRecord(mark[2], h2d), h2d_marked = true;
+        if (r == cudaSuccess) r = cudaMemcpyAsync(to_dev + off, host + off, n, cudaMemcpyHostToDevice, h2d);
+      }
+      if (r == cudaSuccess && pieces) r = cudaEventRecord(ev, d2h);
+      if (r == cudaSuccess && mark) r = cudaEventRecord(mark[1], d2h);
+      if (r == cudaSuccess && mark) r = cudaEventRecord(mark[3], h2d);
       return r;
     };
     wire_bytes_ = 0;
@@ -941,7 +978,8 @@ class HostStagingLink {
         if (e == cudaSuccess) e = wait_host_free(q);
         if (e == cudaSuccess && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
-          e = copy_through(host, dev_send_.get() + slot * SB, dev_ring_.get() + slot * SB, P, d2h_planes_done()[slot]);
+          e = copy_through(host, dev_send_.get() + slot * SB, dev_ring_.get() + slot * SB, P, d2h_planes_done()[slot],
+                           trace_mark(i, 0));
       }
       if (i >= ahead && e == cudaSuccess) {  // section B of frame i - ahead (with the planes when not split)
         const uint64_t f = i - ahead;
@@ -958,7 +996,7 @@ class HostStagingLink {
         if (e == cudaSuccess && !split && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
           e = copy_through(host + from, dev_send_.get() + slot * SB + from, dev_ring_.get() + slot * SB + from,
-                           to - from, d2h_done()[slot]);
+                           to - from, d2h_done()[slot], trace_mark(f, 1));
         if (e == cudaSuccess) e = mem_ops_.write(h2d, &landed[slot], flag_value(q));
         if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], h2d);
         wire_bytes_ += to;  // what the copy engines moved; the overflow is GPU-side only
@@ -1128,6 +1166,8 @@ class HostStagingLink {
   ExpsBudget budget_;  // stream mode: section B bytes per 1024 elements the fixed-size copies move, per tier
   bool last_empty_ = true;
   uint64_t *send_trace_ = nullptr, *recv_trace_ = nullptr;
+  cudaEvent_t* copy_trace_ = nullptr;
+  size_t copy_trace_count_ = 0;
   P2PSender<D, Code> sender_;
   P2PReceiver<D, Code> receiver_;
   std::vector<cudaStream_t> streams_;
