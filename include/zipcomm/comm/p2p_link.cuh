@@ -578,8 +578,9 @@ class HostStagingLink {
     if (e == cudaSuccess && mode == HostLinkMode::stream) e = mem_ops_.load(device);
     budget_ = make_exps_budget(opt.shape, opt.exps_budget_per_kelem);  // a head may share a tier's class
     if (e == cudaSuccess) e = status_host_.pinned(2 * sizeof(SideControl));
-    // The last MAX_COPY_STREAM_PAIRS - 1: stream mode's further d2h streams.
-    for (int i = 0; i < 3 + int(P2POptions::MAX_COPY_STREAM_PAIRS) + opt.decode_streams && e == cudaSuccess; ++i) {
+    // send, recv, raw, d2h, the decode streams, then stream mode's further d2h streams (one per extra pair).
+    const int extra_d2h = mode == HostLinkMode::stream ? int(opt.copy_stream_pairs) - 1 : 0;
+    for (int i = 0; i < 4 + opt.decode_streams + extra_d2h && e == cudaSuccess; ++i) {
       cudaStream_t st;
       e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
       if (e == cudaSuccess) streams_.push_back(st);
@@ -848,9 +849,10 @@ class HostStagingLink {
       f = cudaEventRecord(ev(3), decode_stream(uint32_t(i)));
       if (f == cudaSuccess) f = cudaStreamWaitEvent(recv_stream(), ev(3), 0);
     }
-    for (uint32_t k = 0; k < (mode_ == HostLinkMode::stream ? opt_.copy_stream_pairs : 1u) && f == cudaSuccess &&
-                         (mode_ == HostLinkMode::copy || mode_ == HostLinkMode::stream);
-         ++k) {
+    const uint32_t d2h_streams = mode_ == HostLinkMode::stream ? opt_.copy_stream_pairs
+                                 : mode_ == HostLinkMode::copy   ? 1u
+                                                                 : 0u;
+    for (uint32_t k = 0; k < d2h_streams && f == cudaSuccess; ++k) {
       f = cudaEventRecord(ev(3), d2h_stream(k));
       if (f == cudaSuccess) f = cudaStreamWaitEvent(send_stream(), ev(3), 0);
     }
