@@ -150,6 +150,12 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     HostStagingLink<DType::bf16> link;
     REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
   }
+  for (uint64_t piece : {uint64_t(1), P2POptions::MIN_COPY_PIECE_BYTES - 1}) {  // pieces too small to be useful
+    P2POptions bad = small_ring_options();
+    bad.copy_piece_bytes = piece;
+    HostStagingLink<DType::bf16> link;
+    REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
+  }
   {
     P2POptions bad = small_ring_options();
     bad.copy_stream_pairs = 3;

@@ -53,6 +53,8 @@ struct P2POptions {
                                                     // device piece waiting only for its own device -> host piece.
                                                     // The host -> device side trails by one copy, so a transfer
                                                     // takes about (wire bytes + largest copy) / link bandwidth
+  static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
+                                                          // piece costs a few microseconds of stream work
 
   /// Stream mode as measured best on the H200's pinned-host link (bench_p2p, bench/RESULTS.md): frames of 512
   /// full items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming), the ring's flags in GPU
@@ -554,7 +556,8 @@ class HostStagingLink {
   cudaError_t init(int device, const P2POptions& opt = P2POptions(), HostLinkMode mode = HostLinkMode::copy) {
     if (!shape_valid(opt.shape) || opt.slots < 2 || opt.decode_streams < 1 || opt.raw_chunk_bytes == 0 ||
         opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes || opt.copy_stream_pairs < 1 ||
-        opt.copy_stream_pairs > P2POptions::MAX_COPY_STREAM_PAIRS || opt.decode_streams < int(opt.copy_stream_pairs))
+        opt.copy_stream_pairs > P2POptions::MAX_COPY_STREAM_PAIRS || opt.decode_streams < int(opt.copy_stream_pairs) ||
+        (opt.copy_piece_bytes && opt.copy_piece_bytes < P2POptions::MIN_COPY_PIECE_BYTES))
       return cudaErrorInvalidValue;
     destroy();
     device_ = device;
