@@ -4,7 +4,7 @@
 # Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p]    (full: everything; quick: no sanitizers, 64 MiB
 # benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second call;
 # p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples and bench_p2p, no sanitizers - a cheap call
-# for a change confined to the P2P links)
+# for a change confined to the P2P links). Env: ZIPCOMM_BENCHES (subset), ZIPCOMM_P2P_ARGS, ZIPCOMM_P2P_TIMEOUT (s, 300)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/zipcomm-out}
@@ -67,7 +67,7 @@ fi
 # P2P pipeline over the pinned-host link (issue 4): GB/s vs message size, coded modes vs raw; PNG when matplotlib is there
 P2P_ARGS=${ZIPCOMM_P2P_ARGS:---sweep}; [ "$MODE" = quick ] && P2P_ARGS="--max-mib 256"
 if want p2p; then
-  timeout 300 $BUILD/bench/zipcomm_bench_p2p --data tests/data $P2P_ARGS --json "$OUT/bench_p2p.json" > "$OUT/bench_p2p.txt" 2>&1
+  timeout ${ZIPCOMM_P2P_TIMEOUT:-300} $BUILD/bench/zipcomm_bench_p2p --data tests/data $P2P_ARGS --json "$OUT/bench_p2p.json" > "$OUT/bench_p2p.txt" 2>&1
   log "bench_p2p rc=$?: $(grep -E 'min over sizes' "$OUT/bench_p2p.txt" | tr '\n' ' ')"
   python3 bench/plot_p2p.py "$OUT/bench_p2p.json" "$OUT/bench_p2p.png" >> "$OUT/bench_p2p.txt" 2>&1 ||
     log "plot_p2p: no PNG here; draw it from bench_p2p.json with bench/plot_p2p.py"
