@@ -53,6 +53,9 @@ struct P2POptions {
                                                     // device piece waiting only for its own device -> host piece.
                                                     // The host -> device side trails by one copy, so a transfer
                                                     // takes about (wire bytes + largest copy) / link bandwidth
+  uint32_t copy_pieces_per_transfer = 0;            // stream mode, when copy_piece_bytes is 0: pieces of about
+                                                    // 1 / this of the transfer's wire bytes (at least 256 KiB), so a
+                                                    // small transfer gets small copies and a large one few (0: off)
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
@@ -950,7 +953,7 @@ class HostStagingLink {
     // saw.
     // With copy_piece_bytes, in pieces: each h2d piece waits for its own d2h piece (event of the pair), and `ev`
     // marks the whole stretch out. `mark` (trace): events before and after each side's copies.
-    const uint64_t piece = opt_.copy_piece_bytes;
+    const uint64_t piece = stream_piece_bytes(plan);
     auto copy_through = [&](uint8_t* host, const uint8_t* from_dev, uint8_t* to_dev, uint64_t len, cudaEvent_t ev,
                             cudaEvent_t* mark) {
       const bool pieces = piece && len > piece;
@@ -1008,6 +1011,19 @@ class HostStagingLink {
       }
     }
     return e;
+  }
+
+  /// Stream mode: the largest copy of a transfer (0: whole parts), from copy_piece_bytes or, failing that,
+  /// copy_pieces_per_transfer and what the copy engines will move (planes and section-B budgets).
+  uint64_t stream_piece_bytes(const FramePlan& plan) const {
+    if (opt_.copy_piece_bytes || !opt_.copy_pieces_per_transfer) return opt_.copy_piece_bytes;
+    uint64_t wire = 0;
+    for (uint64_t f = 0; f < plan.num_frames; ++f) {
+      const FrameInfo fi = plan.frame(f);
+      wire += fi.planes_bytes + exps_budget_bytes(fi, budget_);
+    }
+    const uint64_t grain = uint64_t(64) << 10;
+    return std::max(uint64_t(256) << 10, format::div_up(wire / opt_.copy_pieces_per_transfer, grain) * grain);
   }
 
   /// Stream mode, after a transfer that went well: sizes each tier's section-B budget from what its frames
