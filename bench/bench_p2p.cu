@@ -409,6 +409,7 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "rblocks") o.receiver_blocks = int(x);
     else if (k == "piece") o.copy_piece_bytes = uint64_t(x) << 10;  // KiB
     else if (k == "pieces") o.copy_pieces_per_transfer = uint32_t(x);
+    else if (k == "rawhead") o.stream_raw_head_bytes = uint64_t(x) << 10;  // KiB
     else if (k == "head") {
       unsigned item = 0, frame = 0, mib = 0;
       if (std::sscanf(v.c_str(), "%u/%u/%u", &item, &frame, &mib) != 3)
@@ -572,9 +573,10 @@ int main(int argc, char** argv) {
       CK(cudaEventElapsedTime(&ms, a, b));
       t.push_back(ms / float(batch));
     };
-    for (int i = 0; i < reps; ++i) {
-      one(run_a, wait_a, ta);
+    for (int i = 0; i < reps; ++i) {  // A B, B A, ...: neither side always runs right after the other
+      if (i % 2 == 0) one(run_a, wait_a, ta);
       one(run_b, wait_b, tb);
+      if (i % 2 == 1) one(run_a, wait_a, ta);
     }
     std::sort(ta.begin(), ta.end());
     std::sort(tb.begin(), tb.end());
@@ -1217,7 +1219,7 @@ int main(int argc, char** argv) {
             CK(StagedRawCopy::run(src, dst, bytes, raw_chunk, raw_best_host, RAW_BUFFERS, raw_events.data(), stream,
                                   side));
           },
-          nowait, bytes < (uint64_t(4) << 20) ? 8 : 1);
+          nowait, bytes < (uint64_t(256) << 10) ? 32 : bytes < (uint64_t(4) << 20) ? 8 : 1);
       autob[k] = pair.first;
       raw_pair[k] = pair.second;
       CK(cudaMemset(dst, 0, bytes));
@@ -1249,8 +1251,8 @@ int main(int argc, char** argv) {
       "transfer, best of one chunk and chunks of {128K..16M}; copy/relay/kernel/stream = the link's modes, coded always; +bp "
       "= "
       "the link as used (raw below its measured bypass threshold); first c/r/k/s+bp/raw = link (+bp) speed over the "
-      "raw transfer (the sweep's chunk) timed alternately with it (below 4 MiB: 8 transfers back to back per timing, "
-      "both sides); second = over the sweep's best raw time (one transfer per timing).\n");
+      "raw transfer (the sweep's chunk) timed alternately with it (below 256 KiB: 32 transfers back to back per "
+      "timing, below 4 MiB: 8, both sides; which goes first alternates); second = over the sweep's best raw time (one transfer per timing).\n");
   for (int k = 0; k < NL; ++k)
     std::printf("%s link: min over sizes of speed/raw %.3f; min at >= 64 MiB %.3f\n", links[k].name, min_ratio[k],
                 min_ratio_64[k]);
