@@ -409,7 +409,6 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "rblocks") o.receiver_blocks = int(x);
     else if (k == "piece") o.copy_piece_bytes = uint64_t(x) << 10;  // KiB
     else if (k == "pieces") o.copy_pieces_per_transfer = uint32_t(x);
-    else if (k == "rawhead") o.stream_raw_head_bytes = uint64_t(x) << 10;  // KiB
     else if (k == "head") {
       unsigned item = 0, frame = 0, mib = 0;
       if (std::sscanf(v.c_str(), "%u/%u/%u", &item, &frame, &mib) != 3)

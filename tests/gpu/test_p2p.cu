@@ -150,12 +150,6 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     HostStagingLink<DType::bf16> link;
     REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
   }
-  {  // a raw head larger than the raw path's staging
-    P2POptions bad = small_ring_options();
-    bad.stream_raw_head_bytes = HostStagingLink<DType::bf16>::RAW_BUFFERS * bad.raw_chunk_bytes + 1;
-    HostStagingLink<DType::bf16> link;
-    REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
-  }
   for (uint64_t piece : {uint64_t(1), P2POptions::MIN_COPY_PIECE_BYTES - 1}) {  // pieces too small to be useful
     P2POptions bad = small_ring_options();
     bad.copy_piece_bytes = piece;
@@ -175,7 +169,7 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     bool device_flags;
     uint32_t pairs;  // copy stream pairs
     uint64_t piece;  // copy_piece_bytes (0: whole copies; odd sizes leave a short last piece)
-    uint64_t head = 0;  // stream_raw_head_bytes (at most a quarter of a message goes raw ahead of the frames)
+    uint32_t per_transfer = 0;  // copy_pieces_per_transfer (piece: then the smallest piece)
   };
   const Config configs[] = {{true, 410, false, 1, 0},     {false, 8, true, 2, 0},   {true, 8, false, 2, 0},
                             {false, 410, true, 1, 0},     {true, 410, true, 1, 0},  {true, 8, true, 2, 0},
@@ -183,10 +177,10 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
                             {true, 410, true, 2, 0},      {true, 8, true, 3, 0},    {false, 410, true, 4, 0},
                             {true, 410, false, 4, 0},     {true, 410, true, 2, 65536}, {true, 8, true, 2, 40000},
                             {false, 410, true, 1, 99999}, {true, 410, false, 3, 4096},
-                            {true, 410, true, 2, 0, 1 << 20},  {false, 8, true, 1, 0, 300000},
-                            {true, 8, false, 2, 65536, 3 << 20}};
+                            {true, 410, true, 2, 0, 8},        {false, 8, true, 1, 65536, 8},
+                            {true, 8, false, 2, 16384, 64}};
   for (const Config& c : configs) {
-    CAPTURE(c.split, c.budget, c.device_flags, c.pairs, c.piece, c.head);
+    CAPTURE(c.split, c.budget, c.device_flags, c.pairs, c.piece, c.per_transfer);
     P2POptions o = small_ring_options();
     o.slots = 8;
     o.split_send = c.split;
@@ -194,8 +188,7 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     o.stream_flags_on_device = c.device_flags;
     o.copy_stream_pairs = c.pairs;
     o.copy_piece_bytes = c.piece;
-    o.stream_raw_head_bytes = c.head;
-    o.copy_pieces_per_transfer = c.piece == 0 && c.pairs == 2 ? 8 : 0;  // 0 when pieces are fixed: they win
+    o.copy_pieces_per_transfer = c.per_transfer;
     HostStagingLink<DType::bf16> link;
     CUDA_OK(link.init(0, o, HostLinkMode::stream));
     for (uint64_t n : {uint64_t(3000), uint64_t(70001), uint64_t(1) << 21})

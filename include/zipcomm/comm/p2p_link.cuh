@@ -52,27 +52,27 @@ struct P2POptions {
                                                     // in pieces of at most this many bytes (0: whole), each host ->
                                                     // device piece waiting only for its own device -> host piece.
                                                     // The host -> device side trails by one copy, so a transfer
-                                                    // takes about (wire bytes + largest copy) / link bandwidth
-  uint32_t copy_pieces_per_transfer = 0;            // stream mode, when copy_piece_bytes is 0: pieces of about
-                                                    // 1 / this of the transfer's wire bytes (at least 256 KiB), so a
-                                                    // small transfer gets small copies and a large one few (0: off)
-  uint64_t stream_raw_head_bytes = 0;               // stream mode: the first bytes of a coded transfer (at most a
-                                                    // quarter of it) go raw, copied from the source at once while
-                                                    // the sender codes the rest: the link would idle until the
-                                                    // first frame is split (~100 us on the H200). At most
-                                                    // 4 * raw_chunk_bytes (the raw path's staging holds it)
+                                                    // takes about (wire bytes + largest copy) / link bandwidth, but
+                                                    // each piece costs ~3 us of copy engine (H200)
+  uint32_t copy_pieces_per_transfer = 0;            // stream mode: pieces of 1 / this of the transfer's wire bytes,
+                                                    // at least copy_piece_bytes (or 256 KiB), so a small transfer
+                                                    // gets smaller copies and a large one whole ones (0: off)
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
   /// Stream mode as measured best on the H200's pinned-host link (bench_p2p, bench/RESULTS.md): frames of 512
   /// full items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming), the ring's flags in GPU
   /// memory and two pairs of copy streams (1.31-1.36x the raw copy from 256 MiB, against 1.29-1.30x without
-  /// them). Memory: 16 slots of about 24 MiB (bf16) each in pinned host memory, and twice that in GPU memory.
+  /// them), copies in pieces of 1/16 of a transfer's wire bytes but at least 4 MiB (whole copies from about 256
+  /// MiB; 4.5% faster at 64 MiB). Memory: 16 slots of about 24 MiB (bf16) each in pinned host memory, and twice
+  /// that in GPU memory.
   static P2POptions stream_tuned() {
     P2POptions o;
     o.shape.tier[0].frame_items = 512;
     o.stream_flags_on_device = true;
     o.copy_stream_pairs = 2;
+    o.copy_piece_bytes = uint64_t(4) << 20;
+    o.copy_pieces_per_transfer = 16;
     return o;
   }
 };
@@ -555,7 +555,6 @@ template <DType D, class Code = thread::GaussianCode>
 class HostStagingLink {
  public:
   static constexpr uint32_t RAW_BUFFERS = 4;
-  static constexpr uint64_t RAW_HEAD_PIECE_BYTES = uint64_t(1) << 20;  // stream mode's raw head goes in such copies
 
   HostStagingLink() = default;
   HostStagingLink(const HostStagingLink&) = delete;
@@ -566,8 +565,7 @@ class HostStagingLink {
     if (!shape_valid(opt.shape) || opt.slots < 2 || opt.decode_streams < 1 || opt.raw_chunk_bytes == 0 ||
         opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes || opt.copy_stream_pairs < 1 ||
         opt.copy_stream_pairs > P2POptions::MAX_COPY_STREAM_PAIRS || opt.decode_streams < int(opt.copy_stream_pairs) ||
-        (opt.copy_piece_bytes && opt.copy_piece_bytes < P2POptions::MIN_COPY_PIECE_BYTES) ||
-        opt.stream_raw_head_bytes > RAW_BUFFERS * opt.raw_chunk_bytes)
+        (opt.copy_piece_bytes && opt.copy_piece_bytes < P2POptions::MIN_COPY_PIECE_BYTES))
       return cudaErrorInvalidValue;
     destroy();
     device_ = device;
@@ -634,12 +632,11 @@ class HostStagingLink {
     if (e == cudaSuccess) e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), recv_stream());
     last_empty_ = n == 0;
     if (e != cudaSuccess || n == 0) return finish(stream, e);
-    const uint64_t head = mode_ == HostLinkMode::stream ? stream_raw_head_elems(n) : 0;
-    const FramePlan plan = make_plan(D, FrameKind::coded, n - head, opt_.shape);
+    const FramePlan plan = make_plan(D, FrameKind::coded, n, opt_.shape);
     const uint64_t seq_base = next_seq_;
     next_seq_ += plan.num_frames;
     FrameRingView ring = ring_.view();
-    if (mode_ == HostLinkMode::stream) return finish(stream, schedule_stream(plan, src, dst, seq_base, head));
+    if (mode_ == HostLinkMode::stream) return finish(stream, schedule_stream(plan, src, dst, seq_base));
     if (mode_ == HostLinkMode::copy) ring.slots = dev_send_.get();  // frames in GPU memory, flags in pinned
     e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, ring, true, opt_.timeout_ns, send_stream(),
                        send_extras());
@@ -918,12 +915,7 @@ class HostStagingLink {
   /// next frames' planes); the h2d stream copies both on and writes the frame's "landed" flag. Slots are reused
   /// safely: the sender waits for the receiver's credit; the d2h copies into a pinned slot wait for the h2d
   /// copy of the slot's previous frame (event); the h2d copy waits for that frame's credit (its device slot).
-  cudaError_t schedule_stream(const FramePlan& plan, const void* src_all, void* dst_all, uint64_t seq_base,
-                              uint64_t head) {
-    // The raw head (stream_raw_head_bytes): elements [0, head) go raw; the frames carry the rest.
-    const uint64_t head_bytes = head * format::elem_bytes(D);
-    const uint8_t* src = static_cast<const uint8_t*>(src_all) + head_bytes;
-    uint8_t* dst = static_cast<uint8_t*>(dst_all) + head_bytes;
+  cudaError_t schedule_stream(const FramePlan& plan, const void* src, void* dst, uint64_t seq_base) {
     const FrameRingView pinned = stream_ring();
     const uint32_t S = pinned.num_slots;
     const uint64_t SB = pinned.slot_bytes;
@@ -986,23 +978,7 @@ class HostStagingLink {
       if (r == cudaSuccess && mark) r = cudaEventRecord(mark[3], h2d);
       return r;
     };
-    wire_bytes_ = head_bytes;
-    if (head_bytes && e == cudaSuccess) {
-      // Straight from the source (after the caller's prior work: ev(0)), through the raw path's staging, in
-      // pieces, so the host -> device side starts after the first piece; first on pair 0, before any frame.
-      use_pair(0);
-      const uint8_t* from = static_cast<const uint8_t*>(src_all);
-      uint8_t* to = static_cast<uint8_t*>(dst_all);
-      uint8_t* staging = raw_buffers_.get();
-      e = cudaStreamWaitEvent(d2h, ev(0), 0);
-      for (uint64_t off = 0; off < head_bytes && e == cudaSuccess; off += RAW_HEAD_PIECE_BYTES) {
-        const uint64_t len = std::min(RAW_HEAD_PIECE_BYTES, head_bytes - off);
-        e = cudaMemcpyAsync(staging + off, from + off, len, cudaMemcpyDeviceToHost, d2h);
-        if (e == cudaSuccess) e = cudaEventRecord(piece_done(0), d2h);
-        if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d, piece_done(0), 0);
-        if (e == cudaSuccess) e = cudaMemcpyAsync(to + off, staging + off, len, cudaMemcpyHostToDevice, h2d);
-      }
-    }
+    wire_bytes_ = 0;
     for (uint64_t i = 0; i < F + ahead && e == cudaSuccess; ++i) {
       if (i < F && split) {  // planes of frame i, both ways, as soon as the sender split them
         const uint64_t q = seq_base + i;
@@ -1042,25 +1018,19 @@ class HostStagingLink {
     return e;
   }
 
-  /// Stream mode: elements of an n-element transfer sent raw ahead of the frames: stream_raw_head_bytes, at most a
-  /// quarter of the message, rounded down to 4 KiB (the coded rest keeps the source's and destination's alignment).
-  uint64_t stream_raw_head_elems(uint64_t n) const {
-    const uint64_t eb = format::elem_bytes(D);
-    const uint64_t bytes = std::min(opt_.stream_raw_head_bytes, n * eb / 4) / 4096 * 4096;
-    return bytes / eb;
-  }
-
-  /// Stream mode: the largest copy of a transfer (0: whole parts), from copy_piece_bytes or, failing that,
-  /// copy_pieces_per_transfer and what the copy engines will move (planes and section-B budgets).
+  /// Stream mode: the largest copy of a transfer (0: whole parts): copy_piece_bytes, or with
+  /// copy_pieces_per_transfer a share of what the copy engines will move (planes and section-B budgets), at least
+  /// copy_piece_bytes.
   uint64_t stream_piece_bytes(const FramePlan& plan) const {
-    if (opt_.copy_piece_bytes || !opt_.copy_pieces_per_transfer) return opt_.copy_piece_bytes;
+    if (!opt_.copy_pieces_per_transfer) return opt_.copy_piece_bytes;
     uint64_t wire = 0;
     for (uint64_t f = 0; f < plan.num_frames; ++f) {
       const FrameInfo fi = plan.frame(f);
       wire += fi.planes_bytes + exps_budget_bytes(fi, budget_);
     }
     const uint64_t grain = uint64_t(64) << 10;
-    return std::max(uint64_t(256) << 10, format::div_up(wire / opt_.copy_pieces_per_transfer, grain) * grain);
+    const uint64_t least = opt_.copy_piece_bytes ? opt_.copy_piece_bytes : uint64_t(256) << 10;
+    return std::max(least, format::div_up(wire / opt_.copy_pieces_per_transfer, grain) * grain);
   }
 
   /// Stream mode, after a transfer that went well: sizes each tier's section-B budget from what its frames
