@@ -255,7 +255,7 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
   for (uint64_t bytes = std::max<uint64_t>(min_kib, 1) << 10; bytes <= max_bytes; bytes *= 2) {
     const uint64_t n = bytes / 2;
     const int reps = std::max(5, int(reps_scale * (bytes <= (uint64_t(1) << 20)    ? 41
-                                                   : bytes <= (uint64_t(64) << 20) ? 15
+                                                   : bytes <= (uint64_t(64) << 20) ? 21
                                                                                    : 7)));
     // time_ms ends with s1 (and the link) idle, and every method writes into a cleared dst: what it holds is
     // the last timed transfer's result, checked right after.
@@ -1171,7 +1171,7 @@ int main(int argc, char** argv) {
   for (uint64_t bytes = min_kib << 10; bytes <= max_bytes; bytes *= 2) {
     const uint64_t n = bytes / 2;
     const int reps = std::max(5, int(reps_scale * (bytes <= (uint64_t(1) << 20)    ? 41
-                                                   : bytes <= (uint64_t(64) << 20) ? 15
+                                                   : bytes <= (uint64_t(64) << 20) ? 21
                                                                                    : 7)));
     // raw: best chunk
     double raw_best = 1e30;
@@ -1218,7 +1218,7 @@ int main(int argc, char** argv) {
             CK(StagedRawCopy::run(src, dst, bytes, raw_chunk, raw_best_host, RAW_BUFFERS, raw_events.data(), stream,
                                   side));
           },
-          nowait, bytes < (uint64_t(256) << 10) ? 32 : bytes < (uint64_t(4) << 20) ? 8 : 1);
+          nowait, bytes < (uint64_t(256) << 10) ? 32 : bytes < (uint64_t(16) << 20) ? 8 : 1);
       autob[k] = pair.first;
       raw_pair[k] = pair.second;
       CK(cudaMemset(dst, 0, bytes));
@@ -1251,7 +1251,7 @@ int main(int argc, char** argv) {
       "= "
       "the link as used (raw below its measured bypass threshold); first c/r/k/s+bp/raw = link (+bp) speed over the "
       "raw transfer (the sweep's chunk) timed alternately with it (below 256 KiB: 32 transfers back to back per "
-      "timing, below 4 MiB: 8, both sides; which goes first alternates); second = over the sweep's best raw time (one transfer per timing).\n");
+      "timing, below 16 MiB: 8, both sides; which goes first alternates); second = over the sweep's best raw time (one transfer per timing).\n");
   for (int k = 0; k < NL; ++k)
     std::printf("%s link: min over sizes of speed/raw %.3f; min at >= 64 MiB %.3f\n", links[k].name, min_ratio[k],
                 min_ratio_64[k]);
