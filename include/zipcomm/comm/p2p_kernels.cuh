@@ -295,33 +295,18 @@ ZIPCOMM_DEVICE uint32_t split_item_planes(uint8_t* dst, const void* in, bool vec
   const uint32_t lane = warp::lane_id();
   const uint32_t tiles = format::chunk_tiles(elems);
   uint32_t check = 0;
-  // SPLIT_TILES tiles' loads in flight before any is written: one tile at a time, an item's split was a chain of
-  // 64 dependent memory round trips (~60 us for a 16384-element item, the first frame's whole start latency).
-  constexpr uint32_t SPLIT_TILES = 4;
-  for (uint32_t t0 = 0; t0 < tiles; t0 += SPLIT_TILES) {
-    uint32_t x[SPLIT_TILES][warp::ITEMS];
-#pragma unroll
-    for (uint32_t u = 0; u < SPLIT_TILES; ++u) {
-      const uint32_t t = t0 + u;
-      if (t < tiles) {
-        const uint64_t at = uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
-        const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
-        if (vector)
-          warp::load_items<D, true>(in, elem0 + at, cnt, x[u]);
-        else
-          warp::load_items<D, false>(in, elem0 + at, cnt, x[u]);
-      }
-    }
-#pragma unroll
-    for (uint32_t u = 0; u < SPLIT_TILES; ++u) {
-      const uint32_t t = t0 + u;
-      if (t < tiles) {
-        const uint64_t at = uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
-        const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
-        warp::write_planes<D>(planes, t, at, cnt, x[u]);
-        check += lane_tile_check(t, cnt, x[u]);
-      }
-    }
+  // One tile at a time: keeping 4 tiles' loads in flight measured no faster (the split is bound by each warp's
+  // instruction rate, not by memory latency; bench/RESULTS.md, 2026-12-03).
+  for (uint32_t t = 0; t < tiles; ++t) {
+    const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+    uint32_t x[warp::ITEMS];
+    const uint64_t at = uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
+    if (vector)
+      warp::load_items<D, true>(in, elem0 + at, cnt, x);
+    else
+      warp::load_items<D, false>(in, elem0 + at, cnt, x);
+    warp::write_planes<D>(planes, t, at, cnt, x);
+    check += lane_tile_check(t, cnt, x);
   }
   warp_zero(dst, elems, p1);  // v1 padding is zero
   warp_zero(dst, p1 + L.plane1_bytes, L.table_offset - format::HEADER_BYTES);
