@@ -956,8 +956,8 @@ class HostStagingLink {
     // One stretch of a frame, GPU -> pinned -> GPU on the frame's pair (use_pair): the d2h copy, then (event) the
     // h2d copy. An event may be recorded again right after a stream waited on it: the wait keeps the record it
     // saw.
-    // With copy_piece_bytes, in pieces: each h2d piece waits for its own d2h piece (event of the pair), and `ev`
-    // marks the whole stretch out. `mark` (trace): events before and after each side's copies.
+    // Longer than stream_piece_bytes(): in pieces, each h2d piece waiting for its own d2h piece (event of the
+    // pair), and `ev` marks the whole stretch out. `mark` (trace): events before and after each side's copies.
     const uint64_t piece = stream_piece_bytes(plan);
     auto copy_through = [&](uint8_t* host, const uint8_t* from_dev, uint8_t* to_dev, uint64_t len, cudaEvent_t ev,
                             cudaEvent_t* mark) {
