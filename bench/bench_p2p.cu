@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +48,22 @@ namespace {
 __global__ void sm_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, uint64_t n16) {
   for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n16; i += uint64_t(gridDim.x) * blockDim.x)
     dst[i] = __ldcv(src + i);
+}
+
+// Holds a stream until the host writes *go (nvbench's blocking-kernel method): the transfers queued behind it then
+// run back to back, so their timing measures the GPU's work, not how fast the host issues the calls. Gives up
+// after timeout_ns (the host could block while queueing: then *timed_out says the timing is not clean).
+__global__ void block_stream(const volatile uint32_t* go, uint32_t* timed_out, uint64_t timeout_ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while (*go == 0u) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 > timeout_ns) {
+      *timed_out = 1u;
+      return;
+    }
+    __nanosleep(256);
+  }
 }
 
 struct Row {
@@ -554,7 +571,16 @@ int main(int argc, char** argv) {
   // transfers back to back between the two events, time / batch: at a few microseconds per transfer, one
   // transfer between events measures mostly when the host got its calls in (seen: 13 or 20 us for the same two
   // 2 KiB copies, the median flipping between runs); both sides are batched alike.
-  auto time_pair_ms = [&](int reps, auto&& run_a, auto&& wait_a, auto&& run_b, auto&& wait_b, int batch) {
+  // With `blocked` (batched sizes), each batch is queued behind block_stream and released once queued: the
+  // events then time the GPU's work for the batch, not the host's calls; host_us gets each side's median host
+  // time per transfer (what the calls cost the caller's thread), so both are reported.
+  uint32_t* block_go;
+  CK(cudaHostAlloc(&block_go, 8, cudaHostAllocMapped));
+  uint32_t* block_timed_out = block_go + 1;
+  block_go[0] = block_go[1] = 0;
+  double host_us[2] = {0, 0};
+  auto time_pair_ms = [&](int reps, auto&& run_a, auto&& wait_a, auto&& run_b, auto&& wait_b, int batch,
+                          bool blocked = false) {
     for (int i = 0; i < 2; ++i) {
       run_a();
       wait_a();
@@ -562,23 +588,40 @@ int main(int argc, char** argv) {
       wait_b();
     }
     std::vector<float> ta, tb;
-    auto one = [&](auto&& run, auto&& wait, std::vector<float>& t) {
+    std::vector<double> ha, hb;
+    auto one = [&](auto&& run, auto&& wait, std::vector<float>& t, std::vector<double>& h) {
+      if (blocked) {
+        *const_cast<volatile uint32_t*>(block_go) = 0u;
+        block_stream<<<1, 1, 0, stream>>>(block_go, block_timed_out, 50000000ull);
+        CK(cudaGetLastError());
+      }
       CK(cudaEventRecord(a, stream));
+      const auto h0 = std::chrono::steady_clock::now();
       for (int k = 0; k < batch; ++k) run();
+      const auto h1 = std::chrono::steady_clock::now();
       CK(cudaEventRecord(b, stream));
+      if (blocked) *const_cast<volatile uint32_t*>(block_go) = 1u;
       CK(cudaEventSynchronize(b));
       wait();
       float ms = 0;
       CK(cudaEventElapsedTime(&ms, a, b));
       t.push_back(ms / float(batch));
+      h.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() / batch);
     };
     for (int i = 0; i < reps; ++i) {  // A B, B A, ...: neither side always runs right after the other
-      if (i % 2 == 0) one(run_a, wait_a, ta);
-      one(run_b, wait_b, tb);
-      if (i % 2 == 1) one(run_a, wait_a, ta);
+      if (i % 2 == 0) one(run_a, wait_a, ta, ha);
+      one(run_b, wait_b, tb, hb);
+      if (i % 2 == 1) one(run_a, wait_a, ta, ha);
+    }
+    if (blocked && block_go[1]) {
+      std::fprintf(stderr, "paired timing: the blocking kernel timed out (host blocked while queueing)\n");
+      block_go[1] = 0;
     }
     std::sort(ta.begin(), ta.end());
     std::sort(tb.begin(), tb.end());
+    std::sort(ha.begin(), ha.end());
+    std::sort(hb.begin(), hb.end());
+    host_us[0] = ha[ha.size() / 2], host_us[1] = hb[hb.size() / 2];
     return std::make_pair(double(ta[ta.size() / 2]), double(tb[tb.size() / 2]));
   };
   auto verify = [&](uint64_t bytes, const char* what) {
@@ -1166,6 +1209,8 @@ int main(int argc, char** argv) {
   for (int k = 0; k < NL; ++k) std::printf(" %c+bp/raw", links[k].name[0]);
   std::printf(" |");
   for (int k = 0; k < NL; ++k) std::printf(" %c+bp/swp", links[k].name[0]);
+  std::printf(" |");
+  for (int k = 0; k < NL; ++k) std::printf(" %6s %13s", "paced", "host us l/r");
   std::printf("\n");
   std::vector<double> min_ratio(NL, 1e9), min_ratio_64(NL, 1e9);
   for (uint64_t bytes = min_kib << 10; bytes <= max_bytes; bytes *= 2) {
@@ -1195,7 +1240,10 @@ int main(int argc, char** argv) {
     verify(bytes, "raw");
     rows.push_back({bytes, "raw", raw_best, bytes / raw_best / 1e6,
                     "chunk " + std::to_string(raw_chunk) + (raw_best_host == raw_host_wc ? ", write-combined" : "")});
-    std::vector<double> coded(NL), autob(NL), raw_pair(NL);
+    std::vector<double> coded(NL), autob(NL), raw_pair(NL), host_link(NL), host_raw(NL), paced_ratio(NL, 0.0);
+    // Below 16 MiB a timing covers several transfers back to back, queued behind a blocking kernel (GPU time;
+    // the host-paced ratio and each side's host time per call are printed too).
+    const int batch = bytes < (uint64_t(256) << 10) ? 32 : bytes < (uint64_t(16) << 20) ? 8 : 1;
     for (int k = 0; k < NL; ++k) {
       HostStagingLink<DType::bf16>& link = links[k].link;
       auto wait = [&] {
@@ -1218,9 +1266,28 @@ int main(int argc, char** argv) {
             CK(StagedRawCopy::run(src, dst, bytes, raw_chunk, raw_best_host, RAW_BUFFERS, raw_events.data(), stream,
                                   side));
           },
-          nowait, bytes < (uint64_t(256) << 10) ? 32 : bytes < (uint64_t(16) << 20) ? 8 : 1);
+          nowait, batch, batch > 1);
       autob[k] = pair.first;
       raw_pair[k] = pair.second;
+      host_link[k] = host_us[0], host_raw[k] = host_us[1];
+      if (batch > 1) {  // the same pair timed as the host issues it (not blocked): what a caller's loop sees
+        const auto paced = time_pair_ms(
+            reps, [&] { CK(link.transfer(src, dst, n, stream)); }, wait,
+            [&] {
+              CK(StagedRawCopy::run(src, dst, bytes, raw_chunk, raw_best_host, RAW_BUFFERS, raw_events.data(), stream,
+                                    side));
+            },
+            nowait, batch, false);
+        paced_ratio[k] = paced.second / paced.first;
+        rows.push_back({bytes, std::string("probe_hostpaced_link_") + links[k].name, paced.first,
+                        bytes / paced.first / 1e6, "as link_ but not blocked: the host's calls pace the batch"});
+        rows.push_back({bytes, std::string("probe_hostpaced_raw_") + links[k].name, paced.second,
+                        bytes / paced.second / 1e6, "as raw_paired_ but not blocked"});
+      }
+      rows.push_back({bytes, std::string("probe_host_us_link_") + links[k].name, host_link[k] / 1e3, 0,
+                      "host time per transfer() call (ms field)"});
+      rows.push_back({bytes, std::string("probe_host_us_raw_") + links[k].name, host_raw[k] / 1e3, 0,
+                      "host time per raw transfer's calls (ms field)"});
       CK(cudaMemset(dst, 0, bytes));
       CK(link.transfer(src, dst, n, stream));
       wait();
@@ -1242,6 +1309,12 @@ int main(int argc, char** argv) {
     for (int k = 0; k < NL; ++k) std::printf(" %9.3f", raw_pair[k] / autob[k]);
     std::printf(" |");
     for (int k = 0; k < NL; ++k) std::printf(" %9.3f", raw_best / autob[k]);
+    std::printf(" |");
+    for (int k = 0; k < NL; ++k)
+      if (batch > 1)
+        std::printf(" %6.3f %6.1f/%-6.1f", paced_ratio[k], host_link[k], host_raw[k]);
+      else
+        std::printf(" %6s %6.1f/%-6.1f", "-", host_link[k], host_raw[k]);
     std::printf("\n");
     std::fflush(stdout);
   }
@@ -1251,7 +1324,9 @@ int main(int argc, char** argv) {
       "= "
       "the link as used (raw below its measured bypass threshold); first c/r/k/s+bp/raw = link (+bp) speed over the "
       "raw transfer (the sweep's chunk) timed alternately with it (below 256 KiB: 32 transfers back to back per "
-      "timing, below 16 MiB: 8, both sides; which goes first alternates); second = over the sweep's best raw time (one transfer per timing).\n");
+      "timing, below 16 MiB: 8, both sides, queued behind a blocking kernel so the GPU's work is timed; which goes "
+      "first alternates); second = over the sweep's best raw time (one transfer per timing); last group, per link: "
+      "the same ratio with the host pacing the batch (not blocked), and host us per call, link/raw.\n");
   for (int k = 0; k < NL; ++k)
     std::printf("%s link: min over sizes of speed/raw %.3f; min at >= 64 MiB %.3f\n", links[k].name, min_ratio[k],
                 min_ratio_64[k]);

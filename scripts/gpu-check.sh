@@ -21,7 +21,7 @@ cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTU
   -DZIPCOMM_BUILD_FUZZ=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Catch2=ON ${ZIPCOMM_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
 # -k 0: a target that fails to build is reported, and everything else still builds and runs.
 TARGETS=()
-[ "$MODE" = p2p ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_p2p zipcomm_p2p_pipeline zipcomm_rl_weight_sync)
+[ "$MODE" = p2p ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_p2p zipcomm_p2p_pipeline zipcomm_rl_weight_sync zipcomm_probe_split)
 if ! cmake --build $BUILD -j"$(nproc)" "${TARGETS[@]}" -- -k 0 > "$OUT/build.log" 2>&1; then
   log "build had FAILURES (the rest runs)"; grep -E "error|FAILED" "$OUT/build.log" | head -40
   [ -x $BUILD/tests/gpu/zipcomm_gpu_tests ] || exit 1
@@ -67,6 +67,7 @@ fi
 # P2P pipeline over the pinned-host link (issue 4): GB/s vs message size, coded modes vs raw; PNG when matplotlib is there
 P2P_ARGS=${ZIPCOMM_P2P_ARGS:---sweep}; [ "$MODE" = quick ] && P2P_ARGS="--max-mib 256"
 if want p2p; then
+  [ -x $BUILD/bench/zipcomm_probe_split ] && timeout 60 $BUILD/bench/zipcomm_probe_split > "$OUT/probe_split.txt" 2>&1
   timeout ${ZIPCOMM_P2P_TIMEOUT:-300} $BUILD/bench/zipcomm_bench_p2p --data tests/data $P2P_ARGS --json "$OUT/bench_p2p.json" > "$OUT/bench_p2p.txt" 2>&1
   log "bench_p2p rc=$?: $(grep -E 'min over sizes' "$OUT/bench_p2p.txt" | tr '\n' ' ')"
   python3 bench/plot_p2p.py "$OUT/bench_p2p.json" "$OUT/bench_p2p.png" >> "$OUT/bench_p2p.txt" 2>&1 ||
@@ -81,7 +82,7 @@ if want ring; then
   timeout ${ZIPCOMM_RING_BENCH_S:-300} $BUILD/bench/zipcomm_bench_ring --data tests/data --mib $MIB --json "$OUT/bench_ring.json" > "$OUT/bench_ring.txt" 2>&1
   log "bench_ring rc=$?"
 fi
-cat "$OUT"/bench*.txt 2>/dev/null
+cat "$OUT"/bench*.txt "$OUT"/probe*.txt 2>/dev/null
 # The device tool brings back at most 8 files: logs travel in one archive.
 ( cd "$OUT" && tar czf all-logs.tgz *.log *.txt 2>/dev/null && rm -f *.log bench*.txt machine.txt )
 cat "$OUT/summary.txt" 2>/dev/null

@@ -294,9 +294,7 @@ class P2PSender {
     scratch_bytes_ = format::align_up(item_plane_bytes(D, largest_item_elems(shape)), 16);
     e = cudaFuncSetAttribute(p2p_send_kernel<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes()));
     if (e != cudaSuccess) return e;
-    const size_t words = 16 + 2 * slots + size_t(slots) * MAX_FRAME_ITEMS + slots;
-    e = state_.device(device, words * 8 + sizeof(SideControl));
-    if (e == cudaSuccess) e = need_.device(device, EXPS_BUDGET_CLASSES * sizeof(uint32_t));
+    e = state_.device(device, state_bytes());
     if (e != cudaSuccess) return e;
     return scratch_.device(device, size_t(blocks_) * P2PPolicy::WARPS * scratch_bytes_);
   }
@@ -308,13 +306,11 @@ class P2PSender {
                      const P2PLaunchExtras& extras = {}) {
     if (ring.num_slots != slots_) return cudaErrorInvalidValue;
     p2p_detail::DeviceGuard g(device_);
-    cudaError_t e = cudaMemsetAsync(control(), 0, sizeof(SideControl), stream);
+    // One memset clears what a launch must find zero (item counter, per-slot counters, control words, the
+    // per-class need): the sender is idle between launches, and each stream operation before the kernel
+    // delays the transfer's first frame by a few microseconds (it was 4 + 2 per frame).
+    cudaError_t e = cudaMemsetAsync(state_.get(), 0, cleared_bytes(), stream);
     if (e != cudaSuccess || f0 >= f1) return e;
-    e = cudaMemsetAsync(state_.get(), 0, 8, stream);  // the item counter
-    if (e == cudaSuccess)
-      e = p2p_detail::zero_slot_counters(state_.get<unsigned long long>(16 * 8), 2, slots_, seq_base + f0, f1 - f0,
-                                         stream);
-    if (e != cudaSuccess) return e;
     SendArgs a;
     a.plan = plan;
     a.in = in;
@@ -326,8 +322,8 @@ class P2PSender {
     a.launch_tag = next_tag();
     a.item_counter = state_.get<unsigned long long>(0);
     a.counters = state_.get<unsigned long long>(16 * 8);
-    a.lookback = state_.get<uint64_t>((16 + 2 * size_t(slots_)) * 8);
-    a.credit_seen = state_.get<uint64_t>((16 + 2 * size_t(slots_) + size_t(slots_) * MAX_FRAME_ITEMS) * 8);
+    a.lookback = state_.get<uint64_t>(cleared_bytes());
+    a.credit_seen = state_.get<uint64_t>(cleared_bytes() + size_t(slots_) * MAX_FRAME_ITEMS * 8);
     a.scratch = scratch_.get();
     a.scratch_bytes = scratch_bytes_;
     a.control = control();
@@ -336,26 +332,21 @@ class P2PSender {
     a.poison = extras.poison;
     a.overflow_slots = extras.overflow_slots;
     a.exps_budget = extras.exps_budget;
-    a.exps_need = need_.get<uint32_t>();
-    e = cudaMemsetAsync(a.exps_need, 0, EXPS_BUDGET_CLASSES * sizeof(uint32_t), stream);
-    if (e != cudaSuccess) return e;
+    a.exps_need = state_.get<uint32_t>(need_offset());
     const uint64_t items =
         (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
     const int grid = int(std::min<uint64_t>(uint64_t(blocks_), format::div_up(items, P2PPolicy::WARPS)));
     p2p_send_kernel<D, Code><<<grid, P2PPolicy::THREADS, smem_bytes(), stream>>>(a);
     return cudaGetLastError();
   }
-  SideControl* control() const {
-    return state_.get<SideControl>((16 + 3 * size_t(slots_) + size_t(slots_) * MAX_FRAME_ITEMS) * 8);
-  }
+  SideControl* control() const { return state_.get<SideControl>(control_offset()); }
   /// [EXPS_BUDGET_CLASSES] device words: per budget class, the most coded section-B bytes per 1024 elements a
   /// frame of the last launch needed (classes as the launch's extras.exps_budget tells them apart).
-  const uint32_t* exps_need() const { return need_.get<uint32_t>(); }
+  const uint32_t* exps_need() const { return state_.get<uint32_t>(need_offset()); }
   /// Clears the device state (after an aborted transfer). The sender must be idle.
   cudaError_t reset() {
     p2p_detail::DeviceGuard g(device_);
-    cudaError_t e = cudaMemset(state_.get(), 0,
-                               (16 + 3 * size_t(slots_) + size_t(slots_) * MAX_FRAME_ITEMS) * 8 + sizeof(SideControl));
+    cudaError_t e = cudaMemset(state_.get(), 0, state_bytes());
     return e != cudaSuccess ? e : cudaDeviceSynchronize();
   }
   int device() const { return device_; }
@@ -365,7 +356,13 @@ class P2PSender {
     if (++tag_ == 0) ++tag_;
     return tag_;
   }
-  p2p_detail::Memory state_, scratch_, need_;
+  // Device state, in bytes: [item counter: 16 words][2 counters per slot][SideControl][need per class] (all
+  // cleared by each launch) [look-back: slots x MAX_FRAME_ITEMS words][credit_seen: 1 word per slot].
+  size_t control_offset() const { return (16 + 2 * size_t(slots_)) * 8; }
+  size_t need_offset() const { return control_offset() + format::align_up(sizeof(SideControl), 8); }
+  size_t cleared_bytes() const { return format::align_up(need_offset() + EXPS_BUDGET_CLASSES * sizeof(uint32_t), 8); }
+  size_t state_bytes() const { return cleared_bytes() + (size_t(slots_) * MAX_FRAME_ITEMS + slots_) * 8; }
+  p2p_detail::Memory state_, scratch_;
   int device_ = 0, blocks_ = 0;
   uint32_t slots_ = 0, tag_ = 0;
   uint64_t scratch_bytes_ = 0;
@@ -410,6 +407,14 @@ class P2PReceiver {
                      uint64_t* done_word = nullptr, uint64_t done_value = 0, const P2PLaunchExtras& extras = {}) {
     if (ring.num_slots != slots_ || lane >= lanes_ || (pull && !has_staging_)) return cudaErrorInvalidValue;
     p2p_detail::DeviceGuard g(device_);
+    if (lanes_ == 1 && f0 < f1) {  // one launch at a time: one memset clears the whole state (and the control
+                                   // words, which follow it), not 3 + 2 per frame (each delays the kernel)
+      cudaError_t e = cudaMemsetAsync(state_.get(), 0, state_words() * 8 + (reset_control ? sizeof(SideControl) : 0),
+                                      stream);
+      if (e != cudaSuccess) return e;
+      return launch_kernel(plan, out, seq_base, f0, f1, ring, wait_flags, give_credits, pull, timeout_ns, stream, lane,
+                           max_blocks, done_word, done_value, extras);
+    }
     cudaError_t e = reset_control ? cudaMemsetAsync(control(), 0, sizeof(SideControl), stream) : cudaSuccess;
     if (e != cudaSuccess || f0 >= f1) return e;
     e = cudaMemsetAsync(state_.get(16 * 8 * size_t(lane)), 0, 8, stream);  // the lane's item counter
@@ -420,6 +425,23 @@ class P2PReceiver {
       e = p2p_detail::zero_slot_counters(state_.get<unsigned long long>((16 * size_t(lanes_) + slots_) * 8), 2, slots_,
                                          seq_base + f0, f1 - f0, stream);
     if (e != cudaSuccess) return e;
+    return launch_kernel(plan, out, seq_base, f0, f1, ring, wait_flags, give_credits, pull, timeout_ns, stream, lane,
+                         max_blocks, done_word, done_value, extras);
+  }
+  SideControl* control() const { return state_.get<SideControl>(state_words() * 8); }
+  cudaError_t reset() {
+    p2p_detail::DeviceGuard g(device_);
+    cudaError_t e = cudaMemset(state_.get(), 0, state_words() * 8 + sizeof(SideControl));
+    return e != cudaSuccess ? e : cudaDeviceSynchronize();
+  }
+  int device() const { return device_; }
+  int blocks() const { return blocks_; }
+
+ private:
+  cudaError_t launch_kernel(const FramePlan& plan, void* out, uint64_t seq_base, uint64_t f0, uint64_t f1,
+                            const FrameRingView& ring, bool wait_flags, bool give_credits, bool pull,
+                            uint64_t timeout_ns, cudaStream_t stream, uint32_t lane, int max_blocks,
+                            uint64_t* done_word, uint64_t done_value, const P2PLaunchExtras& extras) {
     RecvArgs a;
     a.plan = plan;
     a.out = out;
@@ -451,16 +473,6 @@ class P2PReceiver {
     p2p_recv_kernel<D, Code><<<grid, P2PPolicy::THREADS, smem_bytes(), stream>>>(a);
     return cudaGetLastError();
   }
-  SideControl* control() const { return state_.get<SideControl>(state_words() * 8); }
-  cudaError_t reset() {
-    p2p_detail::DeviceGuard g(device_);
-    cudaError_t e = cudaMemset(state_.get(), 0, state_words() * 8 + sizeof(SideControl));
-    return e != cudaSuccess ? e : cudaDeviceSynchronize();
-  }
-  int device() const { return device_; }
-  int blocks() const { return blocks_; }
-
- private:
   // per lane: 16 words (item counter, frames done); per slot: counter, 2 mirror words; frame_status (u32)
   size_t state_words() const { return 16 * size_t(lanes_) + 3 * size_t(slots_) + (size_t(slots_) + 1) / 2 + 2; }
   uint32_t next_tag() {
@@ -628,8 +640,12 @@ class HostStagingLink {
     if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), ev(0), 0);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(send_stream(), ev(2), 0);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), ev(1), 0);
-    if (e == cudaSuccess) e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), send_stream());
-    if (e == cudaSuccess) e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), recv_stream());
+    // The control words start clear: the launches clear them (the sender's always, the persistent receiver's in
+    // kernel and stream modes); what no launch clears is cleared here (fewer operations before the kernels).
+    const bool persistent = mode_ == HostLinkMode::kernel || mode_ == HostLinkMode::stream;
+    if (e == cudaSuccess && n == 0) e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), send_stream());
+    if (e == cudaSuccess && (n == 0 || !persistent))
+      e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), recv_stream());
     last_empty_ = n == 0;
     if (e != cudaSuccess || n == 0) return finish(stream, e);
     const FramePlan plan = make_plan(D, FrameKind::coded, n, opt_.shape);
@@ -643,7 +659,7 @@ class HostStagingLink {
     if (e != cudaSuccess) return finish(stream, e);
     if (mode_ == HostLinkMode::kernel) {
       e = receiver_.launch(plan, dst, seq_base, 0, plan.num_frames, ring, true, true, true, opt_.timeout_ns,
-                           recv_stream(), 0, false, 0, nullptr, 0, recv_extras());
+                           recv_stream(), 0, true, 0, nullptr, 0, recv_extras());
       return finish(stream, e);
     }
     for (int i = 0; i < opt_.decode_streams && e == cudaSuccess; ++i) {  // decodes follow the control reset
@@ -934,7 +950,7 @@ class HostStagingLink {
       e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(), send_extras());
     if (e == cudaSuccess)
       e = receiver_.launch(plan, dst, seq_base, 0, F, recv_view, true, true, false, opt_.timeout_ns, recv_stream(),
-                           0, false, 0, nullptr, 0, recv_extras());
+                           0, true, 0, nullptr, 0, recv_extras());
     // Copy streams: frame f goes through pair f % pairs (finish() joins them all). With one pair, split-send puts
     // the planes of frame i + 1 before section B of frame i; with more, the other pairs' frames fill that role,
     // and frame f's first d2h copy waits (event) for frame f - 1's planes to be copied out, so the transfer's
