@@ -295,9 +295,26 @@ ZIPCOMM_DEVICE uint32_t split_item_planes(uint8_t* dst, const void* in, bool vec
   const uint32_t lane = warp::lane_id();
   const uint32_t tiles = format::chunk_tiles(elems);
   uint32_t check = 0;
-  // One tile at a time: keeping 4 tiles' loads in flight measured no faster (the split is bound by each warp's
-  // instruction rate, not by memory latency; bench/RESULTS.md, 2026-12-03).
-  for (uint32_t t = 0; t < tiles; ++t) {
+  // Whole tiles of an aligned input: SPLIT_TILES tiles' loads in flight before any is used. One tile at a time
+  // the split is a chain of memory round trips (bench/probe_split.cu on the H200, 1056 warps of 16384 elements:
+  // 54 us, 24 us with 4 tiles in flight; the first frame's planes wait for it). The loads are unconditional
+  // (count known), so nothing orders them behind the previous tile's stores.
+  constexpr uint32_t SPLIT_TILES = 4;
+  const uint32_t whole = vector ? elems / format::TILE_ELEMS / SPLIT_TILES * SPLIT_TILES : 0;
+  for (uint32_t t0 = 0; t0 < whole; t0 += SPLIT_TILES) {
+    uint32_t x[SPLIT_TILES][warp::ITEMS];
+#pragma unroll
+    for (uint32_t u = 0; u < SPLIT_TILES; ++u)
+      warp::load_items<D, true>(in, elem0 + uint64_t(t0 + u) * format::TILE_ELEMS + lane * warp::ITEMS, warp::ITEMS,
+                                x[u]);
+#pragma unroll
+    for (uint32_t u = 0; u < SPLIT_TILES; ++u) {
+      const uint64_t at = uint64_t(t0 + u) * format::TILE_ELEMS + lane * warp::ITEMS;
+      warp::write_planes<D>(planes, t0 + u, at, warp::ITEMS, x[u]);
+      check += lane_tile_check(t0 + u, warp::ITEMS, x[u]);
+    }
+  }
+  for (uint32_t t = whole; t < tiles; ++t) {  // the rest: partial tiles, or any alignment
     const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
     uint32_t x[warp::ITEMS];
     const uint64_t at = uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
