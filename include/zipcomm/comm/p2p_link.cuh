@@ -57,10 +57,6 @@ struct P2POptions {
   uint32_t copy_pieces_per_transfer = 0;            // stream mode: pieces of 1 / this of the transfer's wire bytes,
                                                     // at least copy_piece_bytes (or 256 KiB), so a small transfer
                                                     // gets smaller copies and a large one whole ones (0: off)
-  uint32_t ordered_planes_frames = UINT32_MAX;       // stream mode, copy_stream_pairs > 1: frame f's planes copy
-                                                    // waits for frame f - 1's to be out (event) only while f is
-                                                    // below this (the first frames leave one after the other;
-                                                    // later ones go as soon as the copy engine takes them)
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
@@ -1007,8 +1003,7 @@ class HostStagingLink {
         uint8_t* host = host_of(q);
         use_pair(i);
         e = mem_ops_.wait_geq(d2h, &pinned.ready_planes[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && i > 0 && i < opt_.ordered_planes_frames)
-          e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
+        if (e == cudaSuccess && pairs > 1 && i > 0) e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
         if (e == cudaSuccess) e = wait_host_free(q);
         if (e == cudaSuccess && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
