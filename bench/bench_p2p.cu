@@ -388,7 +388,7 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
 // --variant NAME:KEY=VALUE,...: a stream_tuned() link (or base=default: P2POptions()) with its knobs set, timed by
 // the sweep. Keys: mode (copy|relay|kernel|stream), items (tier-0 frame items), item (tier-0 item elements), slots,
 // split (0|1), devflags (0|1), pairs (1..4), budget (exps bytes per 1024 elements), tiers, t1items (tier-1 frame
-// items), sblocks, rblocks, piece (KiB), pieces (per transfer),
+// items), sblocks, rblocks, piece (KiB), pieces (per transfer), splitn (split_send_frames),
 // head (ITEM/FRAME/MIB of bf16). Returns false (with a message) on a key or value it does not know.
 bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mode, P2POptions& o) {
   const size_t colon = spec.find(':');
@@ -424,6 +424,7 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "budget") o.exps_budget_per_kelem = uint32_t(x);
     else if (k == "tiers") o.shape.num_tiers = uint32_t(x);
     else if (k == "t1items") o.shape.tier[1].frame_items = uint32_t(x);
+    else if (k == "splitn") o.split_send_frames = uint32_t(x);
     else if (k == "sblocks") o.sender_blocks = int(x);
     else if (k == "rblocks") o.receiver_blocks = int(x);
     else if (k == "piece") o.copy_piece_bytes = uint64_t(x) << 10;  // KiB

@@ -170,6 +170,7 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     uint32_t pairs;  // copy stream pairs
     uint64_t piece;  // copy_piece_bytes (0: whole copies; odd sizes leave a short last piece)
     uint32_t per_transfer = 0;  // copy_pieces_per_transfer (piece: then the smallest piece)
+    uint32_t split_frames = UINT32_MAX;  // split_send_frames: later frames go in one copy
   };
   const Config configs[] = {{true, 410, false, 1, 0},     {false, 8, true, 2, 0},   {true, 8, false, 2, 0},
                             {false, 410, true, 1, 0},     {true, 410, true, 1, 0},  {true, 8, true, 2, 0},
@@ -178,9 +179,12 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
                             {true, 410, false, 4, 0},     {true, 410, true, 2, 65536}, {true, 8, true, 2, 40000},
                             {false, 410, true, 1, 99999}, {true, 410, false, 3, 4096},
                             {true, 410, true, 2, 0, 8},        {false, 8, true, 1, 65536, 8},
-                            {true, 8, false, 2, 16384, 64}};
+                            {true, 8, false, 2, 16384, 64},
+                            {true, 410, true, 2, 0, 0, 1},     {true, 410, false, 1, 0, 0, 1},
+                            {true, 8, true, 2, 65536, 0, 2},   {true, 410, true, 1, 40000, 0, 3},
+                            {true, 410, true, 3, 0, 8, 1},     {true, 8, false, 2, 0, 0, 0}};
   for (const Config& c : configs) {
-    CAPTURE(c.split, c.budget, c.device_flags, c.pairs, c.piece, c.per_transfer);
+    CAPTURE(c.split, c.budget, c.device_flags, c.pairs, c.piece, c.per_transfer, c.split_frames);
     P2POptions o = small_ring_options();
     o.slots = 8;
     o.split_send = c.split;
@@ -189,6 +193,7 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     o.copy_stream_pairs = c.pairs;
     o.copy_piece_bytes = c.piece;
     o.copy_pieces_per_transfer = c.per_transfer;
+    o.split_send_frames = c.split_frames;
     HostStagingLink<DType::bf16> link;
     CUDA_OK(link.init(0, o, HostLinkMode::stream));
     for (uint64_t n : {uint64_t(3000), uint64_t(70001), uint64_t(1) << 21})

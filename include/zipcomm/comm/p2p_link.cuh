@@ -57,6 +57,11 @@ struct P2POptions {
   uint32_t copy_pieces_per_transfer = 0;            // stream mode: pieces of 1 / this of the transfer's wire bytes,
                                                     // at least copy_piece_bytes (or 256 KiB), so a small transfer
                                                     // gets smaller copies and a large one whole ones (0: off)
+  uint32_t split_send_frames = UINT32_MAX;           // stream mode with split_send: only a transfer's first this
+                                                    // many frames are split-sent; later frames go in one copy per
+                                                    // direction once complete (the sender is ahead of the link by
+                                                    // then, so nothing waits longer, and every copy costs the copy
+                                                    // engine a few microseconds)
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
@@ -995,8 +1000,9 @@ class HostStagingLink {
       return r;
     };
     wire_bytes_ = 0;
+    auto split_frame = [&](uint64_t f) { return split && f < opt_.split_send_frames; };
     for (uint64_t i = 0; i < F + ahead && e == cudaSuccess; ++i) {
-      if (i < F && split) {  // planes of frame i, both ways, as soon as the sender split them
+      if (i < F && split_frame(i)) {  // planes of frame i, both ways, as soon as the sender split them
         const uint64_t q = seq_base + i;
         const uint32_t slot = slot_of(q, S);
         const uint64_t P = plan.frame(i).planes_bytes;
@@ -1015,14 +1021,15 @@ class HostStagingLink {
         const uint64_t q = seq_base + f;
         const uint32_t slot = slot_of(q, S);
         const FrameInfo fi = plan.frame(f);
-        const uint64_t from = split ? fi.planes_bytes : 0;
+        const bool whole = !split_frame(f);  // planes and section B in one copy
+        const uint64_t from = whole ? 0 : fi.planes_bytes;
         const uint64_t to = fi.planes_bytes + exps_budget_bytes(fi, budget_);
         uint8_t* host = host_of(q);
         use_pair(f);
         e = mem_ops_.wait_geq(d2h, &pinned.ready_exps[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && !split && f > 0) e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
-        if (e == cudaSuccess && !split) e = wait_host_free(q);
-        if (e == cudaSuccess && !split && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
+        if (e == cudaSuccess && pairs > 1 && whole && f > 0) e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
+        if (e == cudaSuccess && whole) e = wait_host_free(q);
+        if (e == cudaSuccess && whole && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
           e = copy_through(host + from, dev_send_.get() + slot * SB + from, dev_ring_.get() + slot * SB + from,
                            to - from, d2h_done()[slot], trace_mark(f, 1));
