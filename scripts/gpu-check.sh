@@ -70,8 +70,8 @@ if want p2p; then
   [ -x $BUILD/bench/zipcomm_probe_split ] && timeout 60 $BUILD/bench/zipcomm_probe_split > "$OUT/probe_split.txt" 2>&1
   timeout ${ZIPCOMM_P2P_TIMEOUT:-300} $BUILD/bench/zipcomm_bench_p2p --data tests/data $P2P_ARGS --json "$OUT/bench_p2p.json" > "$OUT/bench_p2p.txt" 2>&1
   log "bench_p2p rc=$?: $(grep -E 'min over sizes' "$OUT/bench_p2p.txt" | tr '\n' ' ')"
-  python3 bench/plot_p2p.py "$OUT/bench_p2p.json" "$OUT/bench_p2p.png" >> "$OUT/bench_p2p.txt" 2>&1 ||
-    log "plot_p2p: no PNG here; draw it from bench_p2p.json with bench/plot_p2p.py"
+  [ -f "$OUT/bench_p2p.json" ] && { python3 bench/plot_p2p.py "$OUT/bench_p2p.json" "$OUT/bench_p2p.png" >> "$OUT/bench_p2p.txt" 2>&1 ||
+    log "plot_p2p: no PNG here; draw it from bench_p2p.json with bench/plot_p2p.py"; }
 fi
 if want fused; then
   $BUILD/bench/zipcomm_bench_fused --data tests/data --mib $MIB --reps 20 --json "$OUT/bench_fused.json" > "$OUT/bench_fused.txt" 2>&1
