@@ -113,9 +113,9 @@ class Memory {
     host_ = false;
     return e;
   }
-  cudaError_t pinned(size_t bytes) {
+  cudaError_t pinned(size_t bytes, unsigned flags = cudaHostAllocMapped | cudaHostAllocPortable) {
     release();
-    cudaError_t e = cudaHostAlloc(&ptr_, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable);
+    cudaError_t e = cudaHostAlloc(&ptr_, bytes ? bytes : 1, flags);
     if (e == cudaSuccess) std::memset(ptr_, 0, bytes ? bytes : 1);
     host_ = true;
     return e;
@@ -594,7 +594,10 @@ class HostStagingLink {
     p2p_detail::DeviceGuard g(device);
     const uint64_t slot_bytes = slot_bytes_for(D, opt.shape);
     cudaError_t e = ring_.init_pinned(opt.slots, slot_bytes);
-    if (e == cudaSuccess) e = raw_buffers_.pinned(size_t(RAW_BUFFERS) * opt.raw_chunk_bytes);
+    // Plain pinned memory for the raw copies (only copy engines touch it): on the H200 two 64 KiB copies
+    // through it take 8.4 us of GPU time, through mapped or write-combined pinned memory 16.2 (bench_p2p's
+    // blocked timing, bench/RESULTS.md 2026-12-03).
+    if (e == cudaSuccess) e = raw_buffers_.pinned(size_t(RAW_BUFFERS) * opt.raw_chunk_bytes, cudaHostAllocDefault);
     if (e == cudaSuccess) e = sender_.init(device, opt.slots, opt.shape, opt.sender_blocks);
     const bool persistent = mode == HostLinkMode::kernel || mode == HostLinkMode::stream;
     if (e == cudaSuccess)
