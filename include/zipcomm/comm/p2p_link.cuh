@@ -95,7 +95,7 @@ inline uint64_t host_ns() {
 inline uint64_t host_load_acquire(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 inline void host_store_release(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
-/// Owns one cudaMalloc'd or cudaHostAlloc'd block (mapped, portable pinned host memory for the latter).
+/// Owns one cudaMalloc'd or cudaHostAlloc'd block (pinned host memory: mapped and portable unless told otherwise).
 class Memory {
  public:
   Memory() = default;
