@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(256) split_unrolled(uint8_t* dst, const uint16
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const uint32_t a = words[i] & 0xFFFFu, b = words[i] >> 16;
-        const uint32_t pa = (a & 0x7Fu) | ((a >> 8) & 0x80u), pb = (b & 0x7Fu) | ((b >> 8) & 0x80u);
+        using FB = thread::FloatBits<DType::bf16>;
+        const uint32_t pa = FB::plane0(a), pb = FB::plane0(b);
         const uint32_t pair = pa | pb << 8;
         if (i < 2) lo |= pair << (16 * i);
         else hi |= pair << (16 * (i - 2));
