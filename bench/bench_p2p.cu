@@ -50,6 +50,13 @@ __global__ void sm_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, 
     dst[i] = __ldcv(src + i);
 }
 
+// The trace's origin on the kernels' clock (%globaltimer, the clock the link's kernels stamp with).
+__global__ void stamp_clock(uint64_t* out) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  *out = t;
+}
+
 // Holds a stream until the host writes *go (nvbench's blocking-kernel method): the transfers queued behind it then
 // run back to back, so their timing measures the GPU's work, not how fast the host issues the calls. Gives up
 // after timeout_ns (the host could block while queueing: then *timed_out says the timing is not clean).
@@ -424,6 +431,9 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "budget") o.exps_budget_per_kelem = uint32_t(x);
     else if (k == "tiers") o.shape.num_tiers = uint32_t(x);
     else if (k == "t1items") o.shape.tier[1].frame_items = uint32_t(x);
+    else if (k == "t1region") o.shape.tier[1].region_elems = uint64_t(x) << 10;  // Ki elements
+    else if (k == "t2items") o.shape.tier[2].frame_items = uint32_t(x);
+    else if (k == "t2region") o.shape.tier[2].region_elems = uint64_t(x) << 10;
     else if (k == "splitn") o.split_send_frames = uint32_t(x);
     else if (k == "sblocks") o.sender_blocks = int(x);
     else if (k == "rblocks") o.receiver_blocks = int(x);
@@ -1102,9 +1112,12 @@ int main(int argc, char** argv) {
     for (const Traced& tv : traced) {
       const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n, tv.opt.shape);
       const uint64_t F = plan.num_frames;
+      const uint64_t W = 2 * TRACE_STAMPS * F;  // sender's stamps, then the receiver's, then the origin
       uint64_t* d_trace;
-      CK(cudaMalloc(&d_trace, 6 * F * 8));
-      std::vector<uint64_t> h(6 * F);
+      CK(cudaMalloc(&d_trace, (W + 1) * 8));
+      std::vector<uint64_t> h(W + 1);
+      cudaEvent_t origin;
+      CK(cudaEventCreate(&origin));
       std::vector<cudaEvent_t> marks(1 + 8 * F);
       for (cudaEvent_t& m : marks) CK(cudaEventCreate(&m));
       HostStagingLink<DType::bf16> link;
@@ -1113,11 +1126,14 @@ int main(int argc, char** argv) {
         CK(link.transfer_coded(src, dst, n, stream));
         if (link.wait() != Status::ok) std::fprintf(stderr, "trace %s: transfer failed\n", tv.name.c_str()), std::exit(1);
       }
-      CK(cudaMemset(d_trace, 0, 6 * F * 8));
-      link.set_trace(d_trace, d_trace + 3 * F);
+      CK(cudaMemset(d_trace, 0, (W + 1) * 8));
+      link.set_trace(d_trace, d_trace + TRACE_STAMPS * F);
       const bool copies = tv.mode == HostLinkMode::stream;
       if (copies) link.set_copy_trace(marks.data(), marks.size());
       CK(cudaEventRecord(a, stream));
+      // One origin for both clocks: a %globaltimer stamp, and an event right after it on the same stream.
+      stamp_clock<<<1, 1, 0, stream>>>(d_trace + W);
+      CK(cudaEventRecord(origin, stream));
       CK(link.transfer_coded(src, dst, n, stream));
       CK(cudaEventRecord(b, stream));
       if (link.wait() != Status::ok) std::fprintf(stderr, "trace %s: transfer failed\n", tv.name.c_str()), std::exit(1);
@@ -1125,30 +1141,28 @@ int main(int argc, char** argv) {
       link.set_trace(nullptr, nullptr);
       link.set_copy_trace(nullptr, 0);
       verify(bytes, tv.name.c_str());
-      CK(cudaMemcpy(h.data(), d_trace, 6 * F * 8, cudaMemcpyDeviceToHost));
-      uint64_t t0 = UINT64_MAX;
-      for (uint64_t v : h)
-        if (v) t0 = std::min(t0, v);
-      auto us = [&](uint64_t v) { return v ? double(v - t0) / 1e3 : -1.0; };
+      CK(cudaMemcpy(h.data(), d_trace, (W + 1) * 8, cudaMemcpyDeviceToHost));
+      const uint64_t t0 = h[W];
+      auto us = [&](uint64_t v) { return v ? (double(v) - double(t0)) / 1e3 : -1.0; };
       // A mark never recorded (part not copied: no split-send) reads -1.
       auto mark_us = [&](size_t i) {
         float m = 0;
-        return cudaEventElapsedTime(&m, marks[0], marks[i]) == cudaSuccess ? double(m) * 1e3 : -1.0;
+        return cudaEventElapsedTime(&m, origin, marks[i]) == cudaSuccess ? double(m) * 1e3 : -1.0;
       };
       std::printf("\ntrace, %s (%s mode), %s, %llu frames (%llu in the head), %.3f ms (%.1f GB/s), wire/raw %.3f; "
-                  "us: kernels from the first stamp, copies from before the launch (start-end)\n",
+                  "us from one origin (a clock stamp, then an event, just before the transfer); copies start-end\n",
                   tv.name.c_str(), tv.mode == HostLinkMode::stream ? "stream" : "other", human(bytes).c_str(),
                   (unsigned long long)F, (unsigned long long)(plan.head_parts ? plan.part[0].frames : 0), ms,
                   bytes / ms / 1e6, double(link.wire_bytes()) / bytes);
-      std::printf("%5s %8s %5s | %7s %7s %7s | %15s %15s %15s %15s | %7s %7s %7s\n", "frame", "elems", "items",
-                  "s.take", "s.plane", "s.done", "d2h planes", "h2d planes", "d2h B", "h2d B", "r.start", "r.ready",
-                  "r.done");
+      std::printf("%5s %8s %5s | %7s %7s %7s %7s | %15s %15s %15s %15s | %7s %7s %7s %7s\n", "frame", "elems",
+                  "items", "s.take", "s.slot", "s.plane", "s.done", "d2h planes", "h2d planes", "d2h B", "h2d B",
+                  "r.start", "r.land", "r.ready", "r.done");
       for (uint64_t f = 0; f < F; ++f) {
         if (F > 40 && f == 16) std::printf("   ...\n");
         if (F > 40 && f >= 16 && f + 16 < F) continue;
         const FrameInfo fi = plan.frame(f);
-        const uint64_t* sv = &h[3 * f];
-        const uint64_t* rv = &h[3 * F + 3 * f];
+        const uint64_t* sv = &h[TRACE_STAMPS * f];
+        const uint64_t* rv = &h[TRACE_STAMPS * (F + f)];
         char cp[4][40];
         for (int c = 0; c < 4; ++c) {  // d2h planes, h2d planes, d2h B, h2d B
           const size_t base = 1 + 8 * f + 4 * (c / 2) + (c % 2 ? 2 : 0);
@@ -1157,13 +1171,14 @@ int main(int argc, char** argv) {
           else
             std::snprintf(cp[c], sizeof cp[c], "%15s", "-");
         }
-        std::printf("%5llu %8llu %5u | %7.1f %7.1f %7.1f | %s %s %s %s | %7.1f %7.1f %7.1f\n", (unsigned long long)f,
-                    (unsigned long long)fi.elems, fi.items, us(sv[0]), us(sv[1]), us(sv[2]), cp[0], cp[1], cp[2], cp[3],
-                    us(rv[0]), us(rv[1]), us(rv[2]));
+        std::printf("%5llu %8llu %5u | %7.1f %7.1f %7.1f %7.1f | %s %s %s %s | %7.1f %7.1f %7.1f %7.1f\n",
+                    (unsigned long long)f, (unsigned long long)fi.elems, fi.items, us(sv[0]), us(sv[3]), us(sv[1]),
+                    us(sv[2]), cp[0], cp[1], cp[2], cp[3], us(rv[0]), us(rv[3]), us(rv[1]), us(rv[2]));
       }
       std::fflush(stdout);
       (void)cudaGetLastError();  // marks of parts not copied were never recorded: their query failed, harmlessly
       for (cudaEvent_t m : marks) CK(cudaEventDestroy(m));
+      CK(cudaEventDestroy(origin));
       CK(cudaFree(d_trace));
     }
   }

@@ -364,6 +364,9 @@ ZIPCOMM_DEVICE uint32_t written_item_check(const uint8_t* p, uint32_t elems) {
 
 }  // namespace p2p_detail
 
+/// Words per frame in a side's optional trace (SendArgs::trace, RecvArgs::trace).
+constexpr uint32_t TRACE_STAMPS = 4;
+
 /// Arguments of the sender kernel (by value).
 struct SendArgs {
   FramePlan plan;
@@ -381,8 +384,9 @@ struct SendArgs {
   uint64_t scratch_bytes = 0;
   SideControl* control = nullptr;
   uint64_t timeout_ns = 0;
-  uint64_t* trace = nullptr;  // optional, for tuning: [3 * frames of the launch] %globaltimer when the frame's
-                              // first item was taken, its planes published, the whole frame published
+  uint64_t* trace = nullptr;  // optional, for tuning: [TRACE_STAMPS * frames of the launch] %globaltimer when the
+                              // frame's first item was taken, its planes published, the whole frame published,
+                              // and its first warp found the slot free
   p2p_detail::PoisonList poison;  // optional: flags set far ahead when this side aborts
   // Optional (stream mode): section B beyond exps_budget_bytes(frame, exps_budget) is also written to the
   // same offsets of slot s at overflow_slots + s * slot_bytes (the part fixed-size copies do not move).
@@ -411,8 +415,9 @@ struct RecvArgs {
   uint64_t done_value = 0;
   SideControl* control = nullptr;
   uint64_t timeout_ns = 0;
-  uint64_t* trace = nullptr;  // optional, for tuning: [3 * frames of the launch] %globaltimer when the frame's
-                              // leader started waiting, found the frame checked, and its last item was decoded
+  uint64_t* trace = nullptr;  // optional, for tuning: [TRACE_STAMPS * frames of the launch] %globaltimer when
+                              // the frame's leader started waiting, found the frame checked, its last item was
+                              // decoded, and the leader saw the planes' flag
   p2p_detail::PoisonList poison;  // optional: flags set far ahead when this side aborts
   // Optional (stream mode): section B beyond exps_budget_bytes(frame, exps_budget) is read from the same
   // offsets of slot s at overflow_slots + s * slot_bytes; each warp copies its chunk's share in first.
@@ -446,7 +451,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
     const uint64_t q = a.seq_base + f;
     const uint32_t slot = slot_of(q, S);
     uint8_t* frame = a.ring.slots + slot * a.ring.slot_bytes;
-    uint64_t* trace = a.trace ? a.trace + 3 * (f - a.frame_begin) : nullptr;
+    uint64_t* trace = a.trace ? a.trace + TRACE_STAMPS * (f - a.frame_begin) : nullptr;
     if (trace && j == 0 && lane == 0) trace[0] = p2p_detail::global_ns();
 
     // 1. The slot is ours once the consumer handed back frame q - S. The frame's first warp polls the
@@ -457,6 +462,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
         s = p2p_detail::warp_wait<true>(
             &a.ring.credits[slot], [&](uint64_t v) { return credit_state(v, q, S); }, a.control, a.timeout_ns);
         if (s == Status::ok && lane == 0) p2p_detail::store_release_gpu(&a.credit_seen[slot], flag_value(q));
+        if (trace && lane == 0) trace[3] = p2p_detail::global_ns();
       } else {
         s = p2p_detail::warp_wait<false>(
             &a.credit_seen[slot], [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
@@ -602,7 +608,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     const uint8_t* src = a.ring.slot_at(slot);
     uint8_t* staged = pull ? a.staging + slot * a.ring.slot_bytes : nullptr;
     const uint8_t* base = pull ? staged : src;
-    uint64_t* trace = a.trace ? a.trace + 3 * (f - a.frame_begin) : nullptr;
+    uint64_t* trace = a.trace ? a.trace + TRACE_STAMPS * (f - a.frame_begin) : nullptr;
     if (trace && j == 0 && lane == 0) trace[0] = p2p_detail::global_ns();
     uint64_t* mirror_planes = &a.mirror[2 * slot];
     uint64_t* mirror_exps = &a.mirror[2 * slot + 1];
@@ -621,6 +627,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
         break;
       }
       if (lane == 0) p2p_detail::store_release_gpu(mirror_planes, flag_value(q));
+      if (trace && lane == 0) trace[3] = p2p_detail::global_ns();
       if (a.wait_flags)
         s = p2p_detail::warp_wait<true>(
             &a.ring.ready_exps[slot], [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
