@@ -86,7 +86,65 @@ void check_transfer(const std::vector<uint8_t>& host, size_t src_off, size_t dst
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
+__global__ void validate_table_kernel(const uint8_t* table, FrameInfo fi, FrameKind kind, uint32_t exps_bytes,
+                                      uint32_t* out) {
+  const Status s = p2p_detail::warp_validate_item_table(table, fi, DType::bf16, kind, exps_bytes);
+  if (threadIdx.x == 0) *out = uint32_t(s);
+}
+
 }  // namespace
+
+TEST_CASE("p2p receiver's warp check of an item table agrees with the host rule", "[gpu][p2p]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  DeviceBuffer d_table(item_table_bytes(MAX_FRAME_ITEMS) + 16), d_out(4);
+  uint32_t agreed_bad = 0;
+  for (uint32_t items : {1u, 2u, 31u, 32u, 33u, 127u, 128u, 129u, 200u, 255u, 256u, 257u, 512u, 1000u, 1024u}) {
+    for (int round = 0; round < 24; ++round) {
+      CAPTURE(items, round);
+      FrameInfo fi{};
+      fi.items = items;
+      fi.item_elems = 2048;
+      fi.elems = uint64_t(items) * 2048 - (rng() % 2 ? rng() % 2048 : 0);  // a short last item, or not
+      const FrameKind kind = round % 8 == 7 ? FrameKind::raw : FrameKind::coded;
+      // A valid table: non-decreasing 16-byte ends, no chunk past its raw size, the last ending at the chunks.
+      std::vector<uint8_t> table(item_table_bytes(items), 0);
+      uint32_t end = 0;
+      for (uint32_t j = 0; j < items; ++j) {
+        const uint32_t most = uint32_t(format::raw_chunk_bytes(DType::bf16, fi.item_elems_at(j)) / 16);
+        if (kind == FrameKind::coded) end += 16 * uint32_t(rng() % (most + 1));
+        const uint32_t check = uint32_t(rng());
+        std::memcpy(&table[8 * j], &end, 4);
+        std::memcpy(&table[8 * j + 4], &check, 4);
+      }
+      // Damage, in most rounds: an end moved (often at a lane or round boundary), or a padding byte set.
+      if (round % 3 != 0) {
+        const uint32_t spots[] = {0u, 31u, 32u, 127u, 128u, 129u, items - 1, uint32_t(rng() % items)};
+        const uint32_t j = std::min(items - 1, spots[rng() % 8]);
+        uint32_t e;
+        std::memcpy(&e, &table[8 * j], 4);
+        e += rng() % 2 ? 16u : uint32_t(1 + rng() % 15);
+        if (rng() % 3 == 0 && e >= 32) e -= 32;
+        std::memcpy(&table[8 * j], &e, 4);
+        if (items % 2 && rng() % 4 == 0) table[8 * items + rng() % 8] = uint8_t(1 + rng() % 255);
+      }
+      const uint32_t exps_bytes = uint32_t(FRAME_HEADER_BYTES + item_table_bytes(items) + end);
+      const Status want = validate_item_table(table.data(), fi, DType::bf16, kind, exps_bytes);
+      for (uint32_t offset : {0u, 8u, 4u}) {  // 4: entries not 8-byte aligned take the one-entry-at-a-time path
+        CAPTURE(offset);
+        CUDA_OK(cudaMemcpy(d_table.as(offset), table.data(), table.size(), cudaMemcpyHostToDevice));
+        validate_table_kernel<<<1, 32>>>(d_table.as(offset), fi, kind, exps_bytes, d_out.as<uint32_t>());
+        CUDA_OK(cudaGetLastError());
+        uint32_t got = 0;
+        CUDA_OK(cudaMemcpy(&got, d_out.ptr, 4, cudaMemcpyDeviceToHost));
+        REQUIRE(Status(got) == want);
+      }
+      agreed_bad += want != Status::ok;
+    }
+  }
+  REQUIRE(agreed_bad > 60);  // the damage was seen, not only valid tables
+}
 
 TEST_CASE("p2p host staging link (copy and relay modes): bit-exact at odd sizes and alignments, ring wrapping",
           "[gpu][p2p][concurrent]") {
@@ -171,6 +229,8 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     uint64_t piece;  // copy_piece_bytes (0: whole copies; odd sizes leave a short last piece)
     uint32_t per_transfer = 0;  // copy_pieces_per_transfer (piece: then the smallest piece)
     uint32_t split_frames = UINT32_MAX;  // split_send_frames: later frames go in one copy
+    bool signal = true;                  // landed_on_signal_stream
+    bool one_d2h = false;                // one_d2h_stream
   };
   const Config configs[] = {{true, 410, false, 1, 0},     {false, 8, true, 2, 0},   {true, 8, false, 2, 0},
                             {false, 410, true, 1, 0},     {true, 410, true, 1, 0},  {true, 8, true, 2, 0},
@@ -182,9 +242,13 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
                             {true, 8, false, 2, 16384, 64},
                             {true, 410, true, 2, 0, 0, 1},     {true, 410, false, 1, 0, 0, 1},
                             {true, 8, true, 2, 65536, 0, 2},   {true, 410, true, 1, 40000, 0, 3},
-                            {true, 410, true, 3, 0, 8, 1},     {true, 8, false, 2, 0, 0, 0}};
+                            {true, 410, true, 3, 0, 8, 1},     {true, 8, false, 2, 0, 0, 0},
+                            {true, 410, true, 2, 0, 0, 1, false},   {true, 8, true, 1, 65536, 0, 2, false},
+                            {true, 410, true, 2, 65536, 0, 1, true, true},
+                            {false, 8, false, 3, 0, 8, UINT32_MAX, true, true},
+                            {true, 410, true, 4, 40000, 0, 3, false, true}};
   for (const Config& c : configs) {
-    CAPTURE(c.split, c.budget, c.device_flags, c.pairs, c.piece, c.per_transfer, c.split_frames);
+    CAPTURE(c.split, c.budget, c.device_flags, c.pairs, c.piece, c.per_transfer, c.split_frames, c.signal, c.one_d2h);
     P2POptions o = small_ring_options();
     o.slots = 8;
     o.split_send = c.split;
@@ -194,6 +258,8 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     o.copy_piece_bytes = c.piece;
     o.copy_pieces_per_transfer = c.per_transfer;
     o.split_send_frames = c.split_frames;
+    o.landed_on_signal_stream = c.signal;
+    o.one_d2h_stream = c.one_d2h;
     HostStagingLink<DType::bf16> link;
     CUDA_OK(link.init(0, o, HostLinkMode::stream));
     for (uint64_t n : {uint64_t(3000), uint64_t(70001), uint64_t(1) << 21})

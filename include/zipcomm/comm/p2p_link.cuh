@@ -62,6 +62,13 @@ struct P2POptions {
                                                     // direction once complete (the sender is ahead of the link by
                                                     // then, so nothing waits longer, and every copy costs the copy
                                                     // engine a few microseconds)
+  bool landed_on_signal_stream = true;              // stream mode: a frame's "landed" flag is written by a stream
+                                                    // of its own once the host -> device copy's event fires. On
+                                                    // the copy stream, the write waited behind the other pair's
+                                                    // next copy (H200: 35-250 us late)
+  bool one_d2h_stream = false;                      // stream mode: every device -> host copy on one stream (no
+                                                    // event waits between pairs on that side); the host -> device
+                                                    // copies still take the pairs in turn
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
@@ -611,9 +618,11 @@ class HostStagingLink {
     if (e == cudaSuccess && mode == HostLinkMode::stream) e = mem_ops_.load(device);
     budget_ = make_exps_budget(opt.shape, opt.exps_budget_per_kelem);  // a head may share a tier's class
     if (e == cudaSuccess) e = status_host_.pinned(2 * sizeof(SideControl));
-    // send, recv, raw, d2h, the decode streams, then stream mode's further d2h streams (one per extra pair).
+    // send, recv, raw, d2h, the decode streams, then stream mode's further d2h streams (one per extra pair) and
+    // its signal stream.
     const int extra_d2h = mode == HostLinkMode::stream ? int(opt.copy_stream_pairs) - 1 : 0;
-    for (int i = 0; i < 4 + opt.decode_streams + extra_d2h && e == cudaSuccess; ++i) {
+    const int signal = mode == HostLinkMode::stream ? 1 : 0;
+    for (int i = 0; i < 4 + opt.decode_streams + extra_d2h + signal && e == cudaSuccess; ++i) {
       cudaStream_t st;
       e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
       if (e == cudaSuccess) streams_.push_back(st);
@@ -862,6 +871,8 @@ class HostStagingLink {
   /// Stream mode's copy streams, pair k: device -> host, and host -> device (a decode stream, unused there).
   cudaStream_t d2h_stream(uint32_t k) const { return k ? streams_[3 + size_t(opt_.decode_streams) + k] : d2h_stream(); }
   cudaStream_t h2d_stream(uint32_t k) const { return decode_stream(k); }
+  /// Stream mode: writes the "landed" flags (landed_on_signal_stream).
+  cudaStream_t signal_stream() const { return streams_[3 + size_t(opt_.decode_streams) + opt_.copy_stream_pairs]; }
   // events: [0] caller's start, [1] send side done, [2] receive side done, [3] joins; then per slot: section B
   // copied to the device, frame decoded, (copy mode) planes and section B copied to the host; then the raw
   // copy's events.
@@ -892,6 +903,10 @@ class HostStagingLink {
     for (uint32_t k = 0; k < d2h_streams && f == cudaSuccess; ++k) {
       f = cudaEventRecord(ev(3), d2h_stream(k));
       if (f == cudaSuccess) f = cudaStreamWaitEvent(send_stream(), ev(3), 0);
+    }
+    if (f == cudaSuccess && mode_ == HostLinkMode::stream) {
+      f = cudaEventRecord(ev(3), signal_stream());
+      if (f == cudaSuccess) f = cudaStreamWaitEvent(recv_stream(), ev(3), 0);
     }
     if (f == cudaSuccess)
       f = cudaMemcpyAsync(&host[0], sender_.control(), sizeof(SideControl), cudaMemcpyDeviceToHost, send_stream());
@@ -970,8 +985,10 @@ class HostStagingLink {
     uint32_t pair_of_d2h = 0;
     auto use_pair = [&](uint64_t f) {
       pair_of_d2h = uint32_t(f % pairs);
-      d2h = d2h_stream(pair_of_d2h), h2d = h2d_stream(pair_of_d2h);
+      d2h = d2h_stream(opt_.one_d2h_stream ? 0 : pair_of_d2h), h2d = h2d_stream(pair_of_d2h);
     };
+    // Device -> host copies of different frames on different streams: each waits (event) for the frame before.
+    const bool order_d2h = pairs > 1 && !opt_.one_d2h_stream;
     const bool split = opt_.split_send;
     const uint32_t ahead = split && pairs == 1 ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
     // A pinned slot is rewritten (d2h) only after the h2d copies of the frame that used it before (h2d_done).
@@ -1014,7 +1031,7 @@ class HostStagingLink {
         uint8_t* host = host_of(q);
         use_pair(i);
         e = mem_ops_.wait_geq(d2h, &pinned.ready_planes[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && i > 0) e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
+        if (e == cudaSuccess && order_d2h && i > 0) e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
         if (e == cudaSuccess) e = wait_host_free(q);
         if (e == cudaSuccess && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
@@ -1032,14 +1049,19 @@ class HostStagingLink {
         uint8_t* host = host_of(q);
         use_pair(f);
         e = mem_ops_.wait_geq(d2h, &pinned.ready_exps[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && whole && f > 0) e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
+        if (e == cudaSuccess && order_d2h && whole && f > 0) e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
         if (e == cudaSuccess && whole) e = wait_host_free(q);
         if (e == cudaSuccess && whole && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
           e = copy_through(host + from, dev_send_.get() + slot * SB + from, dev_ring_.get() + slot * SB + from,
                            to - from, d2h_done()[slot], trace_mark(f, 1));
-        if (e == cudaSuccess) e = mem_ops_.write(h2d, &landed[slot], flag_value(q));
         if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], h2d);
+        if (opt_.landed_on_signal_stream) {
+          if (e == cudaSuccess) e = cudaStreamWaitEvent(signal_stream(), h2d_done()[slot], 0);
+          if (e == cudaSuccess) e = mem_ops_.write(signal_stream(), &landed[slot], flag_value(q));
+        } else if (e == cudaSuccess) {
+          e = mem_ops_.write(h2d, &landed[slot], flag_value(q));
+        }
         wire_bytes_ += to;  // what the copy engines moved; the overflow is GPU-side only
       }
     }

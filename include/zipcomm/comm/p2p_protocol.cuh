@@ -319,12 +319,16 @@ ZIPCOMM_HOST_DEVICE uint32_t item_check(const uint8_t* table, uint32_t j) { retu
 
 /// Whether entry j of an item table can be right: chunk ends non-decreasing, 16-byte multiples, no chunk
 /// longer than a raw chunk, none past the chunk area (`chunks` bytes); raw frames: ends are 0.
-ZIPCOMM_HOST_DEVICE bool item_entry_valid(const uint8_t* table, const FrameInfo& fi, DType dtype, FrameKind kind,
-                                          uint64_t chunks, uint32_t j) {
-  const uint32_t end = item_end(table, j), prev = j ? item_end(table, j - 1) : 0u;
+/// The same rule on the entry's end offset and its predecessor's (0 before item 0).
+ZIPCOMM_HOST_DEVICE bool item_ends_valid(uint32_t end, uint32_t prev, const FrameInfo& fi, DType dtype, FrameKind kind,
+                                         uint64_t chunks, uint32_t j) {
   if (kind == FrameKind::raw) return end == 0;
   return end >= prev && end % format::ALIGN == 0 && end - prev <= format::raw_chunk_bytes(dtype, fi.item_elems_at(j)) &&
          end <= chunks;
+}
+ZIPCOMM_HOST_DEVICE bool item_entry_valid(const uint8_t* table, const FrameInfo& fi, DType dtype, FrameKind kind,
+                                          uint64_t chunks, uint32_t j) {
+  return item_ends_valid(item_end(table, j), j ? item_end(table, j - 1) : 0u, fi, dtype, kind, chunks, j);
 }
 
 /// Checks a frame's item table against its header: every entry valid, the last chunk ending where section B
