@@ -433,6 +433,8 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "t1items") o.shape.tier[1].frame_items = uint32_t(x);
     else if (k == "t1region") o.shape.tier[1].region_elems = uint64_t(x) << 10;  // Ki elements
     else if (k == "t2items") o.shape.tier[2].frame_items = uint32_t(x);
+    else if (k == "t1item") o.shape.tier[1].item_elems = uint32_t(x);
+    else if (k == "t2item") o.shape.tier[2].item_elems = uint32_t(x);
     else if (k == "t2region") o.shape.tier[2].region_elems = uint64_t(x) << 10;
     else if (k == "splitn") o.split_send_frames = uint32_t(x);
     else if (k == "sig") o.landed_on_signal_stream = x != 0;
