@@ -100,7 +100,7 @@ TEST_CASE("p2p receiver's warp check of an item table agrees with the host rule"
   std::mt19937_64 rng(seed);
   DeviceBuffer d_table(item_table_bytes(MAX_FRAME_ITEMS) + 16), d_out(4);
   uint32_t agreed_bad = 0;
-  for (uint32_t items : {1u, 2u, 31u, 32u, 33u, 127u, 128u, 129u, 200u, 255u, 256u, 257u, 512u, 1000u, 1024u}) {
+  for (uint32_t items : {1u, 2u, 31u, 32u, 33u, 127u, 128u, 129u, 200u, 255u, 256u, 257u, 512u, 513u, 1000u, 1024u}) {
     for (int round = 0; round < 24; ++round) {
       CAPTURE(items, round);
       FrameInfo fi{};
@@ -120,7 +120,7 @@ TEST_CASE("p2p receiver's warp check of an item table agrees with the host rule"
       }
       // Damage, in most rounds: an end moved (often at a lane or round boundary), or a padding byte set.
       if (round % 3 != 0) {
-        const uint32_t spots[] = {0u, 31u, 32u, 127u, 128u, 129u, items - 1, uint32_t(rng() % items)};
+        const uint32_t spots[] = {0u, 31u, 32u, 255u, 256u, 257u, items - 1, uint32_t(rng() % items)};
         const uint32_t j = std::min(items - 1, spots[rng() % 8]);
         uint32_t e;
         std::memcpy(&e, &table[8 * j], 4);

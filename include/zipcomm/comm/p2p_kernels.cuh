@@ -570,20 +570,21 @@ ZIPCOMM_DEVICE Status warp_validate_item_table(const uint8_t* table, const Frame
   const uint64_t chunks = exps_bytes - FRAME_HEADER_BYTES - item_table_bytes(fi.items);
   bool bad = false;
   if (reinterpret_cast<uintptr_t>(table) % ITEM_ENTRY_BYTES == 0) {
-    // Each lane loads its entries' ends 4 rounds of 32 at a time, all loads in flight together (one at a time,
-    // a 512-item table took ~10 us, on the path from a frame's landing to its decode); the predecessor's end
+    // Each lane loads its entries' ends ROUNDS x 32 at a time, all loads in flight together (one at a time, a
+    // 512-item table took ~10 us, on the path from a frame's landing to its decode); the predecessor's end
     // comes from the lane before.
+    constexpr int ROUNDS = 8;
     const uint2* entries = reinterpret_cast<const uint2*>(table);
-    uint32_t before = 0;  // end of the entry before this round's first
-    for (uint32_t first = 0; first < fi.items; first += 4 * 32) {
-      uint32_t end[4];
+    uint32_t before = 0;  // end of the entry before this batch's first
+    for (uint32_t first = 0; first < fi.items; first += ROUNDS * 32) {
+      uint32_t end[ROUNDS];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < ROUNDS; ++k) {
         const uint32_t j = first + 32 * k + lane;
         end[k] = j < fi.items ? __ldcg(entries + j).x : 0u;
       }
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < ROUNDS; ++k) {
         const uint32_t j = first + 32 * k + lane;
         uint32_t prev = __shfl_up_sync(warp::FULL_MASK, end[k], 1);
         if (lane == 0) prev = before;
