@@ -66,10 +66,6 @@ struct P2POptions {
                                                     // of its own once the host -> device copy's event fires. On
                                                     // the copy stream, the write waited behind the other pair's
                                                     // next copy (H200: 35-250 us late)
-  bool split_exps_on_next_pair = true;              // stream mode, 2+ pairs: a split frame's section B is copied on
-                                                    // the next pair's streams, queued there while its planes are
-                                                    // still copying (on the planes' stream it waited 15-30 us
-                                                    // after them, H200)
   bool one_d2h_stream = false;                      // stream mode: every device -> host copy on one stream (no
                                                     // event waits between pairs on that side); the host -> device
                                                     // copies still take the pairs in turn
@@ -631,7 +627,7 @@ class HostStagingLink {
       e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
       if (e == cudaSuccess) streams_.push_back(st);
     }
-    const size_t nev = 4 + 5 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2 + P2POptions::MAX_COPY_STREAM_PAIRS;
+    const size_t nev = 4 + 4 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2 + P2POptions::MAX_COPY_STREAM_PAIRS;
     for (size_t i = 0; i < nev && e == cudaSuccess; ++i) {
       cudaEvent_t ev;
       e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
@@ -887,10 +883,6 @@ class HostStagingLink {
   cudaEvent_t* d2h_done() { return &events_[4 + 3 * size_t(opt_.slots)]; }
   cudaEvent_t* raw_events() { return &events_[4 + 4 * size_t(opt_.slots)]; }
   cudaEvent_t& piece_done(uint32_t pair) { return events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2 + pair]; }
-  /// Stream mode, per slot: a split frame's planes copied to the device (split_exps_on_next_pair).
-  cudaEvent_t* h2d_planes_done() {
-    return &events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2 + P2POptions::MAX_COPY_STREAM_PAIRS];
-  }
 
   cudaError_t check(const void* src, const void* dst, uint64_t n) const {
     if (!ready_ || broken_) return cudaErrorInvalidValue;  // after an error: reset() first
@@ -997,20 +989,12 @@ class HostStagingLink {
     };
     // Device -> host copies of different frames on different streams: each waits (event) for the frame before.
     const bool order_d2h = pairs > 1 && !opt_.one_d2h_stream;
-    // A split frame's section B on the next pair: its waits resolve while the planes copy (one copy engine per
-    // direction runs one copy at a time, so it follows them without a gap).
-    const bool exps_on_next = opt_.split_exps_on_next_pair && order_d2h;
     const bool split = opt_.split_send;
     const uint32_t ahead = split && pairs == 1 ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
     // A pinned slot is rewritten (d2h) only after the h2d copies of the frame that used it before (h2d_done).
     auto host_of = [&](uint64_t q) { return pinned.slots + slot_of(q, S) * SB; };
-    // With section B on the next pair (exps_on_next), the planes of the slot's previous frame may have gone
-    // on another stream: their event too (recorded for every frame then; one never recorded is no wait).
     auto wait_host_free = [&](uint64_t q) {
-      if (q < S) return cudaSuccess;
-      cudaError_t r = cudaStreamWaitEvent(d2h, h2d_done()[slot_of(q, S)], 0);
-      if (r == cudaSuccess && opt_.split_exps_on_next_pair) r = cudaStreamWaitEvent(d2h, h2d_planes_done()[slot_of(q, S)], 0);
-      return r;
+      return q < S ? cudaSuccess : cudaStreamWaitEvent(d2h, h2d_done()[slot_of(q, S)], 0);
     };
     // One stretch of a frame, GPU -> pinned -> GPU on the frame's pair (use_pair): the d2h copy, then (event) the
     // h2d copy. An event may be recorded again right after a stream waited on it: the wait keeps the record it
@@ -1053,7 +1037,6 @@ class HostStagingLink {
         if (e == cudaSuccess)
           e = copy_through(host, dev_send_.get() + slot * SB, dev_ring_.get() + slot * SB, P, d2h_planes_done()[slot],
                            trace_mark(i, 0));
-        if (e == cudaSuccess && exps_on_next) e = cudaEventRecord(h2d_planes_done()[slot], h2d);
       }
       if (i >= ahead && e == cudaSuccess) {  // section B of frame i - ahead (with the planes when not split)
         const uint64_t f = i - ahead;
@@ -1064,23 +1047,21 @@ class HostStagingLink {
         const uint64_t from = whole ? 0 : fi.planes_bytes;
         const uint64_t to = fi.planes_bytes + exps_budget_bytes(fi, budget_);
         uint8_t* host = host_of(q);
-        const bool on_next = !whole && exps_on_next;  // the planes went on pair f, with their own waits
-        use_pair(on_next ? f + 1 : f);
+        use_pair(f);
         e = mem_ops_.wait_geq(d2h, &pinned.ready_exps[slot], flag_value(q));
         if (e == cudaSuccess && order_d2h && whole && f > 0) e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
-        if (e == cudaSuccess && (whole || on_next)) e = wait_host_free(q);
-        if (e == cudaSuccess && (whole || on_next) && q >= S)
-          e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
+        if (e == cudaSuccess && whole) e = wait_host_free(q);
+        if (e == cudaSuccess && whole && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
           e = copy_through(host + from, dev_send_.get() + slot * SB + from, dev_ring_.get() + slot * SB + from,
                            to - from, d2h_done()[slot], trace_mark(f, 1));
         if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], h2d);
-        if (e == cudaSuccess && exps_on_next && whole) e = cudaEventRecord(h2d_planes_done()[slot], h2d);
-        // "Landed" once both parts are on the device (with section B on the next pair, the planes' copy too).
-        cudaStream_t lander = opt_.landed_on_signal_stream ? signal_stream() : h2d;
-        if (e == cudaSuccess && opt_.landed_on_signal_stream) e = cudaStreamWaitEvent(lander, h2d_done()[slot], 0);
-        if (e == cudaSuccess && on_next) e = cudaStreamWaitEvent(lander, h2d_planes_done()[slot], 0);
-        if (e == cudaSuccess) e = mem_ops_.write(lander, &landed[slot], flag_value(q));
+        if (opt_.landed_on_signal_stream) {
+          if (e == cudaSuccess) e = cudaStreamWaitEvent(signal_stream(), h2d_done()[slot], 0);
+          if (e == cudaSuccess) e = mem_ops_.write(signal_stream(), &landed[slot], flag_value(q));
+        } else if (e == cudaSuccess) {
+          e = mem_ops_.write(h2d, &landed[slot], flag_value(q));
+        }
         wire_bytes_ += to;  // what the copy engines moved; the overflow is GPU-side only
       }
     }
