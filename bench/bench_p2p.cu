@@ -438,7 +438,6 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "t2region") o.shape.tier[2].region_elems = uint64_t(x) << 10;
     else if (k == "splitn") o.split_send_frames = uint32_t(x);
     else if (k == "sig") o.landed_on_signal_stream = x != 0;
-    else if (k == "oned2h") o.one_d2h_stream = x != 0;
     else if (k == "sblocks") o.sender_blocks = int(x);
     else if (k == "rblocks") o.receiver_blocks = int(x);
     else if (k == "piece") o.copy_piece_bytes = uint64_t(x) << 10;  // KiB

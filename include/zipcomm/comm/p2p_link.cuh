@@ -66,9 +66,6 @@ struct P2POptions {
                                                     // of its own once the host -> device copy's event fires. On
                                                     // the copy stream, the write waited behind the other pair's
                                                     // next copy (H200: 35-250 us late)
-  bool one_d2h_stream = false;                      // stream mode: every device -> host copy on one stream (no
-                                                    // event waits between pairs on that side); the host -> device
-                                                    // copies still take the pairs in turn
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
@@ -985,10 +982,8 @@ class HostStagingLink {
     uint32_t pair_of_d2h = 0;
     auto use_pair = [&](uint64_t f) {
       pair_of_d2h = uint32_t(f % pairs);
-      d2h = d2h_stream(opt_.one_d2h_stream ? 0 : pair_of_d2h), h2d = h2d_stream(pair_of_d2h);
+      d2h = d2h_stream(pair_of_d2h), h2d = h2d_stream(pair_of_d2h);
     };
-    // Device -> host copies of different frames on different streams: each waits (event) for the frame before.
-    const bool order_d2h = pairs > 1 && !opt_.one_d2h_stream;
     const bool split = opt_.split_send;
     const uint32_t ahead = split && pairs == 1 ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
     // A pinned slot is rewritten (d2h) only after the h2d copies of the frame that used it before (h2d_done).
@@ -1031,7 +1026,7 @@ class HostStagingLink {
         uint8_t* host = host_of(q);
         use_pair(i);
         e = mem_ops_.wait_geq(d2h, &pinned.ready_planes[slot], flag_value(q));
-        if (e == cudaSuccess && order_d2h && i > 0) e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
+        if (e == cudaSuccess && pairs > 1 && i > 0) e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
         if (e == cudaSuccess) e = wait_host_free(q);
         if (e == cudaSuccess && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
@@ -1049,7 +1044,7 @@ class HostStagingLink {
         uint8_t* host = host_of(q);
         use_pair(f);
         e = mem_ops_.wait_geq(d2h, &pinned.ready_exps[slot], flag_value(q));
-        if (e == cudaSuccess && order_d2h && whole && f > 0) e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
+        if (e == cudaSuccess && pairs > 1 && whole && f > 0) e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
         if (e == cudaSuccess && whole) e = wait_host_free(q);
         if (e == cudaSuccess && whole && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
