@@ -1375,6 +1375,7 @@ int main(int argc, char** argv) {
   }
   CK(cudaFreeHost(raw_host));
   CK(cudaFreeHost(raw_host_wc));
+  CK(cudaFreeHost(block_go));
   CK(cudaFree(src));
   CK(cudaFree(dst));
   return 0;

@@ -603,7 +603,7 @@ class HostStagingLink {
     // blocked timing, bench/RESULTS.md 2026-12-03).
     if (e == cudaSuccess) e = raw_buffers_.pinned(size_t(RAW_BUFFERS) * opt.raw_chunk_bytes, cudaHostAllocDefault);
     if (e == cudaSuccess) e = sender_.init(device, opt.slots, opt.shape, opt.sender_blocks);
-    const bool persistent = mode == HostLinkMode::kernel || mode == HostLinkMode::stream;
+    const bool persistent = persistent_receiver(mode);
     if (e == cudaSuccess)
       e = receiver_.init(device, opt.slots, persistent ? opt.receiver_blocks : 0,
                          mode == HostLinkMode::kernel ? slot_bytes : 0, persistent ? 1u : uint32_t(opt.decode_streams));
@@ -658,7 +658,7 @@ class HostStagingLink {
     if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), ev(1), 0);
     // The control words start clear: the launches clear them (the sender's always, the persistent receiver's in
     // kernel and stream modes); what no launch clears is cleared here (fewer operations before the kernels).
-    const bool persistent = mode_ == HostLinkMode::kernel || mode_ == HostLinkMode::stream;
+    const bool persistent = persistent_receiver(mode_);
     if (e == cudaSuccess && n == 0) e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), send_stream());
     if (e == cudaSuccess && (n == 0 || !persistent))
       e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), recv_stream());
@@ -860,6 +860,8 @@ class HostStagingLink {
   const P2POptions& options() const { return opt_; }
 
  private:
+  /// Kernel and stream modes run one receiver for the whole transfer (it clears its own control words).
+  static bool persistent_receiver(HostLinkMode m) { return m == HostLinkMode::kernel || m == HostLinkMode::stream; }
   cudaStream_t send_stream() const { return streams_[0]; }
   cudaStream_t recv_stream() const { return streams_[1]; }
   cudaStream_t raw_stream() const { return streams_[2]; }
@@ -965,9 +967,9 @@ class HostStagingLink {
     recv_view.ready_planes = landed;
     const uint64_t F = plan.num_frames;
     auto trace_mark = [&](uint64_t f, int part) -> cudaEvent_t* {
-      return copy_trace_ && 1 + 8 * (f + 1) <= copy_trace_count_ ? copy_trace_ + 1 + 8 * f + 4 * part : nullptr;
+      return 1 + 8 * (f + 1) <= copy_trace_count_ ? copy_trace_ + 1 + 8 * f + 4 * part : nullptr;
     };
-    cudaError_t e = copy_trace_ && copy_trace_count_ ? cudaEventRecord(copy_trace_[0], send_stream()) : cudaSuccess;
+    cudaError_t e = copy_trace_count_ ? cudaEventRecord(copy_trace_[0], send_stream()) : cudaSuccess;
     if (e == cudaSuccess)
       e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(), send_extras());
     if (e == cudaSuccess)
