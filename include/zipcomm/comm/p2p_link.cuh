@@ -555,11 +555,12 @@ inline Status transfer_status(Status relay, const SideControl& send, const SideC
 ///  kernel: SMs both ways, no host involvement (transfer() returns at once): the receiver's SMs pull each
 ///          frame from the pinned ring.
 ///  stream: split-send on the copy engines, scheduled by the GPU (no host thread, transfer() returns at once):
-///          persistent sender and receiver kernels; the sender splits each frame's planes into GPU memory and
-///          writes its coded section B straight into the pinned ring; for every frame the copy-engine streams
-///          wait for the sender's planes flag (cuStreamWaitValue64), copy the planes to the pinned ring and on
-///          to the receiving GPU, and write a "landed" flag (cuStreamWriteValue64) the receiver waits for; the
-///          receiver pulls section B with its SMs and decodes. Needs 64-bit stream memory operations (init()
+///          persistent sender and receiver kernels; the sender codes each frame into GPU memory; for every
+///          frame the copy-engine streams wait for the sender's flags (cuStreamWaitValue64) and copy the planes
+///          (once split) and section B up to a budget (once complete) to the pinned ring and on to the receiving
+///          GPU; a stream of its own then writes the frame's "landed" flag (cuStreamWriteValue64), which the
+///          receiver waits for before it decodes in GPU memory. Section B past the budget (the overflow) goes
+///          through the pinned ring by SM stores and loads. Needs 64-bit stream memory operations (init()
 ///          returns cudaErrorNotSupported without them).
 /// Which is fastest depends on how well SM loads and stores to pinned memory use the link on a machine;
 /// bench/bench_p2p.cu measures them all.
@@ -952,7 +953,8 @@ class HostStagingLink {
   /// fixed-size copies between flag operations; nothing here waits for the GPU. Per frame, the d2h stream
   /// copies the planes once the sender published them, and section B up to its budget once the frame is
   /// complete (planes run `ahead` frames in front of section B, so a frame still coding does not hold back the
-  /// next frames' planes); the h2d stream copies both on and writes the frame's "landed" flag. Slots are reused
+  /// next frames' planes); the h2d stream copies both on, and the signal stream writes the frame's "landed" flag
+  /// once those copies are done (landed_on_signal_stream). Slots are reused
   /// safely: the sender waits for the receiver's credit; the d2h copies into a pinned slot wait for the h2d
   /// copy of the slot's previous frame (event); the h2d copy waits for that frame's credit (its device slot).
   cudaError_t schedule_stream(const FramePlan& plan, const void* src, void* dst, uint64_t seq_base) {
