@@ -833,8 +833,9 @@ class HostStagingLink {
     return e;
   }
 
-  /// For tuning: per-frame %globaltimer stamps of the next coded transfers (TRACE_STAMPS words per frame each side, see
-  /// SendArgs::trace and RecvArgs::trace; device memory of this GPU, room for the largest transfer's frames).
+  /// For tuning: per-frame %globaltimer stamps of the next coded transfers (TRACE_STAMPS words per frame each
+  /// side, see SendArgs::trace and RecvArgs::trace; device memory of this GPU, room for the largest transfer's
+  /// frames).
   /// nullptr turns it off.
   void set_trace(uint64_t* send_trace, uint64_t* recv_trace) {
     send_trace_ = send_trace;
