@@ -51,21 +51,15 @@ __global__ void sm_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, 
 }
 
 // The trace's origin on the kernels' clock (%globaltimer, the clock the link's kernels stamp with).
-__global__ void stamp_clock(uint64_t* out) {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  *out = t;
-}
+__global__ void stamp_clock(uint64_t* out) { *out = p2p_detail::global_ns(); }
 
 // Holds a stream until the host writes *go (nvbench's blocking-kernel method): the transfers queued behind it then
 // run back to back, so their timing measures the GPU's work, not how fast the host issues the calls. Gives up
 // after timeout_ns (the host could block while queueing: then *timed_out says the timing is not clean).
 __global__ void block_stream(const volatile uint32_t* go, uint32_t* timed_out, uint64_t timeout_ns) {
-  uint64_t t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const uint64_t t0 = p2p_detail::global_ns();
   while (*go == 0u) {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (t - t0 > timeout_ns) {
+    if (p2p_detail::global_ns() - t0 > timeout_ns) {
       *timed_out = 1u;
       return;
     }
