@@ -389,7 +389,7 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
 // --variant NAME:KEY=VALUE,...: a stream_tuned() link (or base=default: P2POptions()) with its knobs set, timed by
 // the sweep. Keys: mode (copy|relay|kernel|stream), items (tier-0 frame items), item (tier-0 item elements), slots,
 // split (0|1), devflags (0|1), pairs (1..4), budget (exps bytes per 1024 elements), tiers, t1items (tier-1 frame
-// items), sblocks, rblocks, piece (KiB), pieces (per transfer), splitn (split_send_frames),
+// items), sblocks, rblocks, piece (KiB), pieces (per transfer), splitn (split_send_frames), order (0|1), lastc (0|1), gate (0|1),
 // head (ITEM/FRAME/MIB of bf16). Returns false (with a message) on a key or value it does not know.
 bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mode, P2POptions& o) {
   const size_t colon = spec.find(':');
@@ -432,6 +432,9 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "t2region") o.shape.tier[2].region_elems = uint64_t(x) << 10;
     else if (k == "splitn") o.split_send_frames = uint32_t(x);
     else if (k == "sig") o.landed_on_signal_stream = x != 0;
+    else if (k == "order") o.order_whole_frames = x != 0;
+    else if (k == "lastc") o.landed_last_on_copy_stream = x != 0;
+    else if (k == "gate") o.gate_flag_waits = x != 0;
     else if (k == "sblocks") o.sender_blocks = int(x);
     else if (k == "rblocks") o.receiver_blocks = int(x);
     else if (k == "piece") o.copy_piece_bytes = uint64_t(x) << 10;  // KiB
@@ -821,6 +824,47 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
+    // The same, 32 back to back queued behind block_stream (GPU time, as the curve's paired timing below 256 KiB),
+    // each kind also at an offset of 512 KiB in its buffer: does the time of two tiny copies depend on the host
+    // pages (the curve's blocked timing has read 8.3 or 16.3 us for the same two copies, per side)?
+    std::printf("\nsmall raw transfers, GPU time (us per transfer, median of 21 timings of 32 queued behind a "
+                "blocking kernel); +512K: at that offset in the buffer:\n  %-8s", "size");
+    for (int k = 0; k < 9; ++k)
+      std::printf(" %17s", k == 8 ? kind_names[4] : (std::string(kind_names[k % 4]) + (k >= 4 ? "+512K" : "")).c_str());
+    std::printf("\n");
+    for (uint64_t bytes = 1024; bytes <= std::min<uint64_t>(max_bytes, 128 << 10); bytes *= 2) {
+      std::vector<float> t[9];
+      for (int rep = -1; rep < 21; ++rep)
+        for (int k = 0; k < 9; ++k) {
+          *const_cast<volatile uint32_t*>(block_go) = 0u;
+          block_stream<<<1, 1, 0, stream>>>(block_go, block_timed_out, 50000000ull);
+          CK(cudaGetLastError());
+          CK(cudaEventRecord(a, stream));
+          for (int i = 0; i < 32; ++i) {
+            if (k < 8) {
+              uint8_t* h = hosts[k % 4] + (k >= 4 ? (512 << 10) : 0);
+              CK(cudaMemcpyAsync(h, src, bytes, cudaMemcpyDeviceToHost, stream));
+              CK(cudaMemcpyAsync(dst, h, bytes, cudaMemcpyHostToDevice, stream));
+            } else {
+              CK(tiny_link.transfer_raw(src, dst, bytes / 2, stream));
+            }
+          }
+          CK(cudaEventRecord(b, stream));
+          *const_cast<volatile uint32_t*>(block_go) = 1u;
+          CK(cudaEventSynchronize(b));
+          if (rep >= 0) t[k].push_back(elapsed(a, b) * 1e3f / 32);
+        }
+      std::printf("  %-8s", human(bytes).c_str());
+      for (int k = 0; k < 9; ++k) {
+        std::sort(t[k].begin(), t[k].end());
+        std::printf(" %10.2f (%4.1f)", t[k][t[k].size() / 2], t[k].back() - t[k].front());
+        rows.push_back({bytes, "probe_tiny_blocked", t[k][t[k].size() / 2] / 1e3,
+                        bytes / (t[k][t[k].size() / 2] * 1e3), k == 8 ? kind_names[4] :
+                        std::string(kind_names[k % 4]) + (k >= 4 ? " +512K" : "")});
+      }
+      std::printf("\n");
+    }
+    if (block_go[1]) std::fprintf(stderr, "tiny probe: the blocking kernel timed out\n"), block_go[1] = 0;
     if (tiny_link.wait() != Status::ok) std::fprintf(stderr, "tiny probe: link failed\n"), std::exit(1);
     for (uint8_t* h : hosts) CK(cudaFreeHost(h));
   }

@@ -66,6 +66,19 @@ struct P2POptions {
                                                     // of its own once the host -> device copy's event fires. On
                                                     // the copy stream, the write waited behind the other pair's
                                                     // next copy (H200: 35-250 us late)
+  bool landed_last_on_copy_stream = false;         // stream mode: the transfer's last frame's "landed" flag is
+                                                    // written on its host -> device stream (no later copy can
+                                                    // hold it up; saves the signal stream's event hop)
+  bool gate_flag_waits = false;                     // stream mode: a copy stream waits for a flag through a gate
+                                                    // stream (it waits on the flag and records an event; the copy
+                                                    // stream waits on the event), so a flag set long before costs
+                                                    // the copy stream an event wait, not a stream memory wait (the
+                                                    // transfer's first frame waits on its flag directly)
+  bool order_whole_frames = true;                   // stream mode, more than one pair: a frame copied whole starts
+                                                    // its device -> host copy only after the previous frame's is
+                                                    // done (false: each pair copies as soon as its frame is ready,
+                                                    // so the next copy is queued while one runs; at most one copy
+                                                    // per pair in flight)
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
@@ -616,16 +629,16 @@ class HostStagingLink {
     if (e == cudaSuccess && mode == HostLinkMode::stream) e = mem_ops_.load(device);
     budget_ = make_exps_budget(opt.shape, opt.exps_budget_per_kelem);  // a head may share a tier's class
     if (e == cudaSuccess) e = status_host_.pinned(2 * sizeof(SideControl));
-    // send, recv, raw, d2h, the decode streams, then stream mode's further d2h streams (one per extra pair) and
-    // its signal stream.
+    // send, recv, raw, d2h, the decode streams, then stream mode's further d2h streams (one per extra pair), its
+    // signal stream and its two gate streams (sender's flags, credits).
     const int extra_d2h = mode == HostLinkMode::stream ? int(opt.copy_stream_pairs) - 1 : 0;
-    const int signal = mode == HostLinkMode::stream ? 1 : 0;
+    const int signal = mode == HostLinkMode::stream ? 3 : 0;  // signal stream, two gate streams
     for (int i = 0; i < 4 + opt.decode_streams + extra_d2h + signal && e == cudaSuccess; ++i) {
       cudaStream_t st;
       e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
       if (e == cudaSuccess) streams_.push_back(st);
     }
-    const size_t nev = 4 + 4 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2 + P2POptions::MAX_COPY_STREAM_PAIRS;
+    const size_t nev = 4 + 7 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2 + P2POptions::MAX_COPY_STREAM_PAIRS;
     for (size_t i = 0; i < nev && e == cudaSuccess; ++i) {
       cudaEvent_t ev;
       e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
@@ -874,6 +887,10 @@ class HostStagingLink {
   cudaStream_t h2d_stream(uint32_t k) const { return decode_stream(k); }
   /// Stream mode: writes the "landed" flags (landed_on_signal_stream).
   cudaStream_t signal_stream() const { return streams_[3 + size_t(opt_.decode_streams) + opt_.copy_stream_pairs]; }
+  /// Stream mode, gate_flag_waits: gate 0 waits on the sender's flags, gate 1 on the receiver's credits.
+  cudaStream_t gate_stream(uint32_t k) const {
+    return streams_[4 + size_t(opt_.decode_streams) + opt_.copy_stream_pairs + k];
+  }
   // events: [0] caller's start, [1] send side done, [2] receive side done, [3] joins; then per slot: section B
   // copied to the device, frame decoded, (copy mode) planes and section B copied to the host; then the raw
   // copy's events.
@@ -884,6 +901,11 @@ class HostStagingLink {
   cudaEvent_t* d2h_done() { return &events_[4 + 3 * size_t(opt_.slots)]; }
   cudaEvent_t* raw_events() { return &events_[4 + 4 * size_t(opt_.slots)]; }
   cudaEvent_t& piece_done(uint32_t pair) { return events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2 + pair]; }
+  /// gate_flag_waits, per slot: [kind][slot], kind 0 planes flag, 1 exponents flag, 2 credit.
+  cudaEvent_t* gate_events(uint32_t kind) {
+    return &events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2 + P2POptions::MAX_COPY_STREAM_PAIRS +
+                    kind * size_t(opt_.slots)];
+  }
 
   cudaError_t check(const void* src, const void* dst, uint64_t n) const {
     if (!ready_ || broken_) return cudaErrorInvalidValue;  // after an error: reset() first
@@ -908,6 +930,10 @@ class HostStagingLink {
     if (f == cudaSuccess && mode_ == HostLinkMode::stream) {
       f = cudaEventRecord(ev(3), signal_stream());
       if (f == cudaSuccess) f = cudaStreamWaitEvent(recv_stream(), ev(3), 0);
+      for (uint32_t k = 0; k < 2 && f == cudaSuccess && opt_.gate_flag_waits; ++k) {
+        f = cudaEventRecord(ev(3), gate_stream(k));
+        if (f == cudaSuccess) f = cudaStreamWaitEvent(send_stream(), ev(3), 0);
+      }
     }
     if (f == cudaSuccess)
       f = cudaMemcpyAsync(&host[0], sender_.control(), sizeof(SideControl), cudaMemcpyDeviceToHost, send_stream());
@@ -993,6 +1019,17 @@ class HostStagingLink {
     const uint32_t ahead = split && pairs == 1 ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
     // A pinned slot is rewritten (d2h) only after the h2d copies of the frame that used it before (h2d_done).
     auto host_of = [&](uint64_t q) { return pinned.slots + slot_of(q, S) * SB; };
+    // A copy stream's wait for a flag: directly, or (gate_flag_waits, from the transfer's second frame) through
+    // gate stream `gate`: it waits on the flag and records the slot's gate event of that kind, and the copy
+    // stream waits on the event.
+    auto wait_flag = [&](cudaStream_t st, uint64_t f, uint32_t kind, uint64_t* flag, uint64_t value) {
+      if (!opt_.gate_flag_waits || f == 0) return mem_ops_.wait_geq(st, flag, value);
+      const cudaStream_t g = gate_stream(kind == 2 ? 1 : 0);
+      cudaEvent_t gev = gate_events(kind)[slot_of(seq_base + f, S)];
+      cudaError_t r = mem_ops_.wait_geq(g, flag, value);
+      if (r == cudaSuccess) r = cudaEventRecord(gev, g);
+      return r == cudaSuccess ? cudaStreamWaitEvent(st, gev, 0) : r;
+    };
     auto wait_host_free = [&](uint64_t q) {
       return q < S ? cudaSuccess : cudaStreamWaitEvent(d2h, h2d_done()[slot_of(q, S)], 0);
     };
@@ -1030,10 +1067,10 @@ class HostStagingLink {
         const uint64_t P = plan.frame(i).planes_bytes;
         uint8_t* host = host_of(q);
         use_pair(i);
-        e = mem_ops_.wait_geq(d2h, &pinned.ready_planes[slot], flag_value(q));
+        e = wait_flag(d2h, i, 0, &pinned.ready_planes[slot], flag_value(q));
         if (e == cudaSuccess && pairs > 1 && i > 0) e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
         if (e == cudaSuccess) e = wait_host_free(q);
-        if (e == cudaSuccess && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
+        if (e == cudaSuccess && q >= S) e = wait_flag(h2d, i, 2, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
           e = copy_through(host, dev_send_.get() + slot * SB, dev_ring_.get() + slot * SB, P, d2h_planes_done()[slot],
                            trace_mark(i, 0));
@@ -1048,15 +1085,16 @@ class HostStagingLink {
         const uint64_t to = fi.planes_bytes + exps_budget_bytes(fi, budget_);
         uint8_t* host = host_of(q);
         use_pair(f);
-        e = mem_ops_.wait_geq(d2h, &pinned.ready_exps[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && whole && f > 0) e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
+        e = wait_flag(d2h, f, 1, &pinned.ready_exps[slot], flag_value(q));
+        if (e == cudaSuccess && pairs > 1 && whole && f > 0 && (opt_.order_whole_frames || split_frame(f - 1)))
+          e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
         if (e == cudaSuccess && whole) e = wait_host_free(q);
-        if (e == cudaSuccess && whole && q >= S) e = mem_ops_.wait_geq(h2d, &pinned.credits[slot], flag_value(q - S));
+        if (e == cudaSuccess && whole && q >= S) e = wait_flag(h2d, f, 2, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
           e = copy_through(host + from, dev_send_.get() + slot * SB + from, dev_ring_.get() + slot * SB + from,
                            to - from, d2h_done()[slot], trace_mark(f, 1));
         if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], h2d);
-        if (opt_.landed_on_signal_stream) {
+        if (opt_.landed_on_signal_stream && !(opt_.landed_last_on_copy_stream && f + 1 == F)) {
           if (e == cudaSuccess) e = cudaStreamWaitEvent(signal_stream(), h2d_done()[slot], 0);
           if (e == cudaSuccess) e = mem_ops_.write(signal_stream(), &landed[slot], flag_value(q));
         } else if (e == cudaSuccess) {
