@@ -389,7 +389,7 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
 // --variant NAME:KEY=VALUE,...: a stream_tuned() link (or base=default: P2POptions()) with its knobs set, timed by
 // the sweep. Keys: mode (copy|relay|kernel|stream), items (tier-0 frame items), item (tier-0 item elements), slots,
 // split (0|1), devflags (0|1), pairs (1..4), budget (exps bytes per 1024 elements), tiers, t1items (tier-1 frame
-// items), sblocks, rblocks, piece (KiB), pieces (per transfer), splitn (split_send_frames), order (0|1), lastc (0|1), gate (0|1),
+// items), sblocks, rblocks, piece (KiB), pieces (per transfer), splitn (split_send_frames), gate (0|1),
 // head (ITEM/FRAME/MIB of bf16). Returns false (with a message) on a key or value it does not know.
 bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mode, P2POptions& o) {
   const size_t colon = spec.find(':');
@@ -432,8 +432,6 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "t2region") o.shape.tier[2].region_elems = uint64_t(x) << 10;
     else if (k == "splitn") o.split_send_frames = uint32_t(x);
     else if (k == "sig") o.landed_on_signal_stream = x != 0;
-    else if (k == "order") o.order_whole_frames = x != 0;
-    else if (k == "lastc") o.landed_last_on_copy_stream = x != 0;
     else if (k == "gate") o.gate_flag_waits = x != 0;
     else if (k == "sblocks") o.sender_blocks = int(x);
     else if (k == "rblocks") o.receiver_blocks = int(x);
@@ -584,9 +582,16 @@ int main(int argc, char** argv) {
   // transfers back to back between the two events, time / batch: at a few microseconds per transfer, one
   // transfer between events measures mostly when the host got its calls in (seen: 13 or 20 us for the same two
   // 2 KiB copies, the median flipping between runs); both sides are batched alike.
-  // With `blocked` (batched sizes), each batch is queued behind block_stream and released once queued: the
-  // events then time the GPU's work for the batch, not the host's calls; host_us gets each side's median host
-  // time per transfer (what the calls cost the caller's thread), so both are reported.
+  // With `blocked` (batched sizes), the batch is queued behind block_stream and released once queued: the
+  // events then time the GPU's work, not the host's calls. Both sides share each blocked window, `batch`
+  // transfers each, interleaved (A B A B ..., B A B A ... in the next window), an event before each transfer:
+  // on the H200 the GPU time of a whole window of tiny copies is either ~8.3 or ~16.3 us per transfer (one
+  // mode per window, either mode for any host buffer kind; bench/RESULTS.md 2026-12-03, fourth session), so
+  // sides timed in windows of their own got medians from different modes (ratios of 0.5 or 2 for the same two
+  // copies). host_us gets each side's median host time per transfer (what the calls cost the caller's
+  // thread).
+  std::vector<cudaEvent_t> window_events(2 * 32 + 1);
+  for (cudaEvent_t& e : window_events) CK(cudaEventCreate(&e));
   uint32_t* block_go;
   CK(cudaHostAlloc(&block_go, 8, cudaHostAllocMapped));
   uint32_t* block_timed_out = block_go + 1;
@@ -602,18 +607,39 @@ int main(int argc, char** argv) {
     }
     std::vector<float> ta, tb;
     std::vector<double> ha, hb;
-    auto one = [&](auto&& run, auto&& wait, std::vector<float>& t, std::vector<double>& h) {
-      if (blocked) {
+    if (blocked) {
+      if (size_t(2 * batch + 1) > window_events.size()) std::fprintf(stderr, "paired timing: batch too large\n"), std::exit(1);
+      for (int i = 0; i < reps; ++i) {
         *const_cast<volatile uint32_t*>(block_go) = 0u;
         block_stream<<<1, 1, 0, stream>>>(block_go, block_timed_out, 50000000ull);
         CK(cudaGetLastError());
+        double host[2] = {0, 0};
+        for (int k = 0; k < 2 * batch; ++k) {
+          const bool side_a = (k + i) % 2 == 0;
+          CK(cudaEventRecord(window_events[k], stream));
+          const auto h0 = std::chrono::steady_clock::now();
+          if (side_a) run_a(); else run_b();
+          host[side_a ? 0 : 1] += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+        }
+        CK(cudaEventRecord(window_events[2 * batch], stream));
+        *const_cast<volatile uint32_t*>(block_go) = 1u;
+        CK(cudaEventSynchronize(window_events[2 * batch]));
+        wait_a();
+        wait_b();
+        float sum[2] = {0, 0};
+        for (int k = 0; k < 2 * batch; ++k) sum[(k + i) % 2 == 0 ? 0 : 1] += elapsed(window_events[k], window_events[k + 1]);
+        ta.push_back(sum[0] / float(batch));
+        tb.push_back(sum[1] / float(batch));
+        ha.push_back(host[0] / batch);
+        hb.push_back(host[1] / batch);
       }
+    }
+    auto one = [&](auto&& run, auto&& wait, std::vector<float>& t, std::vector<double>& h) {  // host-paced
       CK(cudaEventRecord(a, stream));
       const auto h0 = std::chrono::steady_clock::now();
       for (int k = 0; k < batch; ++k) run();
       const auto h1 = std::chrono::steady_clock::now();
       CK(cudaEventRecord(b, stream));
-      if (blocked) *const_cast<volatile uint32_t*>(block_go) = 1u;
       CK(cudaEventSynchronize(b));
       wait();
       float ms = 0;
@@ -621,7 +647,7 @@ int main(int argc, char** argv) {
       t.push_back(ms / float(batch));
       h.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() / batch);
     };
-    for (int i = 0; i < reps; ++i) {  // A B, B A, ...: neither side always runs right after the other
+    for (int i = 0; i < reps && !blocked; ++i) {  // A B, B A, ...: neither side always runs right after the other
       if (i % 2 == 0) one(run_a, wait_a, ta, ha);
       one(run_b, wait_b, tb, hb);
       if (i % 2 == 1) one(run_a, wait_a, ta, ha);
@@ -1382,9 +1408,9 @@ int main(int argc, char** argv) {
       "transfer, best of one chunk and chunks of {128K..16M}; copy/relay/kernel/stream = the link's modes, coded always; +bp "
       "= "
       "the link as used (raw below its measured bypass threshold); first c/r/k/s+bp/raw = link (+bp) speed over the "
-      "raw transfer (the sweep's chunk) timed alternately with it (below 256 KiB: 32 transfers back to back per "
-      "timing, below 16 MiB: 8, both sides, queued behind a blocking kernel so the GPU's work is timed; which goes "
-      "first alternates); second = over the sweep's best raw time (one transfer per timing); last group, per link: "
+      "raw transfer (the sweep's chunk) timed alternately with it (below 256 KiB: 32 transfers of each side per "
+      "timing, below 16 MiB: 8, interleaved and queued behind a blocking kernel so the GPU's work is timed, an event "
+      "before each transfer; which goes first alternates); second = over the sweep's best raw time (one transfer per timing); last group, per link: "
       "the same ratio with the host pacing the batch (not blocked), and host us per call, link/raw.\n");
   for (int k = 0; k < NL; ++k)
     std::printf("%s link: min over sizes of speed/raw %.3f; min at >= 64 MiB %.3f\n", links[k].name, min_ratio[k],
@@ -1414,6 +1440,7 @@ int main(int argc, char** argv) {
   CK(cudaFreeHost(raw_host));
   CK(cudaFreeHost(raw_host_wc));
   CK(cudaFreeHost(block_go));
+  for (cudaEvent_t& e : window_events) CK(cudaEventDestroy(e));
   CK(cudaFree(src));
   CK(cudaFree(dst));
   return 0;

@@ -230,9 +230,7 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     uint32_t per_transfer = 0;  // copy_pieces_per_transfer (piece: then the smallest piece)
     uint32_t split_frames = UINT32_MAX;  // split_send_frames: later frames go in one copy
     bool signal = true;                  // landed_on_signal_stream
-    bool order = true;                   // order_whole_frames
     bool gate = false;                   // gate_flag_waits
-    bool last_on_copy = false;           // landed_last_on_copy_stream
   };
   const Config configs[] = {{true, 410, false, 1, 0},     {false, 8, true, 2, 0},   {true, 8, false, 2, 0},
                             {false, 410, true, 1, 0},     {true, 410, true, 1, 0},  {true, 8, true, 2, 0},
@@ -247,14 +245,13 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
                             {true, 410, true, 3, 0, 8, 1},     {true, 8, false, 2, 0, 0, 0},
                             {true, 410, true, 2, 0, 0, 1, false},   {true, 8, true, 1, 65536, 0, 2, false},
                             {true, 410, true, 4, 40000, 0, 3, false},
-                            {true, 410, true, 2, 0, 8, 1, true, false, true, true},
-                            {true, 8, true, 3, 65536, 0, 2, true, false, true, false},
-                            {false, 410, false, 1, 0, 0, UINT32_MAX, true, true, true, true},
-                            {true, 8, true, 2, 0, 0, 1, false, false, false, true},
-                            {true, 410, false, 2, 40000, 0, 1, true, false, false, false}};
+                            {true, 410, true, 1, 0, 8, 1, true, true},
+                            {true, 8, true, 3, 65536, 0, 2, true, true},
+                            {false, 410, false, 1, 0, 0, UINT32_MAX, true, true},
+                            {true, 8, true, 1, 0, 0, 1, false, true},
+                            {true, 410, false, 2, 40000, 0, 1, true, true}};
   for (const Config& c : configs) {
-    CAPTURE(c.split, c.budget, c.device_flags, c.pairs, c.piece, c.per_transfer, c.split_frames, c.signal, c.order,
-            c.gate, c.last_on_copy);
+    CAPTURE(c.split, c.budget, c.device_flags, c.pairs, c.piece, c.per_transfer, c.split_frames, c.signal, c.gate);
     P2POptions o = small_ring_options();
     o.slots = 8;
     o.split_send = c.split;
@@ -265,9 +262,7 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     o.copy_pieces_per_transfer = c.per_transfer;
     o.split_send_frames = c.split_frames;
     o.landed_on_signal_stream = c.signal;
-    o.order_whole_frames = c.order;
     o.gate_flag_waits = c.gate;
-    o.landed_last_on_copy_stream = c.last_on_copy;
     HostStagingLink<DType::bf16> link;
     CUDA_OK(link.init(0, o, HostLinkMode::stream));
     for (uint64_t n : {uint64_t(3000), uint64_t(70001), uint64_t(1) << 21})

@@ -66,34 +66,28 @@ struct P2POptions {
                                                     // of its own once the host -> device copy's event fires. On
                                                     // the copy stream, the write waited behind the other pair's
                                                     // next copy (H200: 35-250 us late)
-  bool landed_last_on_copy_stream = false;         // stream mode: the transfer's last frame's "landed" flag is
-                                                    // written on its host -> device stream (no later copy can
-                                                    // hold it up; saves the signal stream's event hop)
   bool gate_flag_waits = false;                     // stream mode: a copy stream waits for a flag through a gate
                                                     // stream (it waits on the flag and records an event; the copy
                                                     // stream waits on the event), so a flag set long before costs
                                                     // the copy stream an event wait, not a stream memory wait (the
                                                     // transfer's first frame waits on its flag directly)
-  bool order_whole_frames = true;                   // stream mode, more than one pair: a frame copied whole starts
-                                                    // its device -> host copy only after the previous frame's is
-                                                    // done (false: each pair copies as soon as its frame is ready,
-                                                    // so the next copy is queued while one runs; at most one copy
-                                                    // per pair in flight)
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
   /// Stream mode as measured best on the H200's pinned-host link (bench_p2p, bench/RESULTS.md): frames of 512
   /// full items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming), the ring's flags in GPU
-  /// memory and two pairs of copy streams (1.31-1.36x the raw copy from 256 MiB, against 1.29-1.30x without
-  /// them), copies in pieces of 1/16 of a transfer's wire bytes but at least 4 MiB (whole copies from about 256
-  /// MiB; 4.5% faster at 64 MiB), split-send for the first frame only (later frames in one copy per direction:
-  /// 1.6% faster at 256 MiB, the same at 64 MiB). Memory: 16 slots of about 24 MiB (bf16) each in pinned host
-  /// memory, and twice that in GPU memory.
+  /// memory, one pair of copy streams whose flag waits go through the gate streams (1.156 / 4.034 ms at 64 / 256
+  /// MiB against 1.180 / 4.079 for two pairs waiting on the flags themselves, 2026-12-03; two pairs had beaten one
+  /// pair without the gates), copies in pieces of 1/16 of a transfer's wire bytes but at least 4 MiB (whole
+  /// copies from about 256 MiB; 4.5% faster at 64 MiB), split-send for the first frame only (later frames in one
+  /// copy per direction: 1.6% faster at 256 MiB, the same at 64 MiB). Memory: 16 slots of about 24 MiB (bf16)
+  /// each in pinned host memory, and twice that in GPU memory.
   static P2POptions stream_tuned() {
     P2POptions o;
     o.shape.tier[0].frame_items = 512;
     o.stream_flags_on_device = true;
-    o.copy_stream_pairs = 2;
+    o.copy_stream_pairs = 1;
+    o.gate_flag_waits = true;
     o.copy_piece_bytes = uint64_t(4) << 20;
     o.copy_pieces_per_transfer = 16;
     o.split_send_frames = 1;
@@ -1086,15 +1080,14 @@ class HostStagingLink {
         uint8_t* host = host_of(q);
         use_pair(f);
         e = wait_flag(d2h, f, 1, &pinned.ready_exps[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && whole && f > 0 && (opt_.order_whole_frames || split_frame(f - 1)))
-          e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
+        if (e == cudaSuccess && pairs > 1 && whole && f > 0) e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
         if (e == cudaSuccess && whole) e = wait_host_free(q);
         if (e == cudaSuccess && whole && q >= S) e = wait_flag(h2d, f, 2, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
           e = copy_through(host + from, dev_send_.get() + slot * SB + from, dev_ring_.get() + slot * SB + from,
                            to - from, d2h_done()[slot], trace_mark(f, 1));
         if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], h2d);
-        if (opt_.landed_on_signal_stream && !(opt_.landed_last_on_copy_stream && f + 1 == F)) {
+        if (opt_.landed_on_signal_stream) {
           if (e == cudaSuccess) e = cudaStreamWaitEvent(signal_stream(), h2d_done()[slot], 0);
           if (e == cudaSuccess) e = mem_ops_.write(signal_stream(), &landed[slot], flag_value(q));
         } else if (e == cudaSuccess) {
