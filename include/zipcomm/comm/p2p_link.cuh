@@ -70,7 +70,7 @@ struct P2POptions {
                                                     // stream (it waits on the flag and records an event; the copy
                                                     // stream waits on the event), so a flag set long before costs
                                                     // the copy stream an event wait, not a stream memory wait (the
-                                                    // transfer's first frame waits on its flag directly)
+                                                    // first frame's planes are waited on directly)
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
@@ -1013,11 +1013,11 @@ class HostStagingLink {
     const uint32_t ahead = split && pairs == 1 ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
     // A pinned slot is rewritten (d2h) only after the h2d copies of the frame that used it before (h2d_done).
     auto host_of = [&](uint64_t q) { return pinned.slots + slot_of(q, S) * SB; };
-    // A copy stream's wait for a flag: directly, or (gate_flag_waits, from the transfer's second frame) through
-    // gate stream `gate`: it waits on the flag and records the slot's gate event of that kind, and the copy
-    // stream waits on the event.
+    // A copy stream's wait for a flag: directly, or (gate_flag_waits; all but the first frame's planes, which
+    // the stream reaches before the sender sets them) through a gate stream: it waits on the flag and records
+    // the slot's gate event of that kind, and the copy stream waits on the event.
     auto wait_flag = [&](cudaStream_t st, uint64_t f, uint32_t kind, uint64_t* flag, uint64_t value) {
-      if (!opt_.gate_flag_waits || f == 0) return mem_ops_.wait_geq(st, flag, value);
+      if (!opt_.gate_flag_waits || (f == 0 && kind == 0)) return mem_ops_.wait_geq(st, flag, value);
       const cudaStream_t g = gate_stream(kind == 2 ? 1 : 0);
       cudaEvent_t gev = gate_events(kind)[slot_of(seq_base + f, S)];
       cudaError_t r = mem_ops_.wait_geq(g, flag, value);
