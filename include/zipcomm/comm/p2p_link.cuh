@@ -76,12 +76,13 @@ struct P2POptions {
 
   /// Stream mode as measured best on the H200's pinned-host link (bench_p2p, bench/RESULTS.md): frames of 512
   /// full items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming), the ring's flags in GPU
-  /// memory, one pair of copy streams whose flag waits go through the gate streams (1.156 / 4.034 ms at 64 / 256
-  /// MiB against 1.180 / 4.079 for two pairs waiting on the flags themselves, 2026-12-03; two pairs had beaten one
-  /// pair without the gates), copies in pieces of 1/16 of a transfer's wire bytes but at least 4 MiB (whole
-  /// copies from about 256 MiB; 4.5% faster at 64 MiB), split-send for the first frame only (later frames in one
-  /// copy per direction: 1.6% faster at 256 MiB, the same at 64 MiB). Memory: 16 slots of about 24 MiB (bf16)
-  /// each in pinned host memory, and twice that in GPU memory.
+  /// memory, one pair of copy streams whose flag waits go through the gate streams (1.134 / 3.974 ms at 64 / 256
+  /// MiB against 1.172 / 4.040 for two pairs waiting on the flags themselves, 2026-12-03; two pairs had beaten one
+  /// pair without the gates), copies in pieces of 1/32 of a transfer's wire bytes but at least 4 MiB (whole
+  /// frames from about 512 MiB), split-send for the first frame only (later frames in one copy per direction:
+  /// 1.6% faster at 256 MiB, the same at 64 MiB), a last tier of 512 items of 512 elements (one item per
+  /// receiver warp). Memory: 16 slots of about 24 MiB (bf16) each in pinned host memory, and twice that in GPU
+  /// memory.
   static P2POptions stream_tuned() {
     P2POptions o;
     o.shape.tier[0].frame_items = 512;
@@ -89,8 +90,10 @@ struct P2POptions {
     o.copy_stream_pairs = 1;
     o.gate_flag_waits = true;
     o.copy_piece_bytes = uint64_t(4) << 20;
-    o.copy_pieces_per_transfer = 16;
+    o.copy_pieces_per_transfer = 32;
     o.split_send_frames = 1;
+    o.shape.tier[2].item_elems = 512;  // one item per receiver warp: the last frame decodes in one round
+    o.shape.tier[2].frame_items = 512;
     return o;
   }
 };
