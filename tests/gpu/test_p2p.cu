@@ -196,6 +196,24 @@ TEST_CASE("p2p host staging link (kernel and stream modes): bit-exact at odd siz
       [&] { return link.wait(); });
 }
 
+TEST_CASE("p2p stream mode with stream_tuned() (the shipped tuning): bit-exact at sizes around its tiers",
+          "[gpu][p2p][concurrent]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const P2POptions o = P2POptions::stream_tuned();
+  HostStagingLink<DType::bf16> link;
+  CUDA_OK(link.init(0, o, HostLinkMode::stream));
+  // The tiers' regions from the end: tier 2 alone, tiers 1 and 2, one tier-0 frame and a part, several frames.
+  const uint64_t t2 = o.shape.tier[2].region_elems, t1 = o.shape.tier[1].region_elems;
+  const uint64_t frame0 = uint64_t(o.shape.tier[0].item_elems) * o.shape.tier[0].frame_items;
+  for (uint64_t n : {uint64_t(1), t2 - 1, t2 + 513, t1 + t2 + 7, t1 + t2 + frame0 + 16385, 3 * frame0 + t1 + t2 + 3})
+    check_transfer(
+        test_bf16(n, rng), 2 * (rng() % 8), 2 * (rng() % 8),
+        [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
+        [&] { return link.wait(); });
+}
+
 TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memory, 1 to 4 copy stream pairs, "
           "copies in pieces: bit-exact, wrapping",
           "[gpu][p2p][concurrent]") {
