@@ -773,6 +773,13 @@ class HostStagingLink {
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreate(&a);
     if (e == cudaSuccess) e = cudaEventCreate(&b);
+    // Chunk timing: an event before each transfer (at most 8 candidates x 8 transfers per window).
+    std::vector<cudaEvent_t> marks;
+    for (int i = 0; i < 8 * 8 + 1 && e == cudaSuccess; ++i) {
+      cudaEvent_t m = nullptr;
+      e = cudaEventCreate(&m);
+      if (e == cudaSuccess) marks.push_back(m);
+    }
     std::vector<uint64_t> sizes;
     std::vector<double> coded, raw;
     for (uint64_t& c : raw_best_) c = 0;
@@ -780,24 +787,31 @@ class HostStagingLink {
       // The raw copy's chunk for this size class: one chunk, or the best pipelined one.
       std::vector<uint64_t> chunks{bytes <= RAW_BUFFERS * opt_.raw_chunk_bytes ? bytes : opt_.raw_chunk_bytes};
       for (uint64_t c = uint64_t(128) << 10; c < bytes && c <= opt_.raw_chunk_bytes; c *= 2) chunks.push_back(c);
-      // Candidates timed round robin (drift hits them alike), median of 8 each; another chunk replaces the
-      // first candidate only when 3% faster (a noisy pick cost up to 20% at 512 KiB on the H200). Below 4 MiB
-      // each timing covers 8 transfers back to back: one transfer of a few tens of microseconds measures mostly
-      // when the host got its calls in (a pick made that way lost 7-15% at 1 MiB on the H200).
+      // Candidates share each timing window, interleaved (a transfer of each in turn, `batch` rounds, an event
+      // before each transfer): on the H200 the copies of a whole window run either at ~8 or at ~16 us per pair
+      // of tiny copies, so candidates timed in windows of their own were compared across modes. Median of 8
+      // windows; another chunk replaces the first candidate only when 3% faster. Below 4 MiB a window holds 8
+      // rounds: one transfer of a few tens of microseconds measures mostly when the host got its calls in.
       const int batch = bytes < (uint64_t(4) << 20) ? 8 : 1;
-      std::vector<std::vector<float>> ms(chunks.size());
-      for (int rep = 0; rep < 9 && e == cudaSuccess; ++rep)
-        for (size_t k = 0; k < chunks.size() && e == cudaSuccess; ++k) {
-          e = cudaEventRecord(a, st);
-          for (int i = 0; i < batch && e == cudaSuccess; ++i)
-            e = StagedRawCopy::run(src.get(), dst.get(), bytes, chunks[k], raw_buffers_.get(), RAW_BUFFERS,
-                                   raw_events(), st, raw_stream());
-          if (e == cudaSuccess) e = cudaEventRecord(b, st);
-          if (e == cudaSuccess) e = cudaEventSynchronize(b);
+      const size_t K = std::min<size_t>(chunks.size(), 8);
+      std::vector<std::vector<float>> ms(K);
+      for (int rep = 0; rep < 9 && e == cudaSuccess; ++rep) {
+        std::vector<float> sum(K, 0.f);
+        e = cudaEventRecord(marks[0], st);
+        for (int i = 0; i < batch && e == cudaSuccess; ++i)
+          for (size_t kk = 0; kk < K && e == cudaSuccess; ++kk) {
+            e = StagedRawCopy::run(src.get(), dst.get(), bytes, chunks[(kk + rep) % K], raw_buffers_.get(),
+                                   RAW_BUFFERS, raw_events(), st, raw_stream());
+            if (e == cudaSuccess) e = cudaEventRecord(marks[1 + i * K + kk], st);
+          }
+        if (e == cudaSuccess) e = cudaEventSynchronize(marks[batch * K]);
+        for (size_t t = 0; t < batch * K && e == cudaSuccess; ++t) {
           float m = 0;
-          if (e == cudaSuccess) e = cudaEventElapsedTime(&m, a, b);
-          if (rep > 0) ms[k].push_back(m / float(batch));  // the first round is a warm-up
+          e = cudaEventElapsedTime(&m, marks[t], marks[t + 1]);
+          sum[(t % K + rep) % K] += m;
         }
+        for (size_t k = 0; k < K && rep > 0; ++k) ms[k].push_back(sum[k] / float(batch));  // rep 0: warm-up
+      }
       if (e != cudaSuccess) break;
       auto median = [](std::vector<float> v) {
         std::sort(v.begin(), v.end());
@@ -806,7 +820,7 @@ class HostStagingLink {
       double best_ms = median(ms[0]);
       uint64_t best_chunk = chunks[0];
       const double first_ms = best_ms;
-      for (size_t k = 1; k < chunks.size(); ++k) {
+      for (size_t k = 1; k < K; ++k) {
         const double m = median(ms[k]);
         if (m < best_ms && m < 0.97 * first_ms) best_ms = m, best_chunk = chunks[k];
       }
@@ -839,6 +853,7 @@ class HostStagingLink {
     if (st) cudaStreamDestroy(st);
     if (a) cudaEventDestroy(a);
     if (b) cudaEventDestroy(b);
+    for (cudaEvent_t m : marks) cudaEventDestroy(m);
     if (e == cudaSuccess) bypass_ = choose_bypass_threshold(sizes.data(), coded.data(), raw.data(), sizes.size(), 0.03);
     return e;
   }
