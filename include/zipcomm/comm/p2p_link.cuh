@@ -566,7 +566,8 @@ inline Status transfer_status(Status relay, const SideControl& send, const SideC
 ///          frame from the pinned ring.
 ///  stream: split-send on the copy engines, scheduled by the GPU (no host thread, transfer() returns at once):
 ///          persistent sender and receiver kernels; the sender codes each frame into GPU memory; for every
-///          frame the copy-engine streams wait for the sender's flags (cuStreamWaitValue64) and copy the planes
+///          frame the copy-engine streams wait for the sender's flags (cuStreamWaitValue64, directly or through
+///          a gate stream's event, gate_flag_waits) and copy the planes
 ///          (once split) and section B up to a budget (once complete) to the pinned ring and on to the receiving
 ///          GPU; a stream of its own then writes the frame's "landed" flag (cuStreamWriteValue64), which the
 ///          receiver waits for before it decodes in GPU memory. Section B past the budget (the overflow) goes
