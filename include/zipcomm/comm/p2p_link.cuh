@@ -774,13 +774,7 @@ class HostStagingLink {
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreate(&a);
     if (e == cudaSuccess) e = cudaEventCreate(&b);
-    // Chunk timing: an event before each transfer (at most 8 candidates x 8 transfers per window).
-    std::vector<cudaEvent_t> marks;
-    for (int i = 0; i < 8 * 8 + 1 && e == cudaSuccess; ++i) {
-      cudaEvent_t m = nullptr;
-      e = cudaEventCreate(&m);
-      if (e == cudaSuccess) marks.push_back(m);
-    }
+    std::vector<cudaEvent_t> marks;  // chunk timing: an event before each transfer of a window, and one after
     std::vector<uint64_t> sizes;
     std::vector<double> coded, raw;
     for (uint64_t& c : raw_best_) c = 0;
@@ -794,9 +788,14 @@ class HostStagingLink {
       // windows; another chunk replaces the first candidate only when 3% faster. Below 4 MiB a window holds 8
       // rounds: one transfer of a few tens of microseconds measures mostly when the host got its calls in.
       const int batch = bytes < (uint64_t(4) << 20) ? 8 : 1;
-      const size_t K = std::min<size_t>(chunks.size(), 8);
+      const size_t K = chunks.size();
+      while (marks.size() < batch * K + 1 && e == cudaSuccess) {
+        cudaEvent_t m = nullptr;
+        e = cudaEventCreate(&m);
+        if (e == cudaSuccess) marks.push_back(m);
+      }
       std::vector<std::vector<float>> ms(K);
-      for (int rep = 0; rep < 9 && e == cudaSuccess; ++rep) {
+      for (int rep = 0; rep < 9 && e == cudaSuccess; ++rep) {  // rep 0: warm-up
         std::vector<float> sum(K, 0.f);
         e = cudaEventRecord(marks[0], st);
         for (int i = 0; i < batch && e == cudaSuccess; ++i)
@@ -811,7 +810,7 @@ class HostStagingLink {
           e = cudaEventElapsedTime(&m, marks[t], marks[t + 1]);
           sum[(t % K + rep) % K] += m;
         }
-        for (size_t k = 0; k < K && rep > 0; ++k) ms[k].push_back(sum[k] / float(batch));  // rep 0: warm-up
+        for (size_t k = 0; k < K && rep > 0; ++k) ms[k].push_back(sum[k] / float(batch));
       }
       if (e != cudaSuccess) break;
       auto median = [](std::vector<float> v) {
@@ -906,7 +905,7 @@ class HostStagingLink {
   }
   // events: [0] caller's start, [1] send side done, [2] receive side done, [3] joins; then per slot: section B
   // copied to the device, frame decoded, (copy mode) planes and section B copied to the host; then the raw
-  // copy's events.
+  // copy's events, the pairs' piece events, and per slot the three gate events (gate_events).
   cudaEvent_t& ev(size_t i) { return events_[i]; }
   cudaEvent_t* h2d_done() { return &events_[4]; }
   cudaEvent_t* decode_done() { return &events_[4 + opt_.slots]; }
