@@ -596,6 +596,13 @@ int main(int argc, char** argv) {
   CK(cudaHostAlloc(&block_go, 8, cudaHostAllocMapped));
   uint32_t* block_timed_out = block_go + 1;
   block_go[0] = block_go[1] = 0;
+  // hold(): what is queued on `stream` next waits for release() (the host's calls are then not timed).
+  auto hold = [&] {
+    *const_cast<volatile uint32_t*>(block_go) = 0u;
+    block_stream<<<1, 1, 0, stream>>>(block_go, block_timed_out, 50000000ull);
+    CK(cudaGetLastError());
+  };
+  auto release = [&] { *const_cast<volatile uint32_t*>(block_go) = 1u; };
   double host_us[2] = {0, 0};
   auto time_pair_ms = [&](int reps, auto&& run_a, auto&& wait_a, auto&& run_b, auto&& wait_b, int batch,
                           bool blocked = false) {
@@ -611,9 +618,7 @@ int main(int argc, char** argv) {
       if (size_t(2 * batch + 1) > window_events.size())
         std::fprintf(stderr, "paired timing: batch too large\n"), std::exit(1);
       for (int i = 0; i < reps; ++i) {
-        *const_cast<volatile uint32_t*>(block_go) = 0u;
-        block_stream<<<1, 1, 0, stream>>>(block_go, block_timed_out, 50000000ull);
-        CK(cudaGetLastError());
+        hold();
         double host[2] = {0, 0};
         for (int k = 0; k < 2 * batch; ++k) {
           const bool side_a = (k + i) % 2 == 0;
@@ -624,7 +629,7 @@ int main(int argc, char** argv) {
           host[side_a ? 0 : 1] += std::chrono::duration<double, std::micro>(h1 - h0).count();
         }
         CK(cudaEventRecord(window_events[2 * batch], stream));
-        *const_cast<volatile uint32_t*>(block_go) = 1u;
+        release();
         CK(cudaEventSynchronize(window_events[2 * batch]));
         wait_a();
         wait_b();
@@ -823,19 +828,21 @@ int main(int argc, char** argv) {
     for (int k = 0; k < 4; ++k) CK(cudaHostAlloc(&hosts[k], 1 << 20, kinds[k]));
     HostStagingLink<DType::bf16> tiny_link;
     CK(tiny_link.init(0));
+    // Two copies through host buffer k (4: the link's transfer_raw()) at byte `offset` in it.
+    auto tiny_run = [&](int k, size_t offset, uint64_t bytes) {
+      if (k < 4) {
+        CK(cudaMemcpyAsync(hosts[k] + offset, src, bytes, cudaMemcpyDeviceToHost, stream));
+        CK(cudaMemcpyAsync(dst, hosts[k] + offset, bytes, cudaMemcpyHostToDevice, stream));
+      } else {
+        CK(tiny_link.transfer_raw(src, dst, bytes / 2, stream));
+      }
+    };
     std::printf("\nsmall raw transfers (us per transfer, median of 41 timings of 8 back to back):\n  %-8s", "size");
     for (const char* kn : kind_names) std::printf(" %18s", kn);
     std::printf("\n");
     for (uint64_t bytes = 1024; bytes <= std::min<uint64_t>(max_bytes, 128 << 10); bytes *= 2) {
       std::vector<float> t[5];
-      auto run = [&](int k) {
-        if (k < 4) {
-          CK(cudaMemcpyAsync(hosts[k], src, bytes, cudaMemcpyDeviceToHost, stream));
-          CK(cudaMemcpyAsync(dst, hosts[k], bytes, cudaMemcpyHostToDevice, stream));
-        } else {
-          CK(tiny_link.transfer_raw(src, dst, bytes / 2, stream));
-        }
-      };
+      auto run = [&](int k) { tiny_run(k, 0, bytes); };
       for (int rep = -2; rep < 41; ++rep)
         for (int k = 0; k < 5; ++k) {
           CK(cudaEventRecord(a, stream));
@@ -865,21 +872,11 @@ int main(int argc, char** argv) {
       std::vector<float> t[9];
       for (int rep = -1; rep < 21; ++rep)
         for (int k = 0; k < 9; ++k) {
-          *const_cast<volatile uint32_t*>(block_go) = 0u;
-          block_stream<<<1, 1, 0, stream>>>(block_go, block_timed_out, 50000000ull);
-          CK(cudaGetLastError());
+          hold();
           CK(cudaEventRecord(a, stream));
-          for (int i = 0; i < 32; ++i) {
-            if (k < 8) {
-              uint8_t* h = hosts[k % 4] + (k >= 4 ? (512 << 10) : 0);
-              CK(cudaMemcpyAsync(h, src, bytes, cudaMemcpyDeviceToHost, stream));
-              CK(cudaMemcpyAsync(dst, h, bytes, cudaMemcpyHostToDevice, stream));
-            } else {
-              CK(tiny_link.transfer_raw(src, dst, bytes / 2, stream));
-            }
-          }
+          for (int i = 0; i < 32; ++i) tiny_run(k == 8 ? 4 : k % 4, k >= 4 && k < 8 ? (512 << 10) : 0, bytes);
           CK(cudaEventRecord(b, stream));
-          *const_cast<volatile uint32_t*>(block_go) = 1u;
+          release();
           CK(cudaEventSynchronize(b));
           if (rep >= 0) t[k].push_back(elapsed(a, b) * 1e3f / 32);
         }
