@@ -1080,7 +1080,8 @@ class HostStagingLink {
         uint8_t* host = host_of(q);
         use_pair(i);
         e = wait_flag(d2h, i, 0, &pinned.ready_planes[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && i > 0) e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
+        if (e == cudaSuccess && pairs > 1 && i > 0)
+          e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
         if (e == cudaSuccess) e = wait_host_free(q);
         if (e == cudaSuccess && q >= S) e = wait_flag(h2d, i, 2, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
@@ -1098,7 +1099,8 @@ class HostStagingLink {
         uint8_t* host = host_of(q);
         use_pair(f);
         e = wait_flag(d2h, f, 1, &pinned.ready_exps[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && whole && f > 0) e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
+        if (e == cudaSuccess && pairs > 1 && whole && f > 0)
+          e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
         if (e == cudaSuccess && whole) e = wait_host_free(q);
         if (e == cudaSuccess && whole && q >= S) e = wait_flag(h2d, f, 2, &pinned.credits[slot], flag_value(q - S));
         if (e == cudaSuccess)
