@@ -352,7 +352,7 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
     std::ofstream o(json);
     o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"gpus\": " << count << ",\n  \"link\": \"peer GPU " << S
       << " -> GPU " << R << "\",\n  \"p2p_performance_rank\": " << perf_rank
-      << ",\n  \"data\": \"llama_grads.bf16 tiled\",\n  \"bypass\": "
+      << ",\n  \"data\": \"" << data << "/llama_grads.bf16 tiled\",\n  \"bypass\": "
       << (threshold == UINT64_MAX ? -1.0 : double(threshold)) << ",\n  \"calibration\": [";
     const auto& pts = link.calibration();
     for (size_t i = 0; i < pts.size(); ++i)
@@ -542,6 +542,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "missing %s/llama_grads.bf16\n", data.c_str());
     return 1;
   }
+  std::printf("data: %s/llama_grads.bf16 (%zu bf16 elements), tiled over each message\n", data.c_str(),
+              sample.size() / 2);
   const uint64_t max_bytes = max_mib << 20;
   uint8_t *src, *dst;
   unsigned long long* diff;
@@ -1437,7 +1439,7 @@ int main(int argc, char** argv) {
 
   if (!json.empty()) {
     std::ofstream o(json);
-    o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"data\": \"llama_grads.bf16 tiled\",\n"
+    o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"data\": \"" << data << "/llama_grads.bf16 tiled\",\n"
       << "  \"bypass\": {";
     for (int k = 0; k < NL; ++k)
       o << "\"" << links[k].name

@@ -4,7 +4,9 @@
 # Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p]    (full: everything; quick: no sanitizers, 64 MiB
 # benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second call;
 # p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples and bench_p2p, no sanitizers - a cheap call
-# for a change confined to the P2P links). Env: ZIPCOMM_BENCHES (subset), ZIPCOMM_P2P_ARGS, ZIPCOMM_P2P_TIMEOUT (s, 300)
+# for a change confined to the P2P links). Env: ZIPCOMM_BENCHES (subset), ZIPCOMM_P2P_ARGS, ZIPCOMM_P2P_TIMEOUT (s, 300),
+# ZIPCOMM_P2P_DATA (folder with llama_grads.bf16 for bench_p2p; tests/data), ZIPCOMM_P2P_ARGS2 (a second bench_p2p run
+# after the first, e.g. on other data: its output goes to bench_p2p2.*)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/zipcomm-out}
@@ -68,8 +70,12 @@ fi
 P2P_ARGS=${ZIPCOMM_P2P_ARGS:---sweep}; [ "$MODE" = quick ] && P2P_ARGS="--max-mib 256"
 if want p2p; then
   [ -x $BUILD/bench/zipcomm_probe_split ] && timeout 60 $BUILD/bench/zipcomm_probe_split > "$OUT/probe_split.txt" 2>&1
-  timeout ${ZIPCOMM_P2P_TIMEOUT:-300} $BUILD/bench/zipcomm_bench_p2p --data tests/data $P2P_ARGS --json "$OUT/bench_p2p.json" > "$OUT/bench_p2p.txt" 2>&1
+  timeout ${ZIPCOMM_P2P_TIMEOUT:-300} $BUILD/bench/zipcomm_bench_p2p --data "${ZIPCOMM_P2P_DATA:-tests/data}" $P2P_ARGS --json "$OUT/bench_p2p.json" > "$OUT/bench_p2p.txt" 2>&1
   log "bench_p2p rc=$?: $(grep -E 'min over sizes' "$OUT/bench_p2p.txt" | tr '\n' ' ')"
+  if [ -n "${ZIPCOMM_P2P_ARGS2:-}" ]; then
+    timeout ${ZIPCOMM_P2P_TIMEOUT:-300} $BUILD/bench/zipcomm_bench_p2p $ZIPCOMM_P2P_ARGS2 --json "$OUT/bench_p2p2.json" > "$OUT/bench_p2p2.txt" 2>&1
+    log "bench_p2p (second run) rc=$?: $(grep -E 'min over sizes' "$OUT/bench_p2p2.txt" | tr '\n' ' ')"
+  fi
   [ -f "$OUT/bench_p2p.json" ] && { python3 bench/plot_p2p.py "$OUT/bench_p2p.json" "$OUT/bench_p2p.png" >> "$OUT/bench_p2p.txt" 2>&1 ||
     log "plot_p2p: no PNG here; draw it from bench_p2p.json with bench/plot_p2p.py"; }
 fi

@@ -1,6 +1,8 @@
 // libFuzzer target for the P2P frame checks (build: clang++ -fsanitize=fuzzer,address,undefined). The receiver
-// kernel and the host reference share validate_frame_header, validate_item_table and the item checks
-// (comm/p2p_protocol.cuh), so this exercises on a CPU what a GPU receiver does with a damaged frame.
+// kernel and the host reference share validate_frame_header, the item-table rules and the item checks
+// (comm/p2p_protocol.cuh), so this exercises on a CPU what a GPU receiver does with a damaged frame. The kernel
+// checks the table per item (item_entry_share_valid), the reference whole (validate_item_table): every frame
+// whose header passes is also checked for the two refusing the same tables.
 //
 // Input: 8 bytes of parameters, then a body.
 //   byte 0: dtype (b % 3), raw or coded frames (bit 2), code (bit 3), mode (bit 4)
@@ -61,10 +63,25 @@ bool make_setup(const uint8_t* p, Setup& s) {
   return true;
 }
 
+/// The receiver kernel's per-item table check refuses exactly what the reference's whole-table check refuses.
+void check_table_shares(const Setup& s, const uint8_t* frame, size_t size) {
+  if (size < s.fi.planes_bytes + FRAME_HEADER_BYTES) return;
+  FrameHeader h;
+  std::memcpy(&h, frame + s.fi.planes_bytes, sizeof h);
+  if (validate_frame_header(h, s.plan, s.fi, s.code, s.seq) != Status::ok) return;
+  if (size < s.fi.planes_bytes + h.exps_bytes) return;
+  const uint8_t* table = frame + s.fi.planes_bytes + FRAME_HEADER_BYTES;
+  bool shares = true;
+  for (uint32_t j = 0; j < s.fi.items; ++j)
+    shares = shares && item_entry_share_valid(table, s.fi, s.plan.dtype, s.plan.kind, h.exps_bytes, j);
+  FUZZ_CHECK(shares == (validate_item_table(table, s.fi, s.plan.dtype, s.plan.kind, h.exps_bytes) == Status::ok));
+}
+
 void parse_mode(const Setup& s, const uint8_t* body, size_t size) {
   // Exactly `size` readable bytes: ASan reports any read past the frame.
   std::vector<uint8_t> frame(body, body + size);
   std::vector<uint8_t> message(s.plan.n * format::elem_bytes(s.plan.dtype));
+  check_table_shares(s, frame.data(), frame.size());
   (void)host_decode_frame(s.plan, s.fi, s.code, s.seq, frame.data(), frame.size(), message.data());
 }
 
@@ -91,6 +108,7 @@ void damage_mode(const Setup& s, const uint8_t* body, size_t size) {
   size_t keep = frame.size();
   if (size && (body[0] & 1)) keep = (size_t(body[0]) * 97) % frame.size();
   std::vector<uint8_t> cut(frame.begin(), frame.begin() + keep);
+  check_table_shares(s, cut.data(), cut.size());
   std::fill(out.begin(), out.end(), 0xA5);
   const Status st = host_decode_frame(s.plan, s.fi, s.code, s.seq, cut.data(), cut.size(), out.data());
   if (st == Status::ok) {

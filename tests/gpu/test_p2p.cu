@@ -86,19 +86,22 @@ void check_transfer(const std::vector<uint8_t>& host, size_t src_off, size_t dst
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
-__global__ void validate_table_kernel(const uint8_t* table, FrameInfo fi, FrameKind kind, uint32_t exps_bytes,
-                                      uint32_t* out) {
-  const Status s = p2p_detail::warp_validate_item_table(table, fi, DType::bf16, kind, exps_bytes);
-  if (threadIdx.x == 0) *out = uint32_t(s);
+/// One warp per item: each warp's share of the item-table check, as the receiver kernel runs it.
+__global__ void item_shares_kernel(const uint8_t* table, FrameInfo fi, FrameKind kind, uint32_t exps_bytes,
+                                   uint32_t* out) {
+  const uint32_t j = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  if (j >= fi.items) return;
+  const bool ok = p2p_detail::warp_item_entry_valid(table, fi, DType::bf16, kind, exps_bytes, j);
+  if (warp::lane_id() == 0) out[j] = ok ? 1u : 0u;
 }
 
 }  // namespace
 
-TEST_CASE("p2p receiver's warp check of an item table agrees with the host rule", "[gpu][p2p]") {
+TEST_CASE("p2p receiver warps' per-item checks of an item table agree with the host rule", "[gpu][p2p]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  DeviceBuffer d_table(item_table_bytes(MAX_FRAME_ITEMS) + 16), d_out(4);
+  DeviceBuffer d_table(item_table_bytes(MAX_FRAME_ITEMS) + 16), d_out(4 * MAX_FRAME_ITEMS);
   uint32_t agreed_bad = 0;
   for (uint32_t items : {1u, 2u, 31u, 32u, 33u, 127u, 128u, 129u, 200u, 255u, 256u, 257u, 512u, 513u, 1000u, 1024u}) {
     for (int round = 0; round < 24; ++round) {
@@ -131,14 +134,20 @@ TEST_CASE("p2p receiver's warp check of an item table agrees with the host rule"
       }
       const uint32_t exps_bytes = uint32_t(FRAME_HEADER_BYTES + item_table_bytes(items) + end);
       const Status want = validate_item_table(table.data(), fi, DType::bf16, kind, exps_bytes);
-      for (uint32_t offset : {0u, 8u, 4u}) {  // 4: entries not 8-byte aligned take the one-entry-at-a-time path
+      for (uint32_t offset : {0u, 8u, 4u, 1u}) {  // a raw frame's table can sit at any byte
         CAPTURE(offset);
         CUDA_OK(cudaMemcpy(d_table.as(offset), table.data(), table.size(), cudaMemcpyHostToDevice));
-        validate_table_kernel<<<1, 32>>>(d_table.as(offset), fi, kind, exps_bytes, d_out.as<uint32_t>());
+        item_shares_kernel<<<(items + 7) / 8, 256>>>(d_table.as(offset), fi, kind, exps_bytes, d_out.as<uint32_t>());
         CUDA_OK(cudaGetLastError());
-        uint32_t got = 0;
-        CUDA_OK(cudaMemcpy(&got, d_out.ptr, 4, cudaMemcpyDeviceToHost));
-        REQUIRE(Status(got) == want);
+        std::vector<uint32_t> got(items);
+        CUDA_OK(cudaMemcpy(got.data(), d_out.ptr, 4 * items, cudaMemcpyDeviceToHost));
+        bool all = true;
+        for (uint32_t j = 0; j < items; ++j) {
+          CAPTURE(j);
+          REQUIRE((got[j] != 0) == item_entry_share_valid(table.data(), fi, DType::bf16, kind, exps_bytes, j));
+          all = all && got[j] != 0;
+        }
+        REQUIRE(all == (want == Status::ok));  // the items together refuse what the whole-table check refuses
       }
       agreed_bad += want != Status::ok;
     }
@@ -212,6 +221,60 @@ TEST_CASE("p2p stream mode with stream_tuned() (the shipped tuning): bit-exact a
         test_bf16(n, rng), 2 * (rng() % 8), 2 * (rng() % 8),
         [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
         [&] { return link.wait(); });
+}
+
+TEST_CASE("p2p host staging link: calibrate() picks raw chunks, sets the bypass from its measurements; "
+          "transfers as used stay bit-exact",
+          "[gpu][p2p][concurrent]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const uint64_t n = uint64_t(1) << 20;  // 2 MiB of real gradients
+  const std::vector<uint8_t> sample = real_bf16(n);
+  DeviceBuffer d_sample(sample.size());
+  CUDA_OK(cudaMemcpy(d_sample.ptr, sample.data(), sample.size(), cudaMemcpyHostToDevice));
+  for (HostLinkMode mode : {HostLinkMode::stream, HostLinkMode::copy}) {
+    CAPTURE(int(mode));
+    HostStagingLink<DType::bf16> link;
+    REQUIRE(link.calibrate(d_sample.ptr, n) == cudaErrorInvalidValue);  // not initialized
+    const cudaError_t ie =
+        link.init(0, mode == HostLinkMode::stream ? P2POptions::stream_tuned() : P2POptions{}, mode);
+    if (ie == cudaErrorNotSupported) {
+      WARN("stream mode not supported on this GPU/driver: skipped");
+      continue;
+    }
+    CUDA_OK(ie);
+    REQUIRE(link.calibrate(nullptr, n) == cudaErrorInvalidValue);
+    const uint64_t max_bytes = uint64_t(8) << 20;
+    CUDA_OK(link.calibrate(d_sample.ptr, n / 3 + 5, max_bytes));  // a shorter sample (odd length) is tiled
+    const std::vector<P2PCalibrationPoint>& pts = link.calibration();
+    REQUIRE(pts.size() == 8);  // 64 KiB .. 8 MiB
+    std::vector<uint64_t> sizes;
+    std::vector<double> coded, raw;
+    for (size_t i = 0; i < pts.size(); ++i) {
+      CAPTURE(i, pts[i].coded_ms, pts[i].raw_ms);
+      REQUIRE(pts[i].bytes == (uint64_t(64) << 10) << i);
+      REQUIRE(pts[i].coded_ms > 0);
+      REQUIRE(pts[i].raw_ms > 0);
+      // a raw chunk was picked for every measured size: one chunk, or a pipelined one no larger than the option
+      const uint64_t c = link.calibrated_raw_chunk(pts[i].bytes);
+      REQUIRE(c > 0);
+      REQUIRE((c == pts[i].bytes || c <= link.options().raw_chunk_bytes));
+      sizes.push_back(pts[i].bytes), coded.push_back(pts[i].coded_ms), raw.push_back(pts[i].raw_ms);
+    }
+    REQUIRE(link.bypass_threshold() ==
+            choose_bypass_threshold(sizes.data(), coded.data(), raw.data(), sizes.size(), 0.03));
+    // as used after calibrate() (raw with the picked chunks, or coded), at sizes across the measured classes,
+    // plus a size past the largest measured one
+    for (uint64_t m : {uint64_t(1), uint64_t(33000), uint64_t(300001), uint64_t(1) << 20, (uint64_t(5) << 20) + 7}) {
+      std::vector<uint8_t> host = m <= n ? std::vector<uint8_t>(sample.begin(), sample.begin() + 2 * m)
+                                         : test_bf16(m, rng);
+      check_transfer(
+          host, 2 * (rng() % 8), 2 * (rng() % 8),
+          [&](auto s, auto d, uint64_t k, cudaStream_t st) { return link.transfer(s, d, k, st); },
+          [&] { return link.wait(); });
+    }
+  }
 }
 
 TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memory, 1 to 4 copy stream pairs, "

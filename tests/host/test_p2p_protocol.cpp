@@ -425,6 +425,57 @@ TEST_CASE("p2p item table checks", "[p2p]") {
   }
 }
 
+TEST_CASE("p2p item table: each item's share of the check refuses exactly what the whole-table check refuses",
+          "[p2p]") {
+  // The receiver kernel checks the table per item (item_entry_share_valid, by the warp decoding the item); the
+  // host reference checks it whole. Both must refuse the same tables: random cuts and kinds, tables intact and
+  // damaged (entries moved by +-8/16 bytes, set to random values, swapped, padding set).
+  ZT_RNG("p2p table shares");
+  int refused = 0, accepted = 0;
+  for (int round = 0; round < 4000; ++round) {
+    PipelineShape s;
+    s.tier[0] = {256u * (1u + uint32_t(rng() % 8)), 1u + uint32_t(rng() % 9), 0};
+    s.num_tiers = 1;
+    const FrameKind kind = rng() % 4 == 0 ? FrameKind::raw : FrameKind::coded;
+    const DType dtype = zt::kDTypes[rng() % 3];
+    const FramePlan p = make_plan(dtype, kind, 1 + rng() % 40000, s);
+    const FrameInfo fi = p.frame(rng() % p.num_frames);
+    std::vector<uint8_t> table(item_table_bytes(fi.items), 0);
+    uint32_t end = 0;
+    for (uint32_t j = 0; j < fi.items; ++j) {
+      if (kind == FrameKind::coded)
+        end += 16 * uint32_t(1 + rng() % (format::raw_chunk_bytes(dtype, fi.item_elems_at(j)) / 16));
+      std::memcpy(&table[8 * j], &end, 4);
+    }
+    uint32_t exps = uint32_t(FRAME_HEADER_BYTES + table.size() + end);
+    const int damages = int(rng() % 3);
+    for (int d = 0; d < damages; ++d) {
+      const uint32_t j = uint32_t(rng() % fi.items);
+      uint32_t v = item_end(table.data(), j);
+      switch (rng() % 6) {
+        case 0: v += 8; break;
+        case 1: v -= 16; break;
+        case 2: v += 16; break;
+        case 3: v = uint32_t(rng()); break;
+        case 4: v = item_end(table.data(), uint32_t(rng() % fi.items)); break;
+        default:
+          if (table.size() > 8 * size_t(fi.items)) table.back() = uint8_t(1 + rng() % 255);
+          break;
+      }
+      std::memcpy(&table[8 * j], &v, 4);
+    }
+    if (rng() % 8 == 0 && kind == FrameKind::coded) exps += 16;  // section B longer than the chunks
+    bool shares = true;
+    for (uint32_t j = 0; j < fi.items; ++j)
+      shares = shares && item_entry_share_valid(table.data(), fi, dtype, kind, exps, j);
+    const bool whole = validate_item_table(table.data(), fi, dtype, kind, exps) == Status::ok;
+    REQUIRE(shares == whole);
+    (whole ? accepted : refused)++;
+  }
+  REQUIRE(accepted > 100);  // both outcomes were exercised
+  REQUIRE(refused > 100);
+}
+
 TEST_CASE("p2p sequence flags and credits", "[p2p]") {
   REQUIRE(slot_of(0, 8) == 0);
   REQUIRE(slot_of(13, 8) == 5);

@@ -410,7 +410,8 @@ struct RecvArgs {
   unsigned long long* frames_done = nullptr;  // tagged, per launch
   unsigned long long* counters = nullptr;     // [num_slots] items done per slot (zero when idle)
   uint64_t* mirror = nullptr;                 // [2 * num_slots] frame flags as seen by the frame's leader (device)
-  uint32_t* frame_status = nullptr;           // [num_slots] the leader's verdict on header and item table
+  uint32_t* frame_status = nullptr;           // [2 * num_slots] the leader's verdict on the header, and
+                                              // the header's section B length
   uint64_t* done_word = nullptr;              // optional: set to done_value once every frame of the launch is decoded
   uint64_t done_value = 0;
   SideControl* control = nullptr;
@@ -563,42 +564,12 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
 
 namespace p2p_detail {
 
-/// Warp-parallel validate_item_table (same rules): lane k checks entries k, k + 32, ...
-ZIPCOMM_DEVICE Status warp_validate_item_table(const uint8_t* table, const FrameInfo& fi, DType dtype, FrameKind kind,
-                                               uint32_t exps_bytes) {
-  const uint32_t lane = warp::lane_id();
-  const uint64_t chunks = exps_bytes - FRAME_HEADER_BYTES - item_table_bytes(fi.items);
-  bool bad = false;
-  if (reinterpret_cast<uintptr_t>(table) % ITEM_ENTRY_BYTES == 0) {
-    // Each lane loads its entries' ends ROUNDS x 32 at a time, all loads in flight together (one at a time, a
-    // 512-item table took ~10 us, on the path from a frame's landing to its decode); the predecessor's end
-    // comes from the lane before.
-    constexpr int ROUNDS = 8;
-    const uint2* entries = reinterpret_cast<const uint2*>(table);
-    uint32_t before = 0;  // end of the entry before this batch's first
-    for (uint32_t first = 0; first < fi.items; first += ROUNDS * 32) {
-      uint32_t end[ROUNDS];
-#pragma unroll
-      for (int k = 0; k < ROUNDS; ++k) {
-        const uint32_t j = first + 32 * k + lane;
-        end[k] = j < fi.items ? __ldcg(entries + j).x : 0u;
-      }
-#pragma unroll
-      for (int k = 0; k < ROUNDS; ++k) {
-        const uint32_t j = first + 32 * k + lane;
-        uint32_t prev = __shfl_up_sync(warp::FULL_MASK, end[k], 1);
-        if (lane == 0) prev = before;
-        before = __shfl_sync(warp::FULL_MASK, end[k], 31);
-        if (j < fi.items) bad |= !item_ends_valid(end[k], prev, fi, dtype, kind, chunks, j);
-      }
-    }
-  } else {
-    for (uint32_t j = lane; j < fi.items; j += 32) bad |= !item_entry_valid(table, fi, dtype, kind, chunks, j);
-  }
-  if (lane == 0 && kind == FrameKind::coded) bad |= item_end(table, fi.items - 1) != chunks;
-  for (uint64_t b = uint64_t(ITEM_ENTRY_BYTES) * fi.items + lane; b < item_table_bytes(fi.items); b += 32)
-    bad |= table[b] != 0;
-  return __any_sync(warp::FULL_MASK, bad) ? Status::corrupt_stream : Status::ok;
+/// item_entry_share_valid for the warp decoding item j (lane 0 reads the table, every lane gets the answer).
+ZIPCOMM_DEVICE bool warp_item_entry_valid(const uint8_t* table, const FrameInfo& fi, DType dtype, FrameKind kind,
+                                          uint32_t exps_bytes, uint32_t j) {
+  uint32_t ok = 0;
+  if (warp::lane_id() == 0) ok = item_entry_share_valid(table, fi, dtype, kind, exps_bytes, j) ? 1u : 0u;
+  return __shfl_sync(warp::FULL_MASK, ok, 0) != 0;
 }
 
 }  // namespace p2p_detail
@@ -678,11 +649,12 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
                                       src + fi.planes_bytes + FRAME_HEADER_BYTES, tb);
         __syncwarp();
         __threadfence_block();
-        hs = p2p_detail::warp_validate_item_table(base + fi.planes_bytes + FRAME_HEADER_BYTES, fi, D, a.plan.kind,
-                                                  h.exps_bytes);
+        // The table's entries are checked by the warps that use them (step 3): a whole-table check here sat
+        // on the path from a frame's landing to its first decode (5-11 us of the transfer's tail).
       }
       if (lane == 0) {
-        a.frame_status[slot] = uint32_t(hs);
+        a.frame_status[2 * slot] = uint32_t(hs);
+        a.frame_status[2 * slot + 1] = h.exps_bytes;
         p2p_detail::store_release_gpu(mirror_exps, flag_value(q));
         if (trace) trace[1] = p2p_detail::global_ns();
       }
@@ -708,14 +680,17 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
       fail(s, true);
       break;
     }
-    const Status frame_ok = Status(*const_cast<volatile uint32_t*>(&a.frame_status[slot]));
+    const Status frame_ok = Status(*const_cast<volatile uint32_t*>(&a.frame_status[2 * slot]));
 
     // 3. Decode into the output (raw frames: copy).
     if (frame_ok == Status::ok) {
       uint8_t* out_bytes = static_cast<uint8_t*>(a.out) + elem0 * eb;
       const uint8_t* table = base + fi.planes_bytes + FRAME_HEADER_BYTES;
+      const uint32_t exps_bytes = *const_cast<volatile uint32_t*>(&a.frame_status[2 * slot + 1]);
       const uint32_t expected = item_check(table, j);
-      if (!coded) {
+      if (!p2p_detail::warp_item_entry_valid(table, fi, D, a.plan.kind, exps_bytes, j)) {
+        fail(Status::corrupt_stream, false);
+      } else if (!coded) {
         p2p_detail::warp_copy<true>(out_bytes, src + planes_at, uint64_t(elems) * eb);
         __syncwarp();
         if (p2p_detail::written_item_check<D>(out_bytes, elems) != expected) fail(Status::corrupt_stream, false);

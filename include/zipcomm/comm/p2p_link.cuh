@@ -494,8 +494,8 @@ class P2PReceiver {
     p2p_recv_kernel<D, Code><<<grid, P2PPolicy::THREADS, smem_bytes(), stream>>>(a);
     return cudaGetLastError();
   }
-  // per lane: 16 words (item counter, frames done); per slot: counter, 2 mirror words; frame_status (u32)
-  size_t state_words() const { return 16 * size_t(lanes_) + 3 * size_t(slots_) + (size_t(slots_) + 1) / 2 + 2; }
+  // per lane: 16 words (item counter, frames done); per slot: counter, 2 mirror words, frame_status (2 x u32)
+  size_t state_words() const { return 16 * size_t(lanes_) + 4 * size_t(slots_) + 2; }
   uint32_t next_tag() {
     if (++tag_ == 0) ++tag_;
     return tag_;
@@ -576,6 +576,13 @@ inline Status transfer_status(Status relay, const SideControl& send, const SideC
 /// Which is fastest depends on how well SM loads and stores to pinned memory use the link on a machine;
 /// bench/bench_p2p.cu measures them all.
 enum class HostLinkMode : uint8_t { relay = 1, kernel = 2, copy = 3, stream = 4 };
+
+/// One measurement of a link's calibrate() (HostStagingLink, PeerLink): median times of a coded and a raw
+/// transfer of `bytes`.
+struct P2PCalibrationPoint {
+  uint64_t bytes;
+  double coded_ms, raw_ms;
+};
 
 /// GPU -> pinned host ring -> GPU (src and dst on one GPU here; the ring is portable pinned memory).
 /// \code
@@ -854,8 +861,19 @@ class HostStagingLink {
     if (a) cudaEventDestroy(a);
     if (b) cudaEventDestroy(b);
     for (cudaEvent_t m : marks) cudaEventDestroy(m);
-    if (e == cudaSuccess) bypass_ = choose_bypass_threshold(sizes.data(), coded.data(), raw.data(), sizes.size(), 0.03);
+    if (e == cudaSuccess) {
+      bypass_ = choose_bypass_threshold(sizes.data(), coded.data(), raw.data(), sizes.size(), 0.03);
+      points_.clear();
+      for (size_t i = 0; i < sizes.size(); ++i) points_.push_back({sizes[i], coded[i], raw[i]});
+    }
     return e;
+  }
+  /// What the last calibrate() measured: per size, the coded and the raw transfer (ms, medians).
+  const std::vector<P2PCalibrationPoint>& calibration() const { return points_; }
+  /// The raw copy's chunk calibrate() picked for messages of `bytes` (0: none measured, the default rule).
+  uint64_t calibrated_raw_chunk(uint64_t bytes) const {
+    const int cls = size_class(bytes);
+    return cls >= 0 && cls < int(RAW_CLASSES) ? raw_best_[cls] : 0;
   }
 
   /// For tuning: per-frame %globaltimer stamps of the next coded transfers (TRACE_STAMPS words per frame each
@@ -1287,6 +1305,7 @@ class HostStagingLink {
   // Raw copy chunk measured best per size class (class k: [2^k, 2^(k+1)) bytes; 0: not measured).
   static constexpr uint32_t RAW_CLASSES = 48;
   uint64_t raw_best_[RAW_CLASSES] = {};
+  std::vector<P2PCalibrationPoint> points_;
   static int size_class(uint64_t bytes) {
     int k = -1;
     while (bytes) bytes >>= 1, ++k;
@@ -1303,11 +1322,6 @@ class HostStagingLink {
   std::vector<cudaEvent_t> events_;
 };
 
-/// One measurement of PeerLink::calibrate(): median times of a coded and a raw transfer of `bytes`.
-struct P2PCalibrationPoint {
-  uint64_t bytes;
-  double coded_ms, raw_ms;
-};
 
 /// Peer GPU memory: the sender's SMs write frames straight into a ring in the receiver's GPU memory (NVLink
 /// or PCIe peer writes), flags included; the receiver decodes them in place and writes its credits back into

@@ -344,6 +344,25 @@ ZIPCOMM_HOST_DEVICE Status validate_item_table(const uint8_t* table, const Frame
   return Status::ok;
 }
 
+/// Item j's share of validate_item_table, for the receiver warp that decodes item j (so no warp checks the
+/// whole table on the path from a frame's landing to its first decode): entry j valid with its predecessor's
+/// end (where chunk j starts) aligned; the last item also checks that its chunk ends where section B ends and
+/// that the table's padding is zero. validate_item_table(...) == ok exactly when every item's share is valid
+/// (tested), so a damaged table is refused by at least one item, and no item reads outside the chunk area.
+/// `exps_bytes` must have passed validate_frame_header.
+ZIPCOMM_HOST_DEVICE bool item_entry_share_valid(const uint8_t* table, const FrameInfo& fi, DType dtype, FrameKind kind,
+                                                uint32_t exps_bytes, uint32_t j) {
+  const uint64_t chunks = exps_bytes - FRAME_HEADER_BYTES - item_table_bytes(fi.items);
+  const uint32_t end = item_end(table, j);
+  const uint32_t prev = j ? item_end(table, j - 1) : 0u;
+  if (prev % format::ALIGN != 0 || !item_ends_valid(end, prev, fi, dtype, kind, chunks, j)) return false;
+  if (j + 1 < fi.items) return true;
+  if (kind == FrameKind::coded && end != chunks) return false;
+  for (uint64_t b = uint64_t(ITEM_ENTRY_BYTES) * fi.items; b < item_table_bytes(fi.items); ++b)
+    if (table[b]) return false;
+  return true;
+}
+
 /// Byte offset of item j's planes (coded) or raw bytes (raw) inside the planes section.
 ZIPCOMM_HOST_DEVICE uint64_t item_planes_offset(const FramePlan& plan, const FrameInfo& fi, uint32_t j) {
   return plan.kind == FrameKind::raw ? uint64_t(j) * fi.item_elems * format::elem_bytes(plan.dtype)
