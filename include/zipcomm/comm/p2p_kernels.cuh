@@ -393,6 +393,11 @@ struct SendArgs {
   uint8_t* overflow_slots = nullptr;
   ExpsBudget exps_budget;
   uint32_t* exps_need = nullptr;  // optional [EXPS_BUDGET_CLASSES]: atomicMax of exps_need_per_kelem per class
+  // Optional: warps holding items of later frames split them only once the launch's first frame's planes are
+  // published (its ready_planes flag; best where that flag is in GPU memory). Every warp starts at once, so
+  // otherwise the first frame's split shares the memory system with the next frames' and the first copy of
+  // the transfer starts later.
+  bool first_frame_planes_first = false;
 };
 
 /// Arguments of the receiver kernel (by value).
@@ -468,6 +473,18 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
         s = p2p_detail::warp_wait<false>(
             &a.credit_seen[slot], [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
       }
+      if (s != Status::ok) {
+        if (lane == 0) p2p_detail::report(a.control, s, f, true, a.poison);
+        break;
+      }
+    }
+
+    if (a.first_frame_planes_first && f != a.frame_begin) {
+      const uint64_t q0 = a.seq_base + a.frame_begin;
+      const Status s = p2p_detail::warp_wait<true>(
+          &a.ring.ready_planes[slot_of(q0, S)],
+          [&](uint64_t v) { return v >= flag_value(q0) ? FlagState::ready : FlagState::waiting; }, a.control,
+          a.timeout_ns);
       if (s != Status::ok) {
         if (lane == 0) p2p_detail::report(a.control, s, f, true, a.poison);
         break;

@@ -71,6 +71,10 @@ struct P2POptions {
                                                     // stream waits on the event), so a flag set long before costs
                                                     // the copy stream an event wait, not a stream memory wait (the
                                                     // first frame's planes are waited on directly)
+  bool first_frame_planes_first = false;            // stream mode: the sender's warps holding later frames' items
+                                                    // split them only once the first frame's planes are out, so
+                                                    // that split has the memory system to itself and the first
+                                                    // copy starts sooner (SendArgs::first_frame_planes_first)
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
@@ -94,6 +98,7 @@ struct P2POptions {
     o.split_send_frames = 1;
     o.shape.tier[2].item_elems = 512;  // one item per receiver warp: the last frame decodes in one round
     o.shape.tier[2].frame_items = 512;
+    o.first_frame_planes_first = true;
     return o;
   }
 };
@@ -292,6 +297,7 @@ struct P2PLaunchExtras {
   uint64_t* trace = nullptr;      // per-frame %globaltimer stamps (SendArgs::trace, RecvArgs::trace)
   uint8_t* overflow_slots = nullptr;  // stream mode: where section B past the budget goes (SendArgs, RecvArgs)
   ExpsBudget exps_budget;
+  bool first_frame_planes_first = false;  // SendArgs::first_frame_planes_first
 };
 
 /// Sender end on one GPU: device state for p2p_send_kernel and its launch.
@@ -354,6 +360,7 @@ class P2PSender {
     a.overflow_slots = extras.overflow_slots;
     a.exps_budget = extras.exps_budget;
     a.exps_need = state_.get<uint32_t>(need_offset());
+    a.first_frame_planes_first = extras.first_frame_planes_first;
     const uint64_t items =
         (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
     const int grid = int(std::min<uint64_t>(uint64_t(blocks_), format::div_up(items, P2PPolicy::WARPS)));
@@ -987,6 +994,7 @@ class HostStagingLink {
       x.poison = {sender ? stream_ring().ready_planes : stream_ring().credits, sender ? 2 * opt_.slots : opt_.slots};
       x.overflow_slots = ring_.view().slots;
       x.exps_budget = budget_;
+      x.first_frame_planes_first = sender && opt_.first_frame_planes_first;
     }
     return x;
   }
