@@ -52,7 +52,7 @@ def main():
     ax1.set_xscale("log", base=2)
     ax1.set_yscale("log")
     ax1.set_ylabel("effective GB/s (message bytes / time to decoded)")
-    ax1.set_title("GPU -> pinned host -> GPU on %s, real bf16 gradients" % d.get("gpu", "?"))
+    ax1.set_title("GPU -> pinned host -> GPU on %s, real bf16 gradients (%s)" % (d.get("gpu", "?"), d.get("data", "?")))
     ax1.grid(True, which="both", alpha=0.3)
     ax1.legend(fontsize=8)
     # Speed over raw: a link as used against the raw transfer timed alternately with it (raw_paired_<link>),
