@@ -434,7 +434,6 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "sig") o.landed_on_signal_stream = x != 0;
     else if (k == "gate") o.gate_flag_waits = x != 0;
     else if (k == "ffirst") o.first_frame_planes_first = x != 0;
-    else if (k == "landedcopy") o.landed_copy_last_frames = uint32_t(x);
     else if (k == "sblocks") o.sender_blocks = int(x);
     else if (k == "rblocks") o.receiver_blocks = int(x);
     else if (k == "piece") o.copy_piece_bytes = uint64_t(x) << 10;  // KiB

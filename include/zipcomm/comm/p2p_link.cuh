@@ -71,11 +71,6 @@ struct P2POptions {
                                                     // stream waits on the event), so a flag set long before costs
                                                     // the copy stream an event wait, not a stream memory wait (the
                                                     // first frame's planes are waited on directly)
-  uint32_t landed_copy_last_frames = 0;             // stream mode: a transfer's last this many frames get their
-                                                    // "landed" flag from an 8-byte copy of the sender's flag word
-                                                    // (then q + 1) on the host -> device stream, right after the
-                                                    // frame's copies: no hand-over to another stream (the signal
-                                                    // stream's flags were seen 17-27 us after the copy's end)
   bool first_frame_planes_first = false;            // stream mode: the sender's warps holding later frames' items
                                                     // split them only once the first frame's planes are out, so
                                                     // that split has the memory system to itself and the first
@@ -1138,12 +1133,7 @@ class HostStagingLink {
           e = copy_through(host + from, dev_send_.get() + slot * SB + from, dev_ring_.get() + slot * SB + from,
                            to - from, d2h_done()[slot], trace_mark(f, 1));
         if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], h2d);
-        if (f + opt_.landed_copy_last_frames >= F) {
-          // The sender's ready_exps word of this slot holds exactly q + 1 until frame q's credit comes back, and
-          // that needs this flag first; copied in stream order, it lands right after the frame's bytes.
-          if (e == cudaSuccess)
-            e = cudaMemcpyAsync(&landed[slot], &pinned.ready_exps[slot], sizeof(uint64_t), cudaMemcpyDefault, h2d);
-        } else if (opt_.landed_on_signal_stream) {
+        if (opt_.landed_on_signal_stream) {
           if (e == cudaSuccess) e = cudaStreamWaitEvent(signal_stream(), h2d_done()[slot], 0);
           if (e == cudaSuccess) e = mem_ops_.write(signal_stream(), &landed[slot], flag_value(q));
         } else if (e == cudaSuccess) {
