@@ -1348,13 +1348,17 @@ int main(int argc, char** argv) {
       CK(link.transfer_coded(src, dst, n, stream));
       wait();
       verify(bytes, links[k].name);
-      const auto pair = time_pair_ms(
-          reps, [&] { CK(link.transfer(src, dst, n, stream)); }, wait,
-          [&] {
-            CK(StagedRawCopy::run(src, dst, bytes, raw_chunk, raw_best_host, RAW_BUFFERS, raw_events.data(), stream,
-                                  side));
-          },
-          nowait, batch, batch > 1);
+      // The link as used against the raw transfer with `chunk`, timed alternately (blocked: GPU time).
+      auto link_vs_raw = [&](uint64_t chunk, bool blocked) {
+        return time_pair_ms(
+            reps, [&] { CK(link.transfer(src, dst, n, stream)); }, wait,
+            [&] {
+              CK(StagedRawCopy::run(src, dst, bytes, chunk, raw_best_host, RAW_BUFFERS, raw_events.data(), stream,
+                                    side));
+            },
+            nowait, batch, blocked);
+      };
+      const auto pair = link_vs_raw(raw_chunk, batch > 1);
       autob[k] = pair.first;
       raw_pair[k] = pair.second;
       host_link[k] = host_us[0], host_raw[k] = host_us[1];
@@ -1362,13 +1366,7 @@ int main(int argc, char** argv) {
         // The sweep picked its chunk by host-paced timing (one transfer per timing); in GPU time one chunk (two
         // copies on one stream) can beat it (256 KiB: 20 us against 26 for two 128 KiB chunks, 2026-12-03). The
         // pair is timed again against one chunk, and the stronger raw baseline is kept.
-        const auto one = time_pair_ms(
-            reps, [&] { CK(link.transfer(src, dst, n, stream)); }, wait,
-            [&] {
-              CK(StagedRawCopy::run(src, dst, bytes, bytes, raw_best_host, RAW_BUFFERS, raw_events.data(), stream,
-                                    side));
-            },
-            nowait, batch, true);
+        const auto one = link_vs_raw(bytes, true);
         if (one.second < pair.second) {
           autob[k] = one.first;
           raw_pair[k] = one.second;
@@ -1376,13 +1374,7 @@ int main(int argc, char** argv) {
         }
       }
       if (batch > 1) {  // the same pair timed as the host issues it (not blocked): what a caller's loop sees
-        const auto paced = time_pair_ms(
-            reps, [&] { CK(link.transfer(src, dst, n, stream)); }, wait,
-            [&] {
-              CK(StagedRawCopy::run(src, dst, bytes, raw_chunk, raw_best_host, RAW_BUFFERS, raw_events.data(), stream,
-                                    side));
-            },
-            nowait, batch, false);
+        const auto paced = link_vs_raw(raw_chunk, false);
         paced_ratio[k] = paced.second / paced.first;
         rows.push_back({bytes, std::string("probe_hostpaced_link_") + links[k].name, paced.first,
                         bytes / paced.first / 1e6, "as link_ but not blocked: the host's calls pace the batch"});

@@ -730,9 +730,8 @@ class HostStagingLink {
   /// two), else one chunk (two copies) when small, else about an eighth of it (both directions overlap; on the
   /// H200's PCIe link that was the best chunk from 1 MiB up), 128 KiB .. options().raw_chunk_bytes.
   uint64_t raw_chunk_for(uint64_t bytes) const {
-    const int cls = size_class(bytes);
-    if (cls >= 0 && cls < int(RAW_CLASSES) && raw_best_[cls]) {
-      const uint64_t c = raw_best_[cls];  // one chunk must fit the staging buffers; pipelined ones fit one buffer
+    if (const uint64_t c = calibrated_raw_chunk(bytes)) {
+      // one chunk must fit the staging buffers; pipelined ones fit one buffer
       if (c >= bytes && bytes <= RAW_BUFFERS * opt_.raw_chunk_bytes) return bytes;
       return std::min(c, opt_.raw_chunk_bytes);
     }
