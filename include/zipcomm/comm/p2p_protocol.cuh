@@ -331,6 +331,16 @@ ZIPCOMM_HOST_DEVICE bool item_entry_valid(const uint8_t* table, const FrameInfo&
   return item_ends_valid(item_end(table, j), j ? item_end(table, j - 1) : 0u, fi, dtype, kind, chunks, j);
 }
 
+/// The table's end: a coded frame's last chunk ends where section B ends (`chunks` bytes of chunk streams), and
+/// the table's padding is zero.
+ZIPCOMM_HOST_DEVICE bool item_table_end_valid(const uint8_t* table, const FrameInfo& fi, FrameKind kind,
+                                              uint64_t chunks) {
+  if (kind == FrameKind::coded && item_end(table, fi.items - 1) != chunks) return false;
+  for (uint64_t b = uint64_t(ITEM_ENTRY_BYTES) * fi.items; b < item_table_bytes(fi.items); ++b)
+    if (table[b]) return false;
+  return true;
+}
+
 /// Checks a frame's item table against its header: every entry valid, the last chunk ending where section B
 /// ends, zero padding. Each chunk's content is then checked by the decoder, each item's elements by its check.
 ZIPCOMM_HOST_DEVICE Status validate_item_table(const uint8_t* table, const FrameInfo& fi, DType dtype, FrameKind kind,
@@ -338,10 +348,7 @@ ZIPCOMM_HOST_DEVICE Status validate_item_table(const uint8_t* table, const Frame
   const uint64_t chunks = exps_bytes - FRAME_HEADER_BYTES - item_table_bytes(fi.items);
   for (uint32_t j = 0; j < fi.items; ++j)
     if (!item_entry_valid(table, fi, dtype, kind, chunks, j)) return Status::corrupt_stream;
-  if (kind == FrameKind::coded && item_end(table, fi.items - 1) != chunks) return Status::corrupt_stream;
-  for (uint64_t b = uint64_t(ITEM_ENTRY_BYTES) * fi.items; b < item_table_bytes(fi.items); ++b)
-    if (table[b]) return Status::corrupt_stream;
-  return Status::ok;
+  return item_table_end_valid(table, fi, kind, chunks) ? Status::ok : Status::corrupt_stream;
 }
 
 /// Item j's share of validate_item_table, for the receiver warp that decodes item j (so no warp checks the
@@ -356,11 +363,7 @@ ZIPCOMM_HOST_DEVICE bool item_entry_share_valid(const uint8_t* table, const Fram
   const uint32_t end = item_end(table, j);
   const uint32_t prev = j ? item_end(table, j - 1) : 0u;
   if (prev % format::ALIGN != 0 || !item_ends_valid(end, prev, fi, dtype, kind, chunks, j)) return false;
-  if (j + 1 < fi.items) return true;
-  if (kind == FrameKind::coded && end != chunks) return false;
-  for (uint64_t b = uint64_t(ITEM_ENTRY_BYTES) * fi.items; b < item_table_bytes(fi.items); ++b)
-    if (table[b]) return false;
-  return true;
+  return j + 1 < fi.items || item_table_end_valid(table, fi, kind, chunks);
 }
 
 /// Byte offset of item j's planes (coded) or raw bytes (raw) inside the planes section.
