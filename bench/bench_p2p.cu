@@ -390,7 +390,7 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
 // the sweep. Keys: mode (copy|relay|kernel|stream), items (tier-0 frame items), item (tier-0 item elements), slots,
 // split (0|1), devflags (0|1), pairs (1..4), budget (exps bytes per 1024 elements), tiers, t1items (tier-1 frame
 // items), sblocks, rblocks, piece (KiB), pieces (per transfer), splitn (split_send_frames), gate (0|1),
-// head (ITEM/FRAME/MIB of bf16). Returns false (with a message) on a key or value it does not know.
+// head (ITEM/FRAME/MIB of bf16), rawhead (KiB). Returns false (with a message) on a key or value it does not know.
 bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mode, P2POptions& o) {
   const size_t colon = spec.find(':');
   name = spec.substr(0, colon);
@@ -438,6 +438,7 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "rblocks") o.receiver_blocks = int(x);
     else if (k == "piece") o.copy_piece_bytes = uint64_t(x) << 10;  // KiB
     else if (k == "pieces") o.copy_pieces_per_transfer = uint32_t(x);
+    else if (k == "rawhead") o.stream_raw_head_bytes = uint64_t(x) << 10;  // KiB
     else if (k == "head") {
       unsigned item = 0, frame = 0, mib = 0;
       if (std::sscanf(v.c_str(), "%u/%u/%u", &item, &frame, &mib) != 3)
@@ -1180,7 +1181,9 @@ int main(int argc, char** argv) {
       traced.push_back(t);
     }
     for (const Traced& tv : traced) {
-      const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n, tv.opt.shape);
+      HostStagingLink<DType::bf16> link;
+      CK(link.init(0, tv.opt, tv.mode));
+      const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n - link.raw_head_elems(n), tv.opt.shape);
       const uint64_t F = plan.num_frames;
       const uint64_t W = 2 * TRACE_STAMPS * F;  // sender's stamps, then the receiver's, then the origin
       uint64_t* d_trace;
@@ -1190,8 +1193,6 @@ int main(int argc, char** argv) {
       CK(cudaEventCreate(&origin));
       std::vector<cudaEvent_t> marks(1 + 8 * F);
       for (cudaEvent_t& m : marks) CK(cudaEventCreate(&m));
-      HostStagingLink<DType::bf16> link;
-      CK(link.init(0, tv.opt, tv.mode));
       for (int w = 0; w < 2; ++w) {  // warm-up; the budget adapts
         CK(link.transfer_coded(src, dst, n, stream));
         if (link.wait() != Status::ok) std::fprintf(stderr, "trace %s: transfer failed\n", tv.name.c_str()), std::exit(1);
@@ -1219,11 +1220,14 @@ int main(int argc, char** argv) {
         float m = 0;
         return cudaEventElapsedTime(&m, origin, marks[i]) == cudaSuccess ? double(m) * 1e3 : -1.0;
       };
-      std::printf("\ntrace, %s (%s mode), %s, %llu frames (%llu in the head), %.3f ms (%.1f GB/s), wire/raw %.3f; "
-                  "us from one origin (a clock stamp, then an event, just before the transfer); copies start-end\n",
+      float end_ms = 0;  // the caller's stream sees the transfer done
+      CK(cudaEventElapsedTime(&end_ms, origin, b));
+      std::printf("\ntrace, %s (%s mode), %s, %llu frames (%llu in the head), %.3f ms (%.1f GB/s), wire/raw %.3f, "
+                  "caller's stream done at %.1f us; us from one origin (a clock stamp, then an event, just before the "
+                  "transfer); copies start-end\n",
                   tv.name.c_str(), tv.mode == HostLinkMode::stream ? "stream" : "other", human(bytes).c_str(),
                   (unsigned long long)F, (unsigned long long)(plan.head_parts ? plan.part[0].frames : 0), ms,
-                  bytes / ms / 1e6, double(link.wire_bytes()) / bytes);
+                  bytes / ms / 1e6, double(link.wire_bytes()) / bytes, end_ms * 1e3);
       std::printf("%5s %8s %5s | %7s %7s %7s %7s | %15s %15s %15s %15s | %7s %7s %7s %7s\n", "frame", "elems",
                   "items", "s.take", "s.slot", "s.plane", "s.done", "d2h planes", "h2d planes", "d2h B", "h2d B",
                   "r.start", "r.land", "r.ready", "r.done");

@@ -71,10 +71,15 @@ void check_transfer(const std::vector<uint8_t>& host, size_t src_off, size_t dst
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   CUDA_OK(move(src.as(src_off), dst.as(guard + dst_off), n, stream));
+  // Work enqueued on the caller's stream after the transfer must see dst complete, before any wait().
+  DeviceBuffer seen(dst.bytes);
+  CUDA_OK(cudaMemcpyAsync(seen.ptr, dst.ptr, dst.bytes, cudaMemcpyDeviceToDevice, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
   REQUIRE(wait() == Status::ok);
-  std::vector<uint8_t> all(dst.bytes);
+  std::vector<uint8_t> all(dst.bytes), all_seen(dst.bytes);
   CUDA_OK(cudaMemcpy(all.data(), dst.ptr, dst.bytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(all_seen.data(), seen.ptr, dst.bytes, cudaMemcpyDeviceToHost));
+  REQUIRE(all_seen == all);
   for (size_t i = 0; i < guard + dst_off; ++i) REQUIRE(all[i] == 0x5A);
   for (size_t i = guard + dst_off + host.size(); i < all.size(); ++i) REQUIRE(all[i] == 0x5A);
   const bool same = std::equal(host.begin(), host.end(), all.begin() + guard + dst_off);
@@ -295,6 +300,12 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     HostStagingLink<DType::bf16> link;
     REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
   }
+  {  // a raw head larger than the raw path's staging
+    P2POptions bad = small_ring_options();
+    bad.stream_raw_head_bytes = HostStagingLink<DType::bf16>::RAW_BUFFERS * bad.raw_chunk_bytes + 1;
+    HostStagingLink<DType::bf16> link;
+    REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
+  }
   {
     P2POptions bad = small_ring_options();
     bad.copy_stream_pairs = 3;
@@ -312,6 +323,7 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     uint32_t split_frames = UINT32_MAX;  // split_send_frames: later frames go in one copy
     bool signal = true;                  // landed_on_signal_stream
     bool gate = false;                   // gate_flag_waits
+    uint64_t raw_head = 0;               // stream_raw_head_bytes (capped at a quarter of each message)
   };
   const Config configs[] = {{true, 410, false, 1, 0},     {false, 8, true, 2, 0},   {true, 8, false, 2, 0},
                             {false, 410, true, 1, 0},     {true, 410, true, 1, 0},  {true, 8, true, 2, 0},
@@ -330,9 +342,13 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
                             {true, 8, true, 3, 65536, 0, 2, true, true},
                             {false, 410, false, 1, 0, 0, UINT32_MAX, true, true},
                             {true, 8, true, 1, 0, 0, 1, false, true},
-                            {true, 410, false, 2, 40000, 0, 1, true, true}};
+                            {true, 410, false, 2, 40000, 0, 1, true, true},
+                            {true, 410, true, 1, 0, 8, 1, true, true, 1 << 20},
+                            {false, 8, true, 2, 65536, 0, UINT32_MAX, true, false, 300000},
+                            {true, 410, false, 1, 40000, 0, 1, false, true, 3 << 20}};
   for (const Config& c : configs) {
-    CAPTURE(c.split, c.budget, c.device_flags, c.pairs, c.piece, c.per_transfer, c.split_frames, c.signal, c.gate);
+    CAPTURE(c.split, c.budget, c.device_flags, c.pairs, c.piece, c.per_transfer, c.split_frames, c.signal, c.gate,
+            c.raw_head);
     P2POptions o = small_ring_options();
     o.slots = 8;
     o.split_send = c.split;
@@ -344,8 +360,12 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     o.split_send_frames = c.split_frames;
     o.landed_on_signal_stream = c.signal;
     o.gate_flag_waits = c.gate;
+    o.stream_raw_head_bytes = c.raw_head;
     HostStagingLink<DType::bf16> link;
     CUDA_OK(link.init(0, o, HostLinkMode::stream));
+    // The raw head: a quarter of the message at most, whole 4 KiB, none in a message under 16 KiB.
+    CHECK(link.raw_head_elems(3000) == 0);
+    CHECK(link.raw_head_elems(uint64_t(3) << 20) == std::min<uint64_t>(c.raw_head, uint64_t(3) << 19) / 4096 * 2048);
     for (uint64_t n : {uint64_t(3000), uint64_t(70001), uint64_t(1) << 21})
       check_transfer(
           test_bf16(n, rng), 2 * (rng() % 8), 2 * (rng() % 8),

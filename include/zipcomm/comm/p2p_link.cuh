@@ -75,6 +75,12 @@ struct P2POptions {
                                                     // split them only once the first frame's planes are out, so
                                                     // that split has the memory system to itself and the first
                                                     // copy starts sooner (SendArgs::first_frame_planes_first)
+  uint64_t stream_raw_head_bytes = 0;               // stream mode: the first bytes of a coded transfer (at most a
+                                                    // quarter of it, whole 4 KiB) go raw, one copy each way from
+                                                    // the source, enqueued before the kernels: the copy engines
+                                                    // would otherwise idle until the first frame is split (~40 us
+                                                    // on the H200), and the host -> device side until that frame's
+                                                    // first piece lands. At most RAW_BUFFERS * raw_chunk_bytes
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
@@ -614,7 +620,8 @@ class HostStagingLink {
     if (!shape_valid(opt.shape) || opt.slots < 2 || opt.decode_streams < 1 || opt.raw_chunk_bytes == 0 ||
         opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes || opt.copy_stream_pairs < 1 ||
         opt.copy_stream_pairs > P2POptions::MAX_COPY_STREAM_PAIRS || opt.decode_streams < int(opt.copy_stream_pairs) ||
-        (opt.copy_piece_bytes && opt.copy_piece_bytes < P2POptions::MIN_COPY_PIECE_BYTES))
+        (opt.copy_piece_bytes && opt.copy_piece_bytes < P2POptions::MIN_COPY_PIECE_BYTES) ||
+        opt.stream_raw_head_bytes > RAW_BUFFERS * opt.raw_chunk_bytes)
       return cudaErrorInvalidValue;
     destroy();
     device_ = device;
@@ -650,7 +657,7 @@ class HostStagingLink {
       e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
       if (e == cudaSuccess) streams_.push_back(st);
     }
-    const size_t nev = 4 + 7 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2 + P2POptions::MAX_COPY_STREAM_PAIRS;
+    const size_t nev = 4 + 7 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2 + P2POptions::MAX_COPY_STREAM_PAIRS + 2;
     for (size_t i = 0; i < nev && e == cudaSuccess; ++i) {
       cudaEvent_t ev;
       e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
@@ -690,11 +697,12 @@ class HostStagingLink {
       e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), recv_stream());
     last_empty_ = n == 0;
     if (e != cudaSuccess || n == 0) return finish(stream, e);
-    const FramePlan plan = make_plan(D, FrameKind::coded, n, opt_.shape);
+    const uint64_t raw_head = raw_head_elems(n);
+    const FramePlan plan = make_plan(D, FrameKind::coded, n - raw_head, opt_.shape);
     const uint64_t seq_base = next_seq_;
     next_seq_ += plan.num_frames;
     FrameRingView ring = ring_.view();
-    if (mode_ == HostLinkMode::stream) return finish(stream, schedule_stream(plan, src, dst, seq_base));
+    if (mode_ == HostLinkMode::stream) return finish(stream, schedule_stream(plan, src, dst, seq_base, raw_head));
     if (mode_ == HostLinkMode::copy) ring.slots = dev_send_.get();  // frames in GPU memory, flags in pinned
     e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, ring, true, opt_.timeout_ns, send_stream(),
                        send_extras());
@@ -899,6 +907,14 @@ class HostStagingLink {
     copy_trace_count_ = events ? count : 0;
   }
 
+  /// Stream mode: elements of an n-element coded transfer sent raw ahead of the frames (stream_raw_head_bytes,
+  /// at most a quarter of the message, in whole 4 KiB, so the coded rest keeps the buffers' alignment); the
+  /// frames carry the other n - raw_head_elems(n). 0 in the other modes.
+  uint64_t raw_head_elems(uint64_t n) const {
+    if (mode_ != HostLinkMode::stream) return 0;
+    const uint64_t eb = format::elem_bytes(D);
+    return std::min(opt_.stream_raw_head_bytes, n * eb / 4) / 4096 * 4096 / eb;
+  }
   void set_bypass_threshold(uint64_t bytes) { bypass_ = bytes; }
   uint64_t bypass_threshold() const { return bypass_; }
   /// Stream mode: the section-B budget the next transfer's fixed-size copies use (adapted by wait()).
@@ -938,6 +954,8 @@ class HostStagingLink {
   cudaEvent_t* raw_events() { return &events_[4 + 4 * size_t(opt_.slots)]; }
   cudaEvent_t& piece_done(uint32_t pair) { return events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2 + pair]; }
   /// gate_flag_waits, per slot: [kind][slot], kind 0 planes flag, 1 exponents flag, 2 credit.
+  /// The last two: each side's work done, before the copy of its status words (what the caller's stream waits on).
+  cudaEvent_t& side_done(uint32_t side) { return events_[events_.size() - 2 + side]; }
   cudaEvent_t* gate_events(uint32_t kind) {
     return &events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2 + P2POptions::MAX_COPY_STREAM_PAIRS +
                     kind * size_t(opt_.slots)];
@@ -971,14 +989,19 @@ class HostStagingLink {
         if (f == cudaSuccess) f = cudaStreamWaitEvent(send_stream(), ev(3), 0);
       }
     }
+    // The caller's stream waits for both sides' work, not for the copies of their status words after it: only
+    // wait() reads those, and it synchronizes every stream of the link. (A copy engine's small copy after the
+    // receiver's last decode cost the caller a few microseconds per transfer.)
+    if (f == cudaSuccess) f = cudaEventRecord(side_done(0), send_stream());
+    if (f == cudaSuccess) f = cudaEventRecord(side_done(1), recv_stream());
     if (f == cudaSuccess)
       f = cudaMemcpyAsync(&host[0], sender_.control(), sizeof(SideControl), cudaMemcpyDeviceToHost, send_stream());
     if (f == cudaSuccess)
       f = cudaMemcpyAsync(&host[1], receiver_.control(), sizeof(SideControl), cudaMemcpyDeviceToHost, recv_stream());
     if (f == cudaSuccess) f = cudaEventRecord(ev(1), send_stream());
     if (f == cudaSuccess) f = cudaEventRecord(ev(2), recv_stream());
-    if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, ev(1), 0);
-    if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, ev(2), 0);
+    if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(0), 0);
+    if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(1), 0);
     return e != cudaSuccess ? e : f;
   }
 
@@ -1021,7 +1044,12 @@ class HostStagingLink {
   /// once those copies are done (landed_on_signal_stream). Slots are reused
   /// safely: the sender waits for the receiver's credit; the d2h copies into a pinned slot wait for the h2d
   /// copy of the slot's previous frame (event); the h2d copy waits for that frame's credit (its device slot).
-  cudaError_t schedule_stream(const FramePlan& plan, const void* src, void* dst, uint64_t seq_base) {
+  /// The first `raw_head` elements (stream_raw_head_bytes) go raw; the frames carry the rest.
+  cudaError_t schedule_stream(const FramePlan& plan, const void* src_all, void* dst_all, uint64_t seq_base,
+                              uint64_t raw_head) {
+    const uint64_t head_bytes = raw_head * format::elem_bytes(D);
+    const uint8_t* src = static_cast<const uint8_t*>(src_all) + head_bytes;
+    uint8_t* dst = static_cast<uint8_t*>(dst_all) + head_bytes;
     const FrameRingView pinned = stream_ring();
     const uint32_t S = pinned.num_slots;
     const uint64_t SB = pinned.slot_bytes;
@@ -1036,6 +1064,18 @@ class HostStagingLink {
       return 1 + 8 * (f + 1) <= copy_trace_count_ ? copy_trace_ + 1 + 8 * f + 4 * part : nullptr;
     };
     cudaError_t e = copy_trace_count_ ? cudaEventRecord(copy_trace_[0], send_stream()) : cudaSuccess;
+    // The raw head first, before the launches, so its device -> host copy starts at once and ends about when the
+    // first frame's planes are split; its host -> device copy fills the time until the first frame's piece lands.
+    // Through the raw path's staging (plain pinned memory); after the caller's prior work (ev(0)).
+    if (head_bytes && e == cudaSuccess) {
+      uint8_t* staging = raw_buffers_.get();
+      e = cudaStreamWaitEvent(d2h_stream(0), ev(0), 0);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(d2h_stream(0), ev(2), 0);  // staging free: previous transfer done
+      if (e == cudaSuccess) e = cudaMemcpyAsync(staging, src_all, head_bytes, cudaMemcpyDeviceToHost, d2h_stream(0));
+      if (e == cudaSuccess) e = cudaEventRecord(piece_done(0), d2h_stream(0));
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d_stream(0), piece_done(0), 0);
+      if (e == cudaSuccess) e = cudaMemcpyAsync(dst_all, staging, head_bytes, cudaMemcpyHostToDevice, h2d_stream(0));
+    }
     if (e == cudaSuccess)
       e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(), send_extras());
     if (e == cudaSuccess)
@@ -1095,7 +1135,7 @@ class HostStagingLink {
       if (r == cudaSuccess && mark) r = cudaEventRecord(mark[3], h2d);
       return r;
     };
-    wire_bytes_ = 0;
+    wire_bytes_ = head_bytes;
     auto split_frame = [&](uint64_t f) { return split && f < opt_.split_send_frames; };
     for (uint64_t i = 0; i < F + ahead && e == cudaSuccess; ++i) {
       if (i < F && split_frame(i)) {  // planes of frame i, both ways, as soon as the sender split them
