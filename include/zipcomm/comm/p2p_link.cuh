@@ -685,13 +685,6 @@ class HostStagingLink {
     relay_status_ = Status::ok;
     // Transfers are serialized: the internal streams wait for the caller and for the previous transfer.
     e = cudaEventRecord(ev(0), stream);
-    // Stream mode's raw head leaves first, on the caller's stream itself: the copy engine starts at once, without
-    // a hand-over to another stream or the host calls of the launches before it (schedule_stream copies it on).
-    const uint64_t raw_head = n ? raw_head_elems(n) : 0;
-    if (e == cudaSuccess && raw_head) e = cudaStreamWaitEvent(stream, ev(2), 0);  // staging free (previous transfer)
-    if (e == cudaSuccess && raw_head)
-      e = cudaMemcpyAsync(raw_buffers_.get(), src, raw_head * format::elem_bytes(D), cudaMemcpyDeviceToHost, stream);
-    if (e == cudaSuccess && raw_head) e = cudaEventRecord(piece_done(0), stream);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(send_stream(), ev(0), 0);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), ev(0), 0);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(send_stream(), ev(2), 0);
@@ -704,6 +697,7 @@ class HostStagingLink {
       e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), recv_stream());
     last_empty_ = n == 0;
     if (e != cudaSuccess || n == 0) return finish(stream, e);
+    const uint64_t raw_head = raw_head_elems(n);
     const FramePlan plan = make_plan(D, FrameKind::coded, n - raw_head, opt_.shape);
     const uint64_t seq_base = next_seq_;
     next_seq_ += plan.num_frames;
@@ -1070,18 +1064,23 @@ class HostStagingLink {
       return 1 + 8 * (f + 1) <= copy_trace_count_ ? copy_trace_ + 1 + 8 * f + 4 * part : nullptr;
     };
     cudaError_t e = copy_trace_count_ ? cudaEventRecord(copy_trace_[0], send_stream()) : cudaSuccess;
+    // The raw head first, before the launches, so its device -> host copy starts at once and ends about when the
+    // first frame's planes are split; its host -> device copy fills the time until the first frame's piece lands.
+    // Through the raw path's staging (plain pinned memory); after the caller's prior work (ev(0)).
+    if (head_bytes && e == cudaSuccess) {
+      uint8_t* staging = raw_buffers_.get();
+      e = cudaStreamWaitEvent(d2h_stream(0), ev(0), 0);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(d2h_stream(0), ev(2), 0);  // staging free: previous transfer done
+      if (e == cudaSuccess) e = cudaMemcpyAsync(staging, src_all, head_bytes, cudaMemcpyDeviceToHost, d2h_stream(0));
+      if (e == cudaSuccess) e = cudaEventRecord(piece_done(0), d2h_stream(0));
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d_stream(0), piece_done(0), 0);
+      if (e == cudaSuccess) e = cudaMemcpyAsync(dst_all, staging, head_bytes, cudaMemcpyHostToDevice, h2d_stream(0));
+    }
     if (e == cudaSuccess)
       e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(), send_extras());
     if (e == cudaSuccess)
       e = receiver_.launch(plan, dst, seq_base, 0, F, recv_view, true, true, false, opt_.timeout_ns, recv_stream(),
                            0, true, 0, nullptr, 0, recv_extras());
-    // The raw head's host -> device copy (its device -> host copy left first, on the caller's stream, ending about
-    // when the first frame's planes are split): it fills the time until the first frame's first piece lands.
-    if (head_bytes && e == cudaSuccess) {
-      e = cudaStreamWaitEvent(h2d_stream(0), piece_done(0), 0);
-      if (e == cudaSuccess)
-        e = cudaMemcpyAsync(dst_all, raw_buffers_.get(), head_bytes, cudaMemcpyHostToDevice, h2d_stream(0));
-    }
     // Copy streams: frame f goes through pair f % pairs (finish() joins them all). With one pair, split-send puts
     // the planes of frame i + 1 before section B of frame i; with more, the other pairs' frames fill that role,
     // and frame f's first d2h copy waits (event) for frame f - 1's planes to be copied out, so the transfer's
