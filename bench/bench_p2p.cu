@@ -1395,7 +1395,9 @@ int main(int argc, char** argv) {
       verify(bytes, links[k].name);
       rows.push_back({bytes, std::string("coded_") + links[k].name, coded[k], bytes / coded[k] / 1e6, ""});
       rows.push_back({bytes, std::string("link_") + links[k].name, autob[k], bytes / autob[k] / 1e6,
-                      use_bypass(bytes, link.bypass_threshold()) ? "bypass (raw)" : "coded"});
+                      use_bypass(bytes, link.bypass_threshold())
+                          ? "bypass (raw, chunk " + std::to_string(link.raw_chunk_for(bytes)) + ")"
+                          : std::string("coded")});
       rows.push_back({bytes, std::string("raw_paired_") + links[k].name, raw_pair[k], bytes / raw_pair[k] / 1e6,
                       "raw (chunk of the sweep, or one chunk where that was faster in GPU time) timed alternately "
                       "with link_" + std::string(links[k].name)});
