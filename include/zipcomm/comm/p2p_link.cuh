@@ -92,7 +92,7 @@ struct P2POptions {
   /// frames from about 512 MiB), split-send for the first frame only (later frames in one copy per direction:
   /// 1.6% faster at 256 MiB, the same at 64 MiB), a last tier of 512 items of 512 elements (one item per
   /// receiver warp), the first frame's planes split before any other frame's (0.3-0.5% at 64 and 128 MiB), a raw
-  /// head of 2 MiB (2.0-2.6% faster at 64 MiB, 1.1-1.3% at 128 MiB, 2026-12-03 sixth session; needs
+  /// head of 2 MiB (2.2-2.5% faster at 64 MiB, 1.1-1.3% at 128 MiB, 2026-12-03 sixth session; needs
   /// raw_chunk_bytes >= 512 KiB). Memory: 16 slots of about 24 MiB (bf16) each in pinned host memory, and twice
   /// that in GPU memory.
   static P2POptions stream_tuned() {
