@@ -956,9 +956,9 @@ class HostStagingLink {
   cudaEvent_t* d2h_done() { return &events_[4 + 3 * size_t(opt_.slots)]; }
   cudaEvent_t* raw_events() { return &events_[4 + 4 * size_t(opt_.slots)]; }
   cudaEvent_t& piece_done(uint32_t pair) { return events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2 + pair]; }
-  /// gate_flag_waits, per slot: [kind][slot], kind 0 planes flag, 1 exponents flag, 2 credit.
   /// The last two: each side's work done, before the copy of its status words (what the caller's stream waits on).
   cudaEvent_t& side_done(uint32_t side) { return events_[events_.size() - 2 + side]; }
+  /// gate_flag_waits, per slot: [kind][slot], kind 0 planes flag, 1 exponents flag, 2 credit.
   cudaEvent_t* gate_events(uint32_t kind) {
     return &events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2 + P2POptions::MAX_COPY_STREAM_PAIRS +
                     kind * size_t(opt_.slots)];
