@@ -948,7 +948,7 @@ class HostStagingLink {
   }
   // events: [0] caller's start, [1] send side done, [2] receive side done, [3] joins; then per slot: section B
   // copied to the device, frame decoded, (copy mode) planes and section B copied to the host; then the raw
-  // copy's events, the pairs' piece events, and per slot the three gate events (gate_events).
+  // copy's events, the pairs' piece events, per slot the three gate events (gate_events), and the sides' side_done.
   cudaEvent_t& ev(size_t i) { return events_[i]; }
   cudaEvent_t* h2d_done() { return &events_[4]; }
   cudaEvent_t* decode_done() { return &events_[4 + opt_.slots]; }
