@@ -918,6 +918,7 @@ class HostStagingLink {
     const uint64_t eb = format::elem_bytes(D);
     return std::min(opt_.stream_raw_head_bytes, n * eb / 4) / 4096 * 4096 / eb;
   }
+
   void set_bypass_threshold(uint64_t bytes) { bypass_ = bytes; }
   uint64_t bypass_threshold() const { return bypass_; }
   /// Stream mode: the section-B budget the next transfer's fixed-size copies use (adapted by wait()).
