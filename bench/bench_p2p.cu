@@ -20,7 +20,7 @@
 // puts one on the curve too; --chain-probe times stream mode's copy chain with coding free.
 // Usage: zipcomm_bench_p2p [--data DIR] [--max-mib 1024] [--min-kib 1] [--json FILE] [--reps-scale X] [--sweep]
 //        [--sweep-only TEXT] [--sweep-mib A,B] [--variant SPEC] [--curve-variant SPEC] [--chain-probe]
-//        [--tiny-probe] [--trace] [--trace-mib M] [--trace-variant SPEC] [--trace-frame-items N]
+//        [--tiny-probe] [--staging-probe] [--trace] [--trace-mib M] [--trace-variant SPEC] [--trace-frame-items N]
 //        [--trace-head ITEM,FRAME,MIB] [--no-curve] [--modes copy,relay,kernel,stream] [--peer]
 #include <cuda_runtime.h>
 
@@ -423,6 +423,8 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "devflags") o.stream_flags_on_device = x != 0;
     else if (k == "pairs") o.copy_stream_pairs = uint32_t(x);
     else if (k == "budget") o.exps_budget_per_kelem = uint32_t(x);
+    else if (k == "mpm") o.exps_budget_margin_permille = uint32_t(x);
+    else if (k == "mkel") o.exps_budget_margin_per_kelem = uint32_t(x);
     else if (k == "tiers") o.shape.num_tiers = uint32_t(x);
     else if (k == "t1items") o.shape.tier[1].frame_items = uint32_t(x);
     else if (k == "t1region") o.shape.tier[1].region_elems = uint64_t(x) << 10;  // Ki elements
@@ -466,7 +468,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> variants;  // --variant specs, timed by the sweep
   std::vector<std::string> curve_variants;  // --curve-variant specs: more links on the curve
   uint64_t sweep_mib[2] = {64, 256};
-  bool chain_probe = false, tiny_probe = false;
+  bool chain_probe = false, tiny_probe = false, staging_probe = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--data" && i + 1 < argc)
@@ -496,6 +498,8 @@ int main(int argc, char** argv) {
       chain_probe = true;
     else if (a == "--tiny-probe")  // 1-128 KiB raw transfers by host memory kind, and the link's raw path
       tiny_probe = true;
+    else if (a == "--staging-probe")  // 256 KiB-8 MiB raw transfers by staging buffer (the link's among them)
+      staging_probe = true;
     else if (a == "--trace")  // per-frame timelines (kernels' stamps, copies' events) of stream_tuned() at 64 MiB
       trace = true;
     else if (a == "--trace-variant" && i + 1 < argc)  // NAME:KEY=VALUE,...: trace this option set too
@@ -1039,6 +1043,61 @@ int main(int argc, char** argv) {
   CK(cudaHostAlloc(&raw_host_wc, RAW_BUFFERS * (uint64_t(16) << 20), cudaHostAllocWriteCombined));
   std::vector<cudaEvent_t> raw_events(2 * RAW_BUFFERS + 2);
   for (auto& e : raw_events) CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+
+  // ---- raw transfers by staging buffer (--staging-probe) ------------------------------------------------------
+  // The same StagedRawCopy (same chunk) through the baseline's plain and write-combined staging, fresh buffers of
+  // each kind allocated now, and a stream_tuned() link's raw staging: GPU time, the five interleaved in each
+  // window queued behind the blocking kernel (8 rounds), median of 15 windows. Says whether the link's bypass
+  // loses to the baseline with the same chunk because of its host buffer.
+  if (staging_probe) {
+    HostStagingLink<DType::bf16> sl;
+    CK(sl.init(0, P2POptions::stream_tuned(), HostLinkMode::stream));
+    uint8_t *fresh, *fresh_wc;
+    CK(cudaHostAlloc(&fresh, RAW_BUFFERS * (uint64_t(8) << 20), cudaHostAllocDefault));
+    CK(cudaHostAlloc(&fresh_wc, RAW_BUFFERS * (uint64_t(8) << 20), cudaHostAllocWriteCombined));
+    uint8_t* bufs[5] = {raw_host, raw_host_wc, fresh, fresh_wc, sl.raw_staging()};
+    const char* names[5] = {"bench plain", "bench wc", "fresh plain", "fresh wc", "link staging"};
+    std::vector<cudaEvent_t> ev(41);
+    for (auto& e : ev) CK(cudaEventCreate(&e));
+    std::printf("\nraw transfers by staging buffer (GPU us per transfer, median of 15 windows of 8 rounds):\n  %-8s %8s",
+                "size", "chunk");
+    for (const char* nm : names) std::printf(" %13s", nm);
+    std::printf("\n");
+    for (uint64_t bytes = uint64_t(256) << 10; bytes <= std::min<uint64_t>(max_bytes, uint64_t(8) << 20); bytes *= 2)
+      for (int ci = 0; ci < 3; ++ci) {  // one chunk, then 512 KiB and 1 MiB chunks where smaller than the message
+        const uint64_t chunk = ci == 0 ? bytes : uint64_t(256) << (10 + ci);
+        if (ci > 0 && chunk >= bytes) continue;
+        std::vector<float> t[5];
+        for (int rep = -1; rep < 15; ++rep) {
+          hold();
+          for (int i = 0; i < 8; ++i)
+            for (int k = 0; k < 5; ++k) {
+              CK(cudaEventRecord(ev[i * 5 + k], stream));
+              CK(StagedRawCopy::run(src, dst, bytes, chunk, bufs[(k + rep + 5) % 5], RAW_BUFFERS, raw_events.data(),
+                                    stream, side));
+            }
+          CK(cudaEventRecord(ev[40], stream));
+          release();
+          CK(cudaEventSynchronize(ev[40]));
+          float sum[5] = {0, 0, 0, 0, 0};
+          for (int j = 0; j < 40; ++j) sum[(j % 5 + rep + 5) % 5] += elapsed(ev[j], ev[j + 1]);
+          if (rep >= 0)
+            for (int k = 0; k < 5; ++k) t[k].push_back(sum[k] * 1e3f / 8);
+        }
+        std::printf("  %-8s %8s", human(bytes).c_str(), human(chunk).c_str());
+        for (int k = 0; k < 5; ++k) {
+          std::sort(t[k].begin(), t[k].end());
+          std::printf(" %13.2f", t[k][t[k].size() / 2]);
+          rows.push_back({bytes, "probe_staging", t[k][t[k].size() / 2] / 1e3, bytes / (t[k][t[k].size() / 2] * 1e3),
+                          std::string(names[k]) + ", chunk " + std::to_string(chunk)});
+        }
+        std::printf("\n");
+      }
+    if (block_go[1]) std::fprintf(stderr, "staging probe: the blocking kernel timed out\n"), block_go[1] = 0;
+    for (auto& e : ev) CK(cudaEventDestroy(e));
+    CK(cudaFreeHost(fresh));
+    CK(cudaFreeHost(fresh_wc));
+  }
 
   // ---- knob sweep (coded, always) ---------------------------------------------------------------------------
   if (sweep) {

@@ -909,4 +909,18 @@ TEST_CASE("p2p stream-mode section-B budget with a head: its own class, or a tie
   const ExpsBudget c = adapt_exps_budget(b, tiers_only);
   REQUIRE(c.per_kelem[3] == 410);
   REQUIRE(c.per_kelem[0] == 106);
+  // The margin is the caller's (P2POptions): none gives exactly the need, 5 per mille + 1 rounds down.
+  const ExpsBudget exact = adapt_exps_budget(b, tiers_only, 0, 0);
+  REQUIRE(exact.per_kelem[0] == 100);
+  REQUIRE(exact.per_kelem[3] == 410);
+  const uint32_t big[1] = {355};
+  REQUIRE(adapt_exps_budget(b, big, 5, 1).per_kelem[0] == 355 + 1 + 1);
+  REQUIRE(adapt_exps_budget(b, big, 20, 4).per_kelem[0] == 355 + 7 + 4);
+  // Even with no margin, every frame whose need was counted fits its budget.
+  for (uint64_t f = 0; f < plan.num_frames; ++f) {
+    const FrameInfo fi = plan.frame(f);
+    const uint32_t k = b.tier_of(fi.item_elems);
+    const uint64_t len = FRAME_HEADER_BYTES + item_table_bytes(fi.items) + uint64_t(per_elem[k] * double(fi.elems));
+    REQUIRE(exps_budget_bytes(fi, adapt_exps_budget(b, need, 0, 0)) >= std::min<uint64_t>(len, fi.exps_bound));
+  }
 }

@@ -758,5 +758,20 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
   }
 }
 
+/// Holds a stream until the host sets *go, or for timeout_ns (then *timed_out = 1): the work queued behind it
+/// then runs back to back, so a timing of it measures the GPU's work, not how fast the host issued the calls
+/// (HostStagingLink::calibrate()). A template only so that the header defines it in every translation unit.
+template <class Word = uint32_t>
+__global__ void p2p_hold_stream_kernel(const volatile Word* go, Word* timed_out, uint64_t timeout_ns) {
+  const uint64_t t0 = p2p_detail::global_ns();
+  while (*go == Word(0)) {
+    if (p2p_detail::global_ns() - t0 > timeout_ns) {
+      *timed_out = Word(1);
+      return;
+    }
+    __nanosleep(256);
+  }
+}
+
 }  // namespace comm
 }  // namespace zipcomm

@@ -41,6 +41,11 @@ struct P2POptions {
                                                     // copy of planes + section B once the frame is complete)
   uint32_t exps_budget_per_kelem = 410;             // stream mode: first guess of coded exponent bytes per 1024
                                                     // elements (bf16 gradients need ~350); adapted after transfers
+  uint32_t exps_budget_margin_permille = 20;        // stream mode: the adapted budget is the most a frame of the
+  uint32_t exps_budget_margin_per_kelem = 4;        // last transfer needed, plus this / 1000 of it and this many
+                                                    // bytes per 1024 elements: a frame past it sends the rest
+                                                    // by SM stores and loads (the overflow); every byte of margin
+                                                    // crosses the link on every frame
   bool stream_flags_on_device = false;              // stream mode: the ring's flags and credits in GPU memory (only
                                                     // this GPU's kernels and copy streams use them), so no flag
                                                     // wait or write crosses PCIe
@@ -93,7 +98,9 @@ struct P2POptions {
   /// 1.6% faster at 256 MiB, the same at 64 MiB), a last tier of 512 items of 512 elements (one item per
   /// receiver warp), the first frame's planes split before any other frame's (0.3-0.5% at 64 and 128 MiB), a raw
   /// head of 2 MiB (2.2-2.5% faster at 64 MiB, 1.1-1.3% at 128 MiB, 2026-12-03 sixth session; needs
-  /// raw_chunk_bytes >= 512 KiB). Memory: 16 slots of about 24 MiB (bf16) each in pinned host memory, and twice
+  /// raw_chunk_bytes >= 512 KiB), a section-B budget 0.5% (+1 byte per 1024 elements) over the last transfer's
+  /// need instead of 2% (+4): 0.4-0.6% faster at 64 and 128 MiB, every byte of margin crossing the link on every
+  /// frame (2026-12-03, seventh session). Memory: 16 slots of about 24 MiB (bf16) each in pinned host memory, and twice
   /// that in GPU memory.
   static P2POptions stream_tuned() {
     P2POptions o;
@@ -108,6 +115,8 @@ struct P2POptions {
     o.shape.tier[2].frame_items = 512;
     o.first_frame_planes_first = true;
     o.stream_raw_head_bytes = uint64_t(2) << 20;
+    o.exps_budget_margin_permille = 5;
+    o.exps_budget_margin_per_kelem = 1;
     return o;
   }
 };
@@ -799,6 +808,10 @@ class HostStagingLink {
     if (e == cudaSuccess) e = cudaEventCreate(&a);
     if (e == cudaSuccess) e = cudaEventCreate(&b);
     std::vector<cudaEvent_t> marks;  // chunk timing: an event before each transfer of a window, and one after
+    p2p_detail::Memory hold;         // chunk timing: [0] go, [1] the hold kernel timed out (mapped pinned words)
+    uint32_t* hold_dev = nullptr;
+    if (e == cudaSuccess) e = hold.pinned(2 * sizeof(uint32_t), cudaHostAllocMapped);
+    if (e == cudaSuccess) e = cudaHostGetDevicePointer(reinterpret_cast<void**>(&hold_dev), hold.get(), 0);
     std::vector<uint64_t> sizes;
     std::vector<double> coded, raw;
     for (uint64_t& c : raw_best_) c = 0;
@@ -809,8 +822,12 @@ class HostStagingLink {
       // Candidates share each timing window, interleaved (a transfer of each in turn, `batch` rounds, an event
       // before each transfer): on the H200 the copies of a whole window run either at ~8 or at ~16 us per pair
       // of tiny copies, so candidates timed in windows of their own were compared across modes. Median of 8
-      // windows; another chunk replaces the first candidate only when 3% faster. Below 4 MiB a window holds 8
-      // rounds: one transfer of a few tens of microseconds measures mostly when the host got its calls in.
+      // windows; another chunk replaces the first candidate only when 1% faster. Below 4 MiB a window holds 8
+      // rounds. Each window is queued behind a kernel that holds the stream until the host has issued all of it,
+      // so the copies run back to back and GPU time is measured: host-paced, the timing of a transfer of a few
+      // tens of microseconds is mostly when the host got its calls in, and picked chunks 1-1.6% slower in GPU
+      // time at 2 MiB than the best (bench/RESULTS.md, 2026-12-03). Should the host stall while queueing, the
+      // hold gives up after 50 ms and that window is host-paced.
       const int batch = bytes < (uint64_t(4) << 20) ? 8 : 1;
       const size_t K = chunks.size();
       while (marks.size() < batch * K + 1 && e == cudaSuccess) {
@@ -821,13 +838,18 @@ class HostStagingLink {
       std::vector<std::vector<float>> ms(K);
       for (int rep = 0; rep < 9 && e == cudaSuccess; ++rep) {  // rep 0: warm-up
         std::vector<float> sum(K, 0.f);
-        e = cudaEventRecord(marks[0], st);
+        uint32_t* go = hold.get<uint32_t>();
+        __atomic_store_n(go, 0u, __ATOMIC_RELEASE);
+        p2p_hold_stream_kernel<<<1, 1, 0, st>>>(hold_dev, hold_dev + 1, uint64_t(50) * 1000 * 1000);
+        e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaEventRecord(marks[0], st);
         for (int i = 0; i < batch && e == cudaSuccess; ++i)
           for (size_t kk = 0; kk < K && e == cudaSuccess; ++kk) {
             e = StagedRawCopy::run(src.get(), dst.get(), bytes, chunks[(kk + rep) % K], raw_buffers_.get(),
                                    RAW_BUFFERS, raw_events(), st, raw_stream());
             if (e == cudaSuccess) e = cudaEventRecord(marks[1 + i * K + kk], st);
           }
+        __atomic_store_n(go, 1u, __ATOMIC_RELEASE);  // also when queueing failed: the hold must end
         if (e == cudaSuccess) e = cudaEventSynchronize(marks[batch * K]);
         for (size_t t = 0; t < batch * K && e == cudaSuccess; ++t) {
           float m = 0;
@@ -846,7 +868,7 @@ class HostStagingLink {
       const double first_ms = best_ms;
       for (size_t k = 1; k < K; ++k) {
         const double m = median(ms[k]);
-        if (m < best_ms && m < 0.97 * first_ms) best_ms = m, best_chunk = chunks[k];
+        if (m < best_ms && m < 0.99 * first_ms) best_ms = m, best_chunk = chunks[k];
       }
       const int cls = size_class(bytes);
       if (cls >= 0 && cls < int(RAW_CLASSES)) raw_best_[cls] = best_chunk;
@@ -887,6 +909,8 @@ class HostStagingLink {
   }
   /// What the last calibrate() measured: per size, the coded and the raw transfer (ms, medians).
   const std::vector<P2PCalibrationPoint>& calibration() const { return points_; }
+  /// For tuning: the raw path's pinned staging (RAW_BUFFERS * options().raw_chunk_bytes), also the raw head's.
+  uint8_t* raw_staging() const { return raw_buffers_.get(); }
   /// The raw copy's chunk calibrate() picked for messages of `bytes` (0: none measured, the default rule).
   uint64_t calibrated_raw_chunk(uint64_t bytes) const {
     const int cls = size_class(bytes);
@@ -1204,7 +1228,7 @@ class HostStagingLink {
   }
 
   /// Stream mode, after a transfer that went well: sizes each tier's section-B budget from what its frames
-  /// needed (the sender keeps the per-tier maximum in GPU memory), 2% over the largest, so
+  /// needed (the sender keeps the per-tier maximum in GPU memory), a margin over the largest (options), so
   /// the next transfers of similar data move nearly everything with the fixed-size copies.
   void adapt_budget() {
     // On the sender's stream (already idle here): a plain cudaMemcpy would also wait for the caller's other
@@ -1212,7 +1236,7 @@ class HostStagingLink {
     uint32_t need[EXPS_BUDGET_CLASSES] = {};
     if (cudaMemcpyAsync(need, sender_.exps_need(), sizeof need, cudaMemcpyDeviceToHost, send_stream()) == cudaSuccess &&
         cudaStreamSynchronize(send_stream()) == cudaSuccess)
-      budget_ = adapt_exps_budget(budget_, need);
+      budget_ = adapt_exps_budget(budget_, need, opt_.exps_budget_margin_permille, opt_.exps_budget_margin_per_kelem);
   }
 
   /// Host relay: as each frame's planes, then its section B, are published, move them to the device ring

@@ -429,15 +429,17 @@ ZIPCOMM_HOST_DEVICE uint32_t exps_need_per_kelem(const FrameInfo& fi, uint64_t e
   return uint32_t(need < (uint64_t(1) << 30) ? need : (uint64_t(1) << 30));
 }
 
-/// The budget after a transfer that went well: per budget class, 2% (+4) over the most a frame of that class
-/// needed (`need[k]`, exps_need_per_kelem's maximum; 0 where the transfer had no frame of class k: the budget
-/// stays). `need` has EXPS_BUDGET_CLASSES entries (or fewer: the classes past it stay).
+/// The budget after a transfer that went well: per budget class, the most a frame of that class needed
+/// (`need[k]`, exps_need_per_kelem's maximum; 0 where the transfer had no frame of class k: the budget stays) plus
+/// a margin of `margin_permille` / 1000 of it and `margin_per_kelem` bytes per 1024 elements (the defaults, 2%
+/// and 4, are P2POptions'). `need` has EXPS_BUDGET_CLASSES entries (or fewer: the classes past it stay).
 template <size_t N>
-inline ExpsBudget adapt_exps_budget(ExpsBudget b, const uint32_t (&need)[N]) {
+inline ExpsBudget adapt_exps_budget(ExpsBudget b, const uint32_t (&need)[N], uint32_t margin_permille = 20,
+                                    uint32_t margin_per_kelem = 4) {
   static_assert(N <= size_t(EXPS_BUDGET_CLASSES), "more needs than budget classes");
   for (uint32_t k = 0; k < N; ++k)
     if (need[k]) {
-      const uint64_t v = uint64_t(need[k]) + need[k] / 50 + 4;
+      const uint64_t v = uint64_t(need[k]) + uint64_t(need[k]) * margin_permille / 1000 + margin_per_kelem;
       b.per_kelem[k] = uint32_t(v < (uint64_t(1) << 20) ? v : (uint64_t(1) << 20));
     }
   return b;
