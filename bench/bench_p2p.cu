@@ -390,7 +390,7 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
 // the sweep. Keys: mode (copy|relay|kernel|stream), items (tier-0 frame items), item (tier-0 item elements), slots,
 // split (0|1), devflags (0|1), pairs (1..4), budget (exps bytes per 1024 elements), tiers, t1items (tier-1 frame
 // items), sblocks, rblocks, piece (KiB), pieces (per transfer), splitn (split_send_frames), gate (0|1),
-// head (ITEM/FRAME/MIB of bf16), rawhead (KiB). Returns false (with a message) on a key or value it does not know.
+// head (ITEM/FRAME/MIB of bf16), rawhead, rawtail (KiB). Returns false (with a message) on a key or value it does not know.
 bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mode, P2POptions& o) {
   const size_t colon = spec.find(':');
   name = spec.substr(0, colon);
@@ -441,6 +441,7 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "piece") o.copy_piece_bytes = uint64_t(x) << 10;  // KiB
     else if (k == "pieces") o.copy_pieces_per_transfer = uint32_t(x);
     else if (k == "rawhead") o.stream_raw_head_bytes = uint64_t(x) << 10;  // KiB
+    else if (k == "rawtail") o.stream_raw_tail_bytes = uint64_t(x) << 10;  // KiB
     else if (k == "head") {
       unsigned item = 0, frame = 0, mib = 0;
       if (std::sscanf(v.c_str(), "%u/%u/%u", &item, &frame, &mib) != 3)
@@ -1242,7 +1243,8 @@ int main(int argc, char** argv) {
     for (const Traced& tv : traced) {
       HostStagingLink<DType::bf16> link;
       CK(link.init(0, tv.opt, tv.mode));
-      const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n - link.raw_head_elems(n), tv.opt.shape);
+      const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n - link.raw_head_elems(n) - link.raw_tail_elems(n),
+                                       tv.opt.shape);
       const uint64_t F = plan.num_frames;
       const uint64_t W = 2 * TRACE_STAMPS * F;  // sender's stamps, then the receiver's, then the origin
       uint64_t* d_trace;

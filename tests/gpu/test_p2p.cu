@@ -306,6 +306,16 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     HostStagingLink<DType::bf16> link;
     REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
   }
+  {  // a raw head and tail that together exceed the staging (each alone fits)
+    P2POptions bad = small_ring_options();
+    const uint64_t staging = HostStagingLink<DType::bf16>::RAW_BUFFERS * bad.raw_chunk_bytes;
+    bad.stream_raw_head_bytes = staging / 2;
+    bad.stream_raw_tail_bytes = staging / 2 + 4096;
+    HostStagingLink<DType::bf16> link;
+    REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
+    bad.stream_raw_tail_bytes = staging / 2;
+    REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaSuccess);
+  }
   {
     P2POptions bad = small_ring_options();
     bad.copy_stream_pairs = 3;
@@ -324,6 +334,7 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     bool signal = true;                  // landed_on_signal_stream
     bool gate = false;                   // gate_flag_waits
     uint64_t raw_head = 0;               // stream_raw_head_bytes (capped at a quarter of each message)
+    uint64_t raw_tail = 0;               // stream_raw_tail_bytes (likewise)
   };
   const Config configs[] = {{true, 410, false, 1, 0},     {false, 8, true, 2, 0},   {true, 8, false, 2, 0},
                             {false, 410, true, 1, 0},     {true, 410, true, 1, 0},  {true, 8, true, 2, 0},
@@ -345,10 +356,14 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
                             {true, 410, false, 2, 40000, 0, 1, true, true},
                             {true, 410, true, 1, 0, 8, 1, true, true, 1 << 20},
                             {false, 8, true, 2, 65536, 0, UINT32_MAX, true, false, 300000},
-                            {true, 410, false, 1, 40000, 0, 1, false, true, 3 << 20}};
+                            {true, 410, false, 1, 40000, 0, 1, false, true, 3 << 20},
+                            {true, 410, true, 1, 0, 8, 1, true, true, 2 << 20, 1 << 20},
+                            {true, 8, true, 2, 65536, 0, 1, true, true, 0, 300000},
+                            {false, 410, false, 3, 40000, 0, UINT32_MAX, false, false, 1 << 20, 3 << 20},
+                            {true, 8, false, 1, 0, 0, 2, true, false, 5 << 20, 5 << 20}};
   for (const Config& c : configs) {
     CAPTURE(c.split, c.budget, c.device_flags, c.pairs, c.piece, c.per_transfer, c.split_frames, c.signal, c.gate,
-            c.raw_head);
+            c.raw_head, c.raw_tail);
     P2POptions o = small_ring_options();
     o.slots = 8;
     o.split_send = c.split;
@@ -361,11 +376,14 @@ TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memor
     o.landed_on_signal_stream = c.signal;
     o.gate_flag_waits = c.gate;
     o.stream_raw_head_bytes = c.raw_head;
+    o.stream_raw_tail_bytes = c.raw_tail;
     HostStagingLink<DType::bf16> link;
     CUDA_OK(link.init(0, o, HostLinkMode::stream));
     // The raw head: a quarter of the message at most, whole 4 KiB, none in a message under 16 KiB.
     CHECK(link.raw_head_elems(3000) == 0);
     CHECK(link.raw_head_elems(uint64_t(3) << 20) == std::min<uint64_t>(c.raw_head, uint64_t(3) << 19) / 4096 * 2048);
+    CHECK(link.raw_tail_elems(3000) == 0);
+    CHECK(link.raw_tail_elems(uint64_t(3) << 20) == std::min<uint64_t>(c.raw_tail, uint64_t(3) << 19) / 4096 * 2048);
     for (uint64_t n : {uint64_t(3000), uint64_t(70001), uint64_t(1) << 21})
       check_transfer(
           test_bf16(n, rng), 2 * (rng() % 8), 2 * (rng() % 8),

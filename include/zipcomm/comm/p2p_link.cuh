@@ -86,6 +86,12 @@ struct P2POptions {
                                                     // would otherwise idle until the first frame is split (~40 us
                                                     // on the H200), and the host -> device side until that frame's
                                                     // first piece lands. At most RAW_BUFFERS * raw_chunk_bytes
+  uint64_t stream_raw_tail_bytes = 0;               // stream mode: the last bytes of a coded transfer (at most a
+                                                    // quarter of it, whole 4 KiB) go raw, one copy each way from
+                                                    // the source, enqueued after the last frame's copies: they
+                                                    // keep the copy engines busy while the last frames' "landed"
+                                                    // flags are seen and decoded, and need no decode themselves.
+                                                    // stream_raw_head_bytes + this <= RAW_BUFFERS * raw_chunk_bytes
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
@@ -100,7 +106,9 @@ struct P2POptions {
   /// head of 2 MiB (2.2-2.5% faster at 64 MiB, 1.1-1.3% at 128 MiB, 2026-12-03 sixth session; needs
   /// raw_chunk_bytes >= 512 KiB), a section-B budget 0.5% (+1 byte per 1024 elements) over the last transfer's
   /// need instead of 2% (+4): 0.4-0.6% faster at 64 and 128 MiB, every byte of margin crossing the link on every
-  /// frame (2026-12-03, seventh session). Memory: 16 slots of about 24 MiB (bf16) each in pinned host memory, and twice
+  /// frame (2026-12-03, seventh session), and a raw tail of 2 MiB (its copies run while the last frames are
+  /// seen landed and decode: 1.072 / 2.022 ms at 64 / 128 MiB against 1.089-1.092 / 2.035-2.041 without; 0.5-1.5
+  /// MiB in between, 3 MiB slower). Memory: 16 slots of about 24 MiB (bf16) each in pinned host memory, and twice
   /// that in GPU memory.
   static P2POptions stream_tuned() {
     P2POptions o;
@@ -117,6 +125,7 @@ struct P2POptions {
     o.stream_raw_head_bytes = uint64_t(2) << 20;
     o.exps_budget_margin_permille = 5;
     o.exps_budget_margin_per_kelem = 1;
+    o.stream_raw_tail_bytes = uint64_t(2) << 20;
     return o;
   }
 };
@@ -633,7 +642,8 @@ class HostStagingLink {
         opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes || opt.copy_stream_pairs < 1 ||
         opt.copy_stream_pairs > P2POptions::MAX_COPY_STREAM_PAIRS || opt.decode_streams < int(opt.copy_stream_pairs) ||
         (opt.copy_piece_bytes && opt.copy_piece_bytes < P2POptions::MIN_COPY_PIECE_BYTES) ||
-        opt.stream_raw_head_bytes > RAW_BUFFERS * opt.raw_chunk_bytes)
+        opt.stream_raw_head_bytes > RAW_BUFFERS * opt.raw_chunk_bytes ||
+        opt.stream_raw_tail_bytes > RAW_BUFFERS * opt.raw_chunk_bytes - opt.stream_raw_head_bytes)
       return cudaErrorInvalidValue;
     destroy();
     device_ = device;
@@ -709,12 +719,13 @@ class HostStagingLink {
       e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), recv_stream());
     last_empty_ = n == 0;
     if (e != cudaSuccess || n == 0) return finish(stream, e);
-    const uint64_t raw_head = raw_head_elems(n);
-    const FramePlan plan = make_plan(D, FrameKind::coded, n - raw_head, opt_.shape);
+    const uint64_t raw_head = raw_head_elems(n), raw_tail = raw_tail_elems(n);
+    const FramePlan plan = make_plan(D, FrameKind::coded, n - raw_head - raw_tail, opt_.shape);
     const uint64_t seq_base = next_seq_;
     next_seq_ += plan.num_frames;
     FrameRingView ring = ring_.view();
-    if (mode_ == HostLinkMode::stream) return finish(stream, schedule_stream(plan, src, dst, seq_base, raw_head));
+    if (mode_ == HostLinkMode::stream)
+      return finish(stream, schedule_stream(plan, src, dst, seq_base, raw_head, raw_tail));
     if (mode_ == HostLinkMode::copy) ring.slots = dev_send_.get();  // frames in GPU memory, flags in pinned
     e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, ring, true, opt_.timeout_ns, send_stream(),
                        send_extras());
@@ -942,6 +953,13 @@ class HostStagingLink {
     const uint64_t eb = format::elem_bytes(D);
     return std::min(opt_.stream_raw_head_bytes, n * eb / 4) / 4096 * 4096 / eb;
   }
+  /// Stream mode: elements at the end of an n-element coded transfer sent raw after the frames
+  /// (stream_raw_tail_bytes, the same rule as the head's); the frames carry the elements between the two.
+  uint64_t raw_tail_elems(uint64_t n) const {
+    if (mode_ != HostLinkMode::stream) return 0;
+    const uint64_t eb = format::elem_bytes(D);
+    return std::min(opt_.stream_raw_tail_bytes, n * eb / 4) / 4096 * 4096 / eb;
+  }
 
   void set_bypass_threshold(uint64_t bytes) { bypass_ = bytes; }
   uint64_t bypass_threshold() const { return bypass_; }
@@ -1072,9 +1090,10 @@ class HostStagingLink {
   /// once those copies are done (landed_on_signal_stream). Slots are reused
   /// safely: the sender waits for the receiver's credit; the d2h copies into a pinned slot wait for the h2d
   /// copy of the slot's previous frame (event); the h2d copy waits for that frame's credit (its device slot).
-  /// The first `raw_head` elements (stream_raw_head_bytes) go raw; the frames carry the rest.
+  /// The first `raw_head` elements (stream_raw_head_bytes) and the last `raw_tail` (stream_raw_tail_bytes) go
+  /// raw; the frames carry the rest.
   cudaError_t schedule_stream(const FramePlan& plan, const void* src_all, void* dst_all, uint64_t seq_base,
-                              uint64_t raw_head) {
+                              uint64_t raw_head, uint64_t raw_tail) {
     const uint64_t head_bytes = raw_head * format::elem_bytes(D);
     const uint8_t* src = static_cast<const uint8_t*>(src_all) + head_bytes;
     uint8_t* dst = static_cast<uint8_t*>(dst_all) + head_bytes;
@@ -1208,6 +1227,26 @@ class HostStagingLink {
         }
         wire_bytes_ += to;  // what the copy engines moved; the overflow is GPU-side only
       }
+    }
+    // The raw tail last, on the last frame's pair: its device -> host copy follows the last frame's, and its host
+    // -> device copy runs while that frame's "landed" flag is seen and its items decode. Through the raw
+    // staging after the head's bytes (the head already waited for the previous transfer there, on pair 0).
+    const uint64_t tail_bytes = raw_tail * format::elem_bytes(D);
+    if (tail_bytes && e == cudaSuccess) {
+      const uint64_t tail_at = plan.n + raw_head;  // first element of the tail
+      uint8_t* staging = raw_buffers_.get() + head_bytes;
+      if (F) use_pair(F - 1);
+      e = cudaStreamWaitEvent(d2h, ev(0), 0);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(d2h, ev(2), 0);  // staging free: previous transfer done
+      if (e == cudaSuccess)
+        e = cudaMemcpyAsync(staging, static_cast<const uint8_t*>(src_all) + tail_at * format::elem_bytes(D),
+                            tail_bytes, cudaMemcpyDeviceToHost, d2h);
+      if (e == cudaSuccess) e = cudaEventRecord(piece_done(pair_of_d2h), d2h);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d, piece_done(pair_of_d2h), 0);
+      if (e == cudaSuccess)
+        e = cudaMemcpyAsync(static_cast<uint8_t*>(dst_all) + tail_at * format::elem_bytes(D), staging, tail_bytes,
+                            cudaMemcpyHostToDevice, h2d);
+      wire_bytes_ += tail_bytes;
     }
     return e;
   }
