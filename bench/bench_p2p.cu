@@ -53,20 +53,6 @@ __global__ void sm_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, 
 // The trace's origin on the kernels' clock (%globaltimer, the clock the link's kernels stamp with).
 __global__ void stamp_clock(uint64_t* out) { *out = p2p_detail::global_ns(); }
 
-// Holds a stream until the host writes *go (nvbench's blocking-kernel method): the transfers queued behind it then
-// run back to back, so their timing measures the GPU's work, not how fast the host issues the calls. Gives up
-// after timeout_ns (the host could block while queueing: then *timed_out says the timing is not clean).
-__global__ void block_stream(const volatile uint32_t* go, uint32_t* timed_out, uint64_t timeout_ns) {
-  const uint64_t t0 = p2p_detail::global_ns();
-  while (*go == 0u) {
-    if (p2p_detail::global_ns() - t0 > timeout_ns) {
-      *timed_out = 1u;
-      return;
-    }
-    __nanosleep(256);
-  }
-}
-
 struct Row {
   uint64_t bytes;
   std::string method;
@@ -591,7 +577,8 @@ int main(int argc, char** argv) {
   // transfers back to back between the two events, time / batch: at a few microseconds per transfer, one
   // transfer between events measures mostly when the host got its calls in (seen: 13 or 20 us for the same two
   // 2 KiB copies, the median flipping between runs); both sides are batched alike.
-  // With `blocked` (batched sizes), the batch is queued behind block_stream and released once queued: the
+  // With `blocked` (batched sizes), the batch is queued behind p2p_hold_stream_kernel (nvbench's blocking-kernel
+  // method; gives up after 50 ms, then block_go[1] says the timing is not clean) and released once queued: the
   // events then time the GPU's work, not the host's calls. Both sides share each blocked window, `batch`
   // transfers each, interleaved (A B A B ..., B A B A ... in the next window), an event before each transfer:
   // on the H200 the GPU time of a whole window of tiny copies is either ~8.3 or ~16.3 us per transfer (one
@@ -608,7 +595,7 @@ int main(int argc, char** argv) {
   // hold(): what is queued on `stream` next waits for release() (the host's calls are then not timed).
   auto hold = [&] {
     *const_cast<volatile uint32_t*>(block_go) = 0u;
-    block_stream<<<1, 1, 0, stream>>>(block_go, block_timed_out, 50000000ull);
+    p2p_hold_stream_kernel<<<1, 1, 0, stream>>>(block_go, block_timed_out, 50000000ull);
     CK(cudaGetLastError());
   };
   auto release = [&] { *const_cast<volatile uint32_t*>(block_go) = 1u; };
@@ -869,7 +856,7 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
-    // The same, 32 back to back queued behind block_stream (GPU time, as the curve's paired timing below 256 KiB),
+    // The same, 32 back to back queued behind the hold kernel (GPU time, as the curve's paired timing below 256 KiB),
     // each kind also at an offset of 512 KiB in its buffer: does the time of two tiny copies depend on the host
     // pages (the curve's blocked timing has read 8.3 or 16.3 us for the same two copies, per side)?
     std::printf("\nsmall raw transfers, GPU time (us per transfer, median of 21 timings of 32 queued behind a "

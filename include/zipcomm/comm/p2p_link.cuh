@@ -948,18 +948,10 @@ class HostStagingLink {
   /// Stream mode: elements of an n-element coded transfer sent raw ahead of the frames (stream_raw_head_bytes,
   /// at most a quarter of the message, in whole 4 KiB, so the coded rest keeps the buffers' alignment); the
   /// frames carry the other n - raw_head_elems(n). 0 in the other modes.
-  uint64_t raw_head_elems(uint64_t n) const {
-    if (mode_ != HostLinkMode::stream) return 0;
-    const uint64_t eb = format::elem_bytes(D);
-    return std::min(opt_.stream_raw_head_bytes, n * eb / 4) / 4096 * 4096 / eb;
-  }
+  uint64_t raw_head_elems(uint64_t n) const { return raw_edge_elems(opt_.stream_raw_head_bytes, n); }
   /// Stream mode: elements at the end of an n-element coded transfer sent raw after the frames
   /// (stream_raw_tail_bytes, the same rule as the head's); the frames carry the elements between the two.
-  uint64_t raw_tail_elems(uint64_t n) const {
-    if (mode_ != HostLinkMode::stream) return 0;
-    const uint64_t eb = format::elem_bytes(D);
-    return std::min(opt_.stream_raw_tail_bytes, n * eb / 4) / 4096 * 4096 / eb;
-  }
+  uint64_t raw_tail_elems(uint64_t n) const { return raw_edge_elems(opt_.stream_raw_tail_bytes, n); }
 
   void set_bypass_threshold(uint64_t bytes) { bypass_ = bytes; }
   uint64_t bypass_threshold() const { return bypass_; }
@@ -973,6 +965,12 @@ class HostStagingLink {
   const P2POptions& options() const { return opt_; }
 
  private:
+  /// The raw head's or tail's elements for `bytes` asked: at most a quarter of the message, whole 4 KiB.
+  uint64_t raw_edge_elems(uint64_t bytes, uint64_t n) const {
+    if (mode_ != HostLinkMode::stream) return 0;
+    const uint64_t eb = format::elem_bytes(D);
+    return std::min(bytes, n * eb / 4) / 4096 * 4096 / eb;
+  }
   /// Kernel and stream modes run one receiver for the whole transfer (it clears its own control words).
   static bool persistent_receiver(HostLinkMode m) { return m == HostLinkMode::kernel || m == HostLinkMode::stream; }
   cudaStream_t send_stream() const { return streams_[0]; }
