@@ -10,7 +10,9 @@
 // 256 MiB; --trace prints per-frame timelines of stream_tuned() at 64 MiB: the kernels' stamps and each copy's
 // start and end (--trace-mib M: another size; --trace-variant SPEC: trace that option set too;
 // --trace-frame-items N: tier-0 frame size; --trace-head ITEM,FRAME,MIB: a head of ITEM-element items, FRAME to
-// a frame, over the first MIB MiB of bf16). --tiny-probe times 1-128 KiB raw transfers by host memory kind.
+// a frame, over the first MIB MiB of bf16; --trace-light: the kernels' stamps only, no copy events, and the
+// transfer queued behind a hold so that it runs in GPU time as the sweep times it). --tiny-probe times 1-128 KiB
+// raw transfers by host memory kind.
 // --peer measures PeerLink from GPU 0 to GPU 1 instead (the pinned-host part does not run; skipped with a message
 // when there are fewer than two GPUs with peer access): raw cudaMemcpyPeerAsync, SM copies over the link (push
 // from GPU 0, pull from GPU 1), the link coded always and as used after calibrate(), per size; bit-exact once per
@@ -20,8 +22,8 @@
 // puts one on the curve too; --chain-probe times stream mode's copy chain with coding free.
 // Usage: zipcomm_bench_p2p [--data DIR] [--max-mib 1024] [--min-kib 1] [--json FILE] [--reps-scale X] [--sweep]
 //        [--sweep-only TEXT] [--sweep-mib A,B] [--variant SPEC] [--curve-variant SPEC] [--chain-probe]
-//        [--tiny-probe] [--staging-probe] [--trace] [--trace-mib M] [--trace-variant SPEC] [--trace-frame-items N]
-//        [--trace-head ITEM,FRAME,MIB] [--no-curve] [--modes copy,relay,kernel,stream] [--peer]
+//        [--tiny-probe] [--staging-probe] [--trace] [--trace-light] [--trace-mib M] [--trace-variant SPEC]
+//        [--trace-frame-items N] [--trace-head ITEM,FRAME,MIB] [--no-curve] [--modes copy,relay,kernel,stream] [--peer]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -376,7 +378,8 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
 // the sweep. Keys: mode (copy|relay|kernel|stream), items (tier-0 frame items), item (tier-0 item elements), slots,
 // split (0|1), devflags (0|1), pairs (1..4), budget (exps bytes per 1024 elements), tiers, t1items (tier-1 frame
 // items), sblocks, rblocks, piece (KiB), pieces (per transfer), splitn (split_send_frames), gate (0|1),
-// head (ITEM/FRAME/MIB of bf16), rawhead, rawtail (KiB). Returns false (with a message) on a key or value it does not know.
+// head (ITEM/FRAME/MIB of bf16), rawhead, rawtail (KiB). Returns false (with a message) on a key or value it does
+// not know.
 bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mode, P2POptions& o) {
   const size_t colon = spec.find(':');
   name = spec.substr(0, colon);
@@ -447,6 +450,7 @@ int main(int argc, char** argv) {
   uint64_t max_mib = 1024, min_kib = 1;
   double reps_scale = 1.0;
   bool sweep = false, trace = false, curve = true, peer = false;
+  bool trace_light = false;  // --trace-light: kernel stamps only, the transfer queued behind a hold (GPU time)
   uint32_t trace_frame_items = 0;
   PipelineTier trace_head = {2048, 128, 0};  // region 0: no head
   std::vector<std::string> trace_variants;   // --trace-variant specs: more traced links
@@ -491,6 +495,8 @@ int main(int argc, char** argv) {
       trace = true;
     else if (a == "--trace-variant" && i + 1 < argc)  // NAME:KEY=VALUE,...: trace this option set too
       trace = true, trace_variants.push_back(argv[++i]);
+    else if (a == "--trace-light")  // no copy events; the traced transfer runs in GPU time, as the sweep times it
+      trace = true, trace_light = true;
     else if (a == "--trace-mib" && i + 1 < argc)  // size of the traced transfers (MiB)
       trace = true, trace_mib = std::max<uint64_t>(1, std::strtoull(argv[++i], nullptr, 10));
     else if (a == "--trace-frame-items" && i + 1 < argc)  // tier-0 frame size of the traced links
@@ -512,7 +518,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr, "usage: %s [--data DIR] [--max-mib 1024] [--min-kib 1] [--json FILE] [--reps-scale X] "
                    "[--sweep] [--sweep-only NAME] [--variant NAME:K=V,...] [--sweep-mib A,B] [--chain-probe] [--tiny-probe] "
-                   "[--curve-variant NAME:K=V,...] [--trace] [--trace-mib M] [--trace-variant NAME:K=V,...] "
+                   "[--curve-variant NAME:K=V,...] [--trace] [--trace-light] [--trace-mib M] [--trace-variant NAME:K=V,...] "
                    "[--trace-frame-items N] [--trace-head I,F,MIB] [--no-curve] [--modes LIST] "
                    "[--peer]\n", argv[0]);
       return 2;
@@ -1247,14 +1253,16 @@ int main(int argc, char** argv) {
       }
       CK(cudaMemset(d_trace, 0, (W + 1) * 8));
       link.set_trace(d_trace, d_trace + TRACE_STAMPS * F);
-      const bool copies = tv.mode == HostLinkMode::stream;
+      const bool copies = tv.mode == HostLinkMode::stream && !trace_light;
       if (copies) link.set_copy_trace(marks.data(), marks.size());
+      if (trace_light) hold();
       CK(cudaEventRecord(a, stream));
       // One origin for both clocks: a %globaltimer stamp, and an event right after it on the same stream.
       stamp_clock<<<1, 1, 0, stream>>>(d_trace + W);
       CK(cudaEventRecord(origin, stream));
       CK(link.transfer_coded(src, dst, n, stream));
       CK(cudaEventRecord(b, stream));
+      if (trace_light) release();
       if (link.wait() != Status::ok) std::fprintf(stderr, "trace %s: transfer failed\n", tv.name.c_str()), std::exit(1);
       const float ms = elapsed(a, b);
       link.set_trace(nullptr, nullptr);

@@ -1109,27 +1109,7 @@ class HostStagingLink {
       return 1 + 8 * (f + 1) <= copy_trace_count_ ? copy_trace_ + 1 + 8 * f + 4 * part : nullptr;
     };
     cudaError_t e = copy_trace_count_ ? cudaEventRecord(copy_trace_[0], send_stream()) : cudaSuccess;
-    // The raw head first, before the launches, so its device -> host copy starts at once and ends about when the
-    // first frame's planes are split; its host -> device copy fills the time until the first frame's piece lands.
-    // Through the raw path's staging (plain pinned memory); after the caller's prior work (ev(0)).
-    if (head_bytes && e == cudaSuccess) {
-      uint8_t* staging = raw_buffers_.get();
-      e = cudaStreamWaitEvent(d2h_stream(0), ev(0), 0);
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(d2h_stream(0), ev(2), 0);  // staging free: previous transfer done
-      if (e == cudaSuccess) e = cudaMemcpyAsync(staging, src_all, head_bytes, cudaMemcpyDeviceToHost, d2h_stream(0));
-      if (e == cudaSuccess) e = cudaEventRecord(piece_done(0), d2h_stream(0));
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d_stream(0), piece_done(0), 0);
-      if (e == cudaSuccess) e = cudaMemcpyAsync(dst_all, staging, head_bytes, cudaMemcpyHostToDevice, h2d_stream(0));
-    }
-    if (e == cudaSuccess)
-      e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(), send_extras());
-    if (e == cudaSuccess)
-      e = receiver_.launch(plan, dst, seq_base, 0, F, recv_view, true, true, false, opt_.timeout_ns, recv_stream(),
-                           0, true, 0, nullptr, 0, recv_extras());
-    // Copy streams: frame f goes through pair f % pairs (finish() joins them all). With one pair, split-send puts
-    // the planes of frame i + 1 before section B of frame i; with more, the other pairs' frames fill that role,
-    // and frame f's first d2h copy waits (event) for frame f - 1's planes to be copied out, so the transfer's
-    // first frames still go out one after the other.
+    // Copy streams: frame f goes through pair f % pairs (finish() joins them all).
     const uint32_t pairs = opt_.copy_stream_pairs;
     cudaStream_t d2h = d2h_stream(0), h2d = h2d_stream(0);
     uint32_t pair_of_d2h = 0;
@@ -1137,6 +1117,31 @@ class HostStagingLink {
       pair_of_d2h = uint32_t(f % pairs);
       d2h = d2h_stream(pair_of_d2h), h2d = h2d_stream(pair_of_d2h);
     };
+    // Raw bytes [at, at + len) of the transfer, source -> raw staging -> destination on the current pair: one copy
+    // each way, after the caller's prior work (ev(0)) and once the staging is free (ev(2): the previous transfer
+    // done). The raw head and the raw tail.
+    auto copy_raw = [&](uint64_t at, uint64_t len, uint8_t* staging) {
+      cudaError_t r = cudaStreamWaitEvent(d2h, ev(0), 0);
+      if (r == cudaSuccess) r = cudaStreamWaitEvent(d2h, ev(2), 0);
+      if (r == cudaSuccess)
+        r = cudaMemcpyAsync(staging, static_cast<const uint8_t*>(src_all) + at, len, cudaMemcpyDeviceToHost, d2h);
+      if (r == cudaSuccess) r = cudaEventRecord(piece_done(pair_of_d2h), d2h);
+      if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, piece_done(pair_of_d2h), 0);
+      if (r == cudaSuccess)
+        r = cudaMemcpyAsync(static_cast<uint8_t*>(dst_all) + at, staging, len, cudaMemcpyHostToDevice, h2d);
+      return r;
+    };
+    // The raw head first, before the launches, so its device -> host copy starts at once and ends about when the
+    // first frame's planes are split; its host -> device copy fills the time until the first frame's piece lands.
+    if (head_bytes && e == cudaSuccess) e = copy_raw(0, head_bytes, raw_buffers_.get());
+    if (e == cudaSuccess)
+      e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(), send_extras());
+    if (e == cudaSuccess)
+      e = receiver_.launch(plan, dst, seq_base, 0, F, recv_view, true, true, false, opt_.timeout_ns, recv_stream(),
+                           0, true, 0, nullptr, 0, recv_extras());
+    // With one pair, split-send puts the planes of frame i + 1 before section B of frame i; with more, the other
+    // pairs' frames fill that role, and frame f's first d2h copy waits (event) for frame f - 1's planes to be
+    // copied out, so the transfer's first frames still go out one after the other.
     const bool split = opt_.split_send;
     const uint32_t ahead = split && pairs == 1 ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
     // A pinned slot is rewritten (d2h) only after the h2d copies of the frame that used it before (h2d_done).
@@ -1227,23 +1232,12 @@ class HostStagingLink {
       }
     }
     // The raw tail last, on the last frame's pair: its device -> host copy follows the last frame's, and its host
-    // -> device copy runs while that frame's "landed" flag is seen and its items decode. Through the raw
-    // staging after the head's bytes (the head already waited for the previous transfer there, on pair 0).
+    // -> device copy runs while that frame's "landed" flag is seen and its items decode. Through the raw staging
+    // after the head's bytes.
     const uint64_t tail_bytes = raw_tail * format::elem_bytes(D);
     if (tail_bytes && e == cudaSuccess) {
-      const uint64_t tail_at = plan.n + raw_head;  // first element of the tail
-      uint8_t* staging = raw_buffers_.get() + head_bytes;
       if (F) use_pair(F - 1);
-      e = cudaStreamWaitEvent(d2h, ev(0), 0);
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(d2h, ev(2), 0);  // staging free: previous transfer done
-      if (e == cudaSuccess)
-        e = cudaMemcpyAsync(staging, static_cast<const uint8_t*>(src_all) + tail_at * format::elem_bytes(D),
-                            tail_bytes, cudaMemcpyDeviceToHost, d2h);
-      if (e == cudaSuccess) e = cudaEventRecord(piece_done(pair_of_d2h), d2h);
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d, piece_done(pair_of_d2h), 0);
-      if (e == cudaSuccess)
-        e = cudaMemcpyAsync(static_cast<uint8_t*>(dst_all) + tail_at * format::elem_bytes(D), staging, tail_bytes,
-                            cudaMemcpyHostToDevice, h2d);
+      e = copy_raw((plan.n + raw_head) * format::elem_bytes(D), tail_bytes, raw_buffers_.get() + head_bytes);
       wire_bytes_ += tail_bytes;
     }
     return e;
