@@ -518,7 +518,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr, "usage: %s [--data DIR] [--max-mib 1024] [--min-kib 1] [--json FILE] [--reps-scale X] "
                    "[--sweep] [--sweep-only NAME] [--variant NAME:K=V,...] [--sweep-mib A,B] [--chain-probe] [--tiny-probe] "
-                   "[--curve-variant NAME:K=V,...] [--trace] [--trace-light] [--trace-mib M] [--trace-variant NAME:K=V,...] "
+                   "[--staging-probe] [--curve-variant NAME:K=V,...] [--trace] [--trace-light] [--trace-mib M] "
+                   "[--trace-variant NAME:K=V,...] "
                    "[--trace-frame-items N] [--trace-head I,F,MIB] [--no-curve] [--modes LIST] "
                    "[--peer]\n", argv[0]);
       return 2;
@@ -1264,6 +1265,8 @@ int main(int argc, char** argv) {
       CK(cudaEventRecord(b, stream));
       if (trace_light) release();
       if (link.wait() != Status::ok) std::fprintf(stderr, "trace %s: transfer failed\n", tv.name.c_str()), std::exit(1);
+      if (trace_light && block_go[1])  // the hold gave up before the host had queued the transfer: host-paced
+        std::fprintf(stderr, "trace %s: the blocking kernel timed out\n", tv.name.c_str()), block_go[1] = 0;
       const float ms = elapsed(a, b);
       link.set_trace(nullptr, nullptr);
       link.set_copy_trace(nullptr, 0);
