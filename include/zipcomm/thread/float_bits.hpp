@@ -20,7 +20,7 @@ struct FloatBits<DType::bf16> {
   ZIPCOMM_HOST_DEVICE static uint32_t exponent(uint32_t b) { return (b >> 7) & 0xFFu; }
   ZIPCOMM_HOST_DEVICE static uint32_t magnitude(uint32_t b) { return b & 0x7FFFu; }
   ZIPCOMM_HOST_DEVICE static uint32_t plane0(uint32_t b) { return ((b >> 8) & 0x80u) | (b & 0x7Fu); }
-  ZIPCOMM_HOST_DEVICE static uint32_t assemble(uint32_t e, uint32_t p0, uint32_t /*p1*/) {
+  ZIPCOMM_HOST_DEVICE static constexpr uint32_t assemble(uint32_t e, uint32_t p0, uint32_t /*p1*/) {
     return ((p0 & 0x80u) << 8) | (e << 7) | (p0 & 0x7Fu);
   }
 };
@@ -34,7 +34,7 @@ struct FloatBits<DType::fp16> {
   ZIPCOMM_HOST_DEVICE static uint32_t plane0(uint32_t b) { return b & 0xFFu; }
   /// 3 bits: bit 2 = sign, bit 1 = mantissa bit 9, bit 0 = mantissa bit 8.
   ZIPCOMM_HOST_DEVICE static uint32_t plane1(uint32_t b) { return ((b >> 13) & 4u) | ((b >> 8) & 3u); }
-  ZIPCOMM_HOST_DEVICE static uint32_t assemble(uint32_t e, uint32_t p0, uint32_t p1) {
+  ZIPCOMM_HOST_DEVICE static constexpr uint32_t assemble(uint32_t e, uint32_t p0, uint32_t p1) {
     return ((p1 & 4u) << 13) | (e << 10) | ((p1 & 3u) << 8) | (p0 & 0xFFu);
   }
 };
@@ -47,7 +47,7 @@ struct FloatBits<DType::fp32> {
   ZIPCOMM_HOST_DEVICE static uint32_t magnitude(uint32_t b) { return b & 0x7FFFFFFFu; }
   ZIPCOMM_HOST_DEVICE static uint32_t plane0(uint32_t b) { return ((b >> 24) & 0x80u) | ((b >> 16) & 0x7Fu); }
   ZIPCOMM_HOST_DEVICE static uint32_t plane1(uint32_t b) { return b & 0xFFFFu; }
-  ZIPCOMM_HOST_DEVICE static uint32_t assemble(uint32_t e, uint32_t p0, uint32_t p1) {
+  ZIPCOMM_HOST_DEVICE static constexpr uint32_t assemble(uint32_t e, uint32_t p0, uint32_t p1) {
     return ((p0 & 0x80u) << 24) | (e << 23) | ((p0 & 0x7Fu) << 16) | (p1 & 0xFFFFu);
   }
 };

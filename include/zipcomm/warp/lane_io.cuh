@@ -156,45 +156,73 @@ ZIPCOMM_DEVICE void write_planes(const Planes& pl, uint64_t tile, uint64_t first
   }
 }
 
+/// A lane's raw plane bytes for one tile, as loaded: the plane-0 bytes of its 8 items (zero past `count`),
+/// fp16's sign/m9/m8 bit bytes, fp32's low mantissa halves. Kept packed so that a decoder can carry the next
+/// tile's planes in a few registers while it decodes this one, and unpack them when it assembles.
+template <DType D>
+struct LanePlanes {
+  uint2 p0;
+  uint32_t p1[D == DType::fp32 ? 4 : 1];
+};
+
+/// Loads the planes of a lane's items of tile `tile` (global tile index); `first` = its first element.
+template <DType D>
+ZIPCOMM_DEVICE LanePlanes<D> load_planes(const ConstPlanes& pl, uint64_t tile, uint64_t first, uint32_t count) {
+  LanePlanes<D> r{};
+  if (count == ITEMS) {
+    r.p0 = __ldg(reinterpret_cast<const uint2*>(pl.plane0 + first));
+  } else {
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const uint32_t b = uint32_t(i) < count ? pl.plane0[first + i] : 0u;
+      if (i < 4)
+        lo |= b << (8 * i);
+      else
+        hi |= b << (8 * (i - 4));
+    }
+    r.p0 = make_uint2(lo, hi);
+  }
+  if constexpr (D == DType::fp16) {
+    const uint8_t* t = pl.plane1 + tile * 96 + lane_id();
+    r.p1[0] = uint32_t(t[0]) | uint32_t(t[32]) << 8 | uint32_t(t[64]) << 16;
+  } else if constexpr (D == DType::fp32) {
+    if (count == ITEMS) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(pl.plane1 + 2 * first));
+      r.p1[0] = v.x, r.p1[1] = v.y, r.p1[2] = v.z, r.p1[3] = v.w;
+    } else {
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i)
+        if (uint32_t(i) < count)
+          r.p1[i / 2] |= uint32_t(reinterpret_cast<const uint16_t*>(pl.plane1 + 2 * first)[i]) << (16 * (i % 2));
+    }
+  }
+  return r;
+}
+
+/// The elements of loaded planes (exponent fields zero).
+template <DType D>
+ZIPCOMM_DEVICE void unpack_planes(const LanePlanes<D>& r, uint32_t (&x)[ITEMS]) {
+  using FB = thread::FloatBits<D>;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const uint32_t p0 = ((i < 4 ? r.p0.x : r.p0.y) >> (8 * (i % 4))) & 0xFFu;
+    uint32_t p1 = 0;
+    if constexpr (D == DType::fp16) {
+      const uint32_t w = r.p1[0];
+      p1 = ((w >> i) & 1u) << 2 | ((w >> (8 + i)) & 1u) << 1 | ((w >> (16 + i)) & 1u);
+    } else if constexpr (D == DType::fp32) {
+      p1 = (r.p1[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+    }
+    x[i] = FB::assemble(0, p0, p1);
+  }
+}
+
 /// Reads the planes of a lane's items into x (exponent fields left zero).
 template <DType D>
 ZIPCOMM_DEVICE void read_planes(const ConstPlanes& pl, uint64_t tile, uint64_t first, uint32_t count,
                                 uint32_t (&x)[ITEMS]) {
-  using FB = thread::FloatBits<D>;
-  uint32_t p0[ITEMS], p1[ITEMS] = {};
-  if (count == ITEMS) {
-    uint2 v = __ldg(reinterpret_cast<const uint2*>(pl.plane0 + first));
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      p0[i] = (v.x >> (8 * i)) & 0xFFu;
-      p0[4 + i] = (v.y >> (8 * i)) & 0xFFu;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) p0[i] = uint32_t(i) < count ? pl.plane0[first + i] : 0u;
-  }
-  if constexpr (D == DType::fp16) {
-    const uint8_t* t = pl.plane1 + tile * 96 + lane_id();
-    uint32_t s = t[0], m9 = t[32], m8 = t[64];
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) p1[i] = ((s >> i) & 1u) << 2 | ((m9 >> i) & 1u) << 1 | ((m8 >> i) & 1u);
-  } else if constexpr (D == DType::fp32) {
-    if (count == ITEMS) {
-      uint4 v = __ldg(reinterpret_cast<const uint4*>(pl.plane1 + 2 * first));
-      uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        p1[2 * i] = w[i] & 0xFFFFu;
-        p1[2 * i + 1] = w[i] >> 16;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < ITEMS; ++i)
-        if (uint32_t(i) < count) p1[i] = reinterpret_cast<const uint16_t*>(pl.plane1 + 2 * first)[i];
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < ITEMS; ++i) x[i] = FB::assemble(0, p0[i], p1[i]);
+  unpack_planes<D>(load_planes<D>(pl, tile, first, count), x);
 }
 
 }  // namespace warp

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../config.hpp"
 #include "../format.hpp"
@@ -55,6 +56,19 @@ template <DType D, class Code = thread::GaussianCode, bool STAGE_WORDS = true>
 class WarpChunkDecoder {
   using FB = thread::FloatBits<D>;
   static constexpr uint32_t EXP_BITS = FB::EXP_BITS;
+  // The Gaussian code has a branch-free fast path for whole tiles (FastTile).
+  static constexpr bool FAST_TILES = std::is_same<Code, thread::GaussianCode>::value;
+  // Lane of the per-tile exponent table that holds rank r. The fast path indexes the table by a value it gets
+  // in fewer instructions than the rank: '0s' -> 0,1; '10s' -> 4,5; o >= 2 ones then '0' -> o + 4 (= rank
+  // + 2); o >= 15 ones (the escape) -> lane 19. Lanes 2, 3 and 20.. are never indexed.
+  static constexpr uint32_t ESC_LANE = 19;
+  // The per-tile table holds each rank's exponent already in place (FB::assemble), so a lane ORs it into its
+  // element; two flag bits outside the exponent field mark a rank that cannot occur and the escape lane.
+  static constexpr uint32_t EXP_FIELD = FB::assemble((1u << EXP_BITS) - 1u, 0, 0);
+  static constexpr uint32_t FLAG_IMPOSSIBLE = (EXP_FIELD >> 16) != 0 ? 1u : 1u << 16;
+  static constexpr uint32_t FLAG_ESC = FLAG_IMPOSSIBLE << 1;
+  static_assert((EXP_FIELD & (FLAG_IMPOSSIBLE | FLAG_ESC)) == 0, "flags must lie outside the exponent field");
+  ZIPCOMM_DEVICE static uint32_t lane_of_rank(uint32_t r) { return FAST_TILES && r >= 2 ? r + 2 : r; }
 
  public:
   struct TempStorage {
@@ -117,8 +131,34 @@ class WarpChunkDecoder {
     max_words_ = size_bad ? 0u : min((bytes - hdr) / 4, format::CODED_WORD_LIMIT);
     const uint32_t* gw = reinterpret_cast<const uint32_t*>(stream + hdr);
     global_words_ = gw;
-    if constexpr (STAGE_WORDS)
-      for (uint32_t i = lane; i < max_words_; i += 32) temp_.words[i] = __ldg(gw + i);
+    if constexpr (STAGE_WORDS) smem_words_ = static_cast<uint32_t>(__cvta_generic_to_shared(temp_.words));
+    if constexpr (STAGE_WORDS) {
+      if (reinterpret_cast<uintptr_t>(stream) % 16 == 0) {
+        // 16-byte loads of the chunk from its (aligned) start, two in flight per lane: the staging is a chain of
+        // memory round trips, and this cuts their number 4x against 4-byte loads (deeper costs registers that
+        // the decode loop's occupancy needs). Bytes of the header and past the words are dropped.
+        constexpr uint32_t DEPTH = 2;
+        const uint4* v = reinterpret_cast<const uint4*>(stream);
+        const uint32_t v_end = (hdr + 4 * max_words_ + 15) / 16, hdr_words = hdr / 4;
+        for (uint32_t m = hdr / 16 + lane; m < v_end; m += 32 * DEPTH) {
+          uint4 q[DEPTH];
+#pragma unroll
+          for (uint32_t k = 0; k < DEPTH; ++k)
+            if (m + 32 * k < v_end) q[k] = __ldg(v + m + 32 * k);
+#pragma unroll
+          for (uint32_t k = 0; k < DEPTH; ++k) {
+            const uint32_t w[4] = {q[k].x, q[k].y, q[k].z, q[k].w};
+#pragma unroll
+            for (uint32_t c = 0; c < 4; ++c) {
+              const uint32_t i = 4 * (m + 32 * k) + c - hdr_words;  // wraps (huge) for header words
+              if (m + 32 * k < v_end && i < max_words_) temp_.words[i] = w[c];
+            }
+          }
+        }
+      } else {
+        for (uint32_t i = lane; i < max_words_; i += 32) temp_.words[i] = __ldg(gw + i);
+      }
+    }
     const uint32_t used_hdr = tiles_ + (tiles_ + 3) / 4;
     if (!bad_)
       for (uint32_t b = used_hdr + lane; b < hdr; b += 32) bad_ |= stream[b] != 0;
@@ -136,13 +176,24 @@ class WarpChunkDecoder {
     impossible_ = 0;
     // Symbol of each rank under each of the 4 orders, one rank per lane, one order per byte: the per-tile
     // rank -> exponent table is then two byte operations away.
-    rank_syms_ = 0xFFFFFFFFu;
-    if (lane < Code::NUM_RANKS) {
+    // 0xFF: a lane no rank maps to; 0xFE: the fast path's escape lane.
+    rank_syms_ = FAST_TILES && lane == ESC_LANE ? 0xFEFEFEFEu : 0xFFFFFFFFu;
+    const uint32_t lane_rank = FAST_TILES && lane >= 2 ? lane - 2 : lane;
+    if (lane_of_rank(lane_rank) == lane && lane_rank < Code::NUM_RANKS) {
       rank_syms_ = 0;
 #pragma unroll
-      for (uint32_t fo = 0; fo < 4; ++fo) rank_syms_ |= Code::rank_to_symbol(Code::table(fo), lane) << (8 * fo);
+      for (uint32_t fo = 0; fo < 4; ++fo)
+        rank_syms_ |= Code::rank_to_symbol(Code::table(fo), lane_rank) << (8 * fo);
     }
-    read_planes<D>(planes_, first_tile_, lane_first_, lane_count(0), next_);
+    // Tiles [0, fast_tiles_) are full in every lane and end before any lane's lazy tail: there every pair
+    // refills greedily, which FastTile relies on. A lane's first tile with a lazy pair: see pair_is_lazy.
+    {
+      const int32_t fp = final_pair_;
+      const uint32_t first_lazy =
+          fp < 0 ? 0u : fp < 3 + thread::LAZY_PAIRS ? 0u : uint32_t(fp - 3 - thread::LAZY_PAIRS) / 4 + 1;
+      fast_tiles_ = FAST_TILES && !size_bad ? min(full_tiles_, __reduce_min_sync(FULL_MASK, first_lazy)) : 0u;
+    }
+    next_ = load_planes<D>(planes_, first_tile_, lane_first_, lane_count(0));
   }
 
   /// Tiles in the chunk begun last.
@@ -157,7 +208,7 @@ class WarpChunkDecoder {
   ZIPCOMM_DEVICE Status Finish() {
     const uint32_t lane = lane_id();
     if (!raw_) {
-      bad_ |= impossible_ > 0xFFu;
+      bad_ |= impossible_ != 0;
       if (!bad_ && (base_ > max_words_ || format::coded_chunk_bytes(tiles_, base_) != bytes_)) bad_ = 1u;
       for (uint32_t i = base_ + lane; !bad_ && i < max_words_; i += 32) bad_ |= word(i) != 0;
     }
@@ -215,7 +266,10 @@ class WarpChunkDecoder {
   // Lane word i of the chunk: from the staged copy, or from global memory (0 past the chunk's words).
   ZIPCOMM_DEVICE uint32_t word(uint32_t i) const {
     if constexpr (STAGE_WORDS) {
-      return temp_.words[min(i, format::CODED_WORD_LIMIT - 1)];
+      // Through the shared window address kept from Begin (the compiler would otherwise rebuild it per read).
+      uint32_t w;
+      asm volatile("ld.shared.u32 %0, [%1];" : "=r"(w) : "r"(smem_words_ + 4 * min(i, format::CODED_WORD_LIMIT - 1)));
+      return w;
     } else {
       return i < max_words_ ? __ldg(global_words_ + i) : 0u;
     }
@@ -244,86 +298,135 @@ class WarpChunkDecoder {
     avail_ -= min(n, avail_);
   }
 
+  // Lane of the exponent table for the Gaussian codeword at the top of peek, and its length (see lane_of_rank).
+  ZIPCOMM_DEVICE static uint32_t fast_lane(uint32_t peek, uint32_t& len) {
+    uint32_t ones;  // leading ones; 0xFFFFFFFF for 32 of them
+    asm("bfind.shiftamt.u32 %0, %1;" : "=r"(ones) : "r"(~peek));
+    ones = min(ones, Code::ESC_LEN);
+    const bool small = ones < 2;
+    len = ones + (small ? 2u : 1u);
+    return small ? __funnelshift_r(peek, 0u, 30 - ones) : ones + 4;  // small: the codeword's 2 or 3 bits
+  }
+
+  // One full, greedy tile without branches: 4 x (refill, two codewords). Every lane stays in step; escapes
+  // are not decoded here: if a lane met one, nothing is kept (false) and the general path decodes the tile.
+  ZIPCOMM_DEVICE bool FastTile(uint32_t rank_exp, uint32_t (&exps)[ITEMS]) {
+    uint32_t hi = hi_, lo = lo_, avail = avail_, base = base_, seen = 0;
+    uint32_t e[ITEMS];
+    const uint32_t lt = lanemask_lt();
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const bool need = avail < 32;
+      const uint32_t mask = __ballot_sync(FULL_MASK, need);
+      const uint32_t pos = base + __popc(mask & lt);
+      // Staged words: every lane loads (no branch) and keeps the word only where it needs one.
+      uint32_t w = 0;
+      if constexpr (STAGE_WORDS) {
+        const uint32_t loaded = word(pos);
+        w = need ? loaded : 0u;
+      } else if (need) {
+        w = word(pos);
+      }
+      hi |= __funnelshift_r(w, 0u, avail);  // w = 0 where avail >= 32
+      lo |= __funnelshift_r(0u, w, avail);
+      avail |= 32u;  // avail + 32 where avail < 32; avail <= 63 anyway
+      base += __popc(mask);
+      uint32_t len0, len1;
+      const uint32_t l0 = fast_lane(hi, len0);
+      const uint32_t l1 = fast_lane(__funnelshift_l(lo, hi, len0), len1);
+      e[2 * p] = __shfl_sync(FULL_MASK, rank_exp, l0);  // l0, l1 <= 19
+      e[2 * p + 1] = __shfl_sync(FULL_MASK, rank_exp, l1);
+      seen |= e[2 * p] | e[2 * p + 1];
+      // <= 30 bits without an escape, and avail >= 32 after the refill.
+      const uint32_t n = len0 + len1;
+      hi = __funnelshift_l(lo, hi, n);
+      lo = __funnelshift_l(0u, lo, n);
+      avail -= n;
+    }
+    if (__any_sync(FULL_MASK, seen & FLAG_ESC)) return false;
+    hi_ = hi, lo_ = lo, avail_ = avail, base_ = base;
+    impossible_ |= seen & FLAG_IMPOSSIBLE;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) exps[i] = e[i] & EXP_FIELD;
+    return true;
+  }
+
+  // Any tile, codeword by codeword: partial tiles, the lazy tail, escapes.
+  ZIPCOMM_DEVICE void GeneralTile(uint32_t t, uint32_t cnt, uint32_t a, uint32_t rank_exp,
+                                  uint32_t (&exps)[ITEMS]) {
+    const bool tile_lazy =
+        __any_sync(FULL_MASK, cnt > 0 && thread::pair_is_lazy(final_pair_, int32_t(4 * t + 3)));
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const bool lazy = thread::pair_is_lazy(final_pair_, int32_t(4 * t + p));
+      refill(thread::need_before_pair(cnt > uint32_t(2 * p), lazy, avail_));
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int v = 2 * p + j;
+        const bool valid = cnt > uint32_t(v);
+        uint32_t len;
+        uint32_t rank = Code::decode_rank(hi_, len);
+        if (tile_lazy) {
+          const bool need = thread::need_before_code(valid, lazy, len, avail_);
+          if (refill(need) && need) rank = Code::decode_rank(hi_, len);
+        }
+        const bool esc = valid && rank == Code::ESC_RANK;
+        uint32_t e = __shfl_sync(FULL_MASK, rank_exp, lane_of_rank(rank) & 31);
+        if (valid) {
+          bad_ |= len > avail_;
+          consume(len);
+        }
+        if (__any_sync(FULL_MASK, esc)) {
+          refill(thread::need_for_escape(esc, lazy, avail_, EXP_BITS));
+          if (esc) {
+            bad_ |= avail_ < EXP_BITS;
+            const uint32_t raw = hi_ >> (32 - EXP_BITS);
+            consume(EXP_BITS);
+            bad_ |= !thread::escape_valid<Code>(raw, a);
+            e = FB::assemble(raw, 0, 0);
+          }
+        }
+        if (!valid) e = 0;
+        bad_ |= (e & (FLAG_IMPOSSIBLE | FLAG_ESC)) != 0;
+        exps[v] = e & EXP_FIELD;
+      }
+    }
+  }
+
   ZIPCOMM_DEVICE uint32_t CodedTile(uint32_t t, uint32_t (&x)[ITEMS]) {
     const uint32_t cnt = lane_count(t);
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) x[i] = next_[i];
+    const LanePlanes<D> planes = next_;
     if (t + 1 < tiles_)  // prefetch: the next tile's planes load while this one decodes
-      read_planes<D>(planes_, first_tile_ + t + 1, lane_first_ + uint64_t(t + 1) * format::TILE_ELEMS,
-                     lane_count(t + 1), next_);
+      next_ = load_planes<D>(planes_, first_tile_ + t + 1, lane_first_ + uint64_t(t + 1) * format::TILE_ELEMS,
+                             lane_count(t + 1));
     const uint32_t a = __shfl_sync(FULL_MASK, t < 32 ? anchor_lo_ : anchor_hi_, t & 31);
     const uint32_t f = (__shfl_sync(FULL_MASK, frac_byte_, t >> 2) >> (2 * (t & 3))) & 3u;
 
+    uint32_t exps[ITEMS] = {};  // the items' exponent fields; all zero in a tile anchored at 0
     if (a != 0) {
-      // Exponent of each rank for this tile, one rank per lane; 0x100 marks a rank that cannot occur.
+      // Exponent of each rank for this tile (in place, see EXP_FIELD), one rank per lane.
       const uint32_t sym = (rank_syms_ >> (8 * f)) & 0xFFu;
-      const uint32_t rank_exp = sym == Code::ZERO ? 0u : sym < a ? a - sym : 0x100u;
-      const bool tile_lazy =
-          __any_sync(FULL_MASK, cnt > 0 && thread::pair_is_lazy(final_pair_, int32_t(4 * t + 3)));
-      // Full tiles outside the lazy tail (all but the last two of a chunk) take the fast path: refill
-      // greedily, then decode both codewords of a pair from one peek. A pair with an escape falls back
-      // to the general per-codeword path, which replays the same refill points.
-      const bool fast = !tile_lazy && __all_sync(FULL_MASK, cnt == ITEMS);
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        bool general = !fast;
-        if (fast) {
-          refill(avail_ < 32);
-          uint32_t len0, len1;
-          const uint32_t r0 = Code::decode_rank(hi_, len0);
-          const uint32_t r1 = Code::decode_rank(__funnelshift_l(lo_, hi_, len0), len1);
-          const uint32_t e0 = __shfl_sync(FULL_MASK, rank_exp, r0 & 31);
-          const uint32_t e1 = __shfl_sync(FULL_MASK, rank_exp, r1 & 31);
-          if (__any_sync(FULL_MASK, r0 == Code::ESC_RANK || r1 == Code::ESC_RANK)) {
-            general = true;  // nothing consumed yet: the general path redoes this pair
-          } else {
-            consume(len0 + len1);  // <= 30 bits, and avail >= 32 after the refill
-            impossible_ |= e0 | e1;  // bit 8 marks a rank that cannot occur in this tile
-            x[2 * p] |= FB::assemble(e0 & 0xFFu, 0, 0);
-            x[2 * p + 1] |= FB::assemble(e1 & 0xFFu, 0, 0);
-          }
-        }
-        if (general) {
-          const bool pair_refilled = fast;  // the fast path already made this pair's greedy refill
-          const bool lazy = thread::pair_is_lazy(final_pair_, int32_t(4 * t + p));
-          if (!pair_refilled) refill(thread::need_before_pair(cnt > uint32_t(2 * p), lazy, avail_));
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int v = 2 * p + j;
-            const bool valid = cnt > uint32_t(v);
-            uint32_t len;
-            uint32_t rank = Code::decode_rank(hi_, len);
-            if (tile_lazy) {
-              const bool need = thread::need_before_code(valid, lazy, len, avail_);
-              if (refill(need) && need) rank = Code::decode_rank(hi_, len);
-            }
-            const bool esc = valid && rank == Code::ESC_RANK;
-            uint32_t e = __shfl_sync(FULL_MASK, rank_exp, rank & 31);
-            if (valid) {
-              bad_ |= len > avail_;
-              consume(len);
-            }
-            if (__any_sync(FULL_MASK, esc)) {
-              refill(thread::need_for_escape(esc, lazy, avail_, EXP_BITS));
-              if (esc) {
-                bad_ |= avail_ < EXP_BITS;
-                e = hi_ >> (32 - EXP_BITS);
-                consume(EXP_BITS);
-                bad_ |= !thread::escape_valid<Code>(e, a);
-              }
-            }
-            if (!valid) e = 0;
-            bad_ |= e > 0xFFu;
-            x[v] |= FB::assemble(e & ((1u << EXP_BITS) - 1u), 0, 0);
-          }
-        }
-      }
+      const uint32_t rank_exp = sym == 0xFEu         ? FLAG_ESC
+                                : sym == Code::ZERO ? 0u
+                                : sym < a           ? FB::assemble(a - sym, 0, 0)
+                                                    : FLAG_IMPOSSIBLE;
+      // Full tiles outside the lazy tail (all but the last two of a chunk) take the fast path; a tile where it
+      // met an escape is decoded again on the general path, from the same state.
+      if (!(FAST_TILES && t < fast_tiles_ && FastTile(rank_exp, exps))) GeneralTile(t, cnt, a, rank_exp, exps);
     }
+    unpack_planes<D>(planes, x);
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) x[i] |= exps[i];
     // The stored anchor and fraction must describe the decoded tile.
     uint32_t mag = 0;
+    if (cnt == ITEMS) {
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i)
-      if (uint32_t(i) < cnt) mag = max(mag, FB::magnitude(x[i]));
+      for (int i = 0; i < ITEMS; ++i) mag = max(mag, FB::magnitude(x[i]));
+    } else {
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i)
+        if (uint32_t(i) < cnt) mag = max(mag, FB::magnitude(x[i]));
+    }
     mag = __reduce_max_sync(FULL_MASK, mag);
     if ((mag >> FB::MANT_BITS) != a || thread::fraction_of<D>(mag) != f) bad_ = 1u;
     return cnt;
@@ -335,13 +438,14 @@ class WarpChunkDecoder {
   const uint32_t* global_words_ = nullptr;
   ConstPlanes planes_{};
   uint64_t first_tile_ = 0, lane_first_ = 0;
-  uint32_t bytes_ = 0, elems_ = 0, tiles_ = 0, full_tiles_ = 0, max_words_ = 0;
+  uint32_t bytes_ = 0, elems_ = 0, tiles_ = 0, full_tiles_ = 0, fast_tiles_ = 0, max_words_ = 0;
   bool raw_ = false;
   uint32_t bad_ = 0, impossible_ = 0;
   int32_t final_pair_ = 0;
   uint32_t anchor_lo_ = 0, anchor_hi_ = 0, frac_byte_ = 0, rank_syms_ = 0;
+  uint32_t smem_words_ = 0;                          // shared-window address of temp_.words
   uint32_t base_ = 0, hi_ = 0, lo_ = 0, avail_ = 0;  // bit buffer, MSB first: avail_ valid bits
-  uint32_t next_[ITEMS] = {};                        // the next tile's planes (prefetched)
+  LanePlanes<D> next_{};                             // the next tile's planes (prefetched)
 };
 
 }  // namespace warp
