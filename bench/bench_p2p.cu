@@ -1243,6 +1243,10 @@ int main(int argc, char** argv) {
       const uint64_t W = 2 * TRACE_STAMPS * F;  // sender's stamps, then the receiver's, then the origin
       uint64_t* d_trace;
       CK(cudaMalloc(&d_trace, (W + 1) * 8));
+      const uint64_t IW = ITEM_TRACE_STAMPS * plan.num_items;  // the receiver's per-item stamps
+      uint64_t* d_items;
+      CK(cudaMalloc(&d_items, IW * 8));
+      std::vector<uint64_t> hi(IW);
       std::vector<uint64_t> h(W + 1);
       cudaEvent_t origin;
       CK(cudaEventCreate(&origin));
@@ -1253,7 +1257,8 @@ int main(int argc, char** argv) {
         if (link.wait() != Status::ok) std::fprintf(stderr, "trace %s: transfer failed\n", tv.name.c_str()), std::exit(1);
       }
       CK(cudaMemset(d_trace, 0, (W + 1) * 8));
-      link.set_trace(d_trace, d_trace + TRACE_STAMPS * F);
+      CK(cudaMemset(d_items, 0, IW * 8));
+      link.set_trace(d_trace, d_trace + TRACE_STAMPS * F, d_items);
       const bool copies = tv.mode == HostLinkMode::stream && !trace_light;
       if (copies) link.set_copy_trace(marks.data(), marks.size());
       if (trace_light) hold();
@@ -1272,6 +1277,7 @@ int main(int argc, char** argv) {
       link.set_copy_trace(nullptr, 0);
       verify(bytes, tv.name.c_str());
       CK(cudaMemcpy(h.data(), d_trace, (W + 1) * 8, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(hi.data(), d_items, IW * 8, cudaMemcpyDeviceToHost));
       const uint64_t t0 = h[W];
       auto us = [&](uint64_t v) { return v ? (double(v) - double(t0)) / 1e3 : -1.0; };
       // A mark never recorded (part not copied: no split-send) reads -1.
@@ -1308,11 +1314,42 @@ int main(int argc, char** argv) {
                     (unsigned long long)f, (unsigned long long)fi.elems, fi.items, us(sv[0]), us(sv[3]), us(sv[1]),
                     us(sv[2]), cp[0], cp[1], cp[2], cp[3], us(rv[0]), us(rv[3]), us(rv[1]), us(rv[2]));
       }
+      // The receiver's items, per frame: when warps took them (after the frame was ready: "late", the warps were
+      // busy with earlier items), saw the frame ready, had decoded them and had counted them.
+      std::printf("receiver items, us from the origin: taken (first, last), ready (min, median, max), decode time "
+                  "(median, max), decoded and counted (last); late = taken after the frame's r.ready\n");
+      std::printf("%5s %5s | %7s %7s | %7s %7s %7s | %6s %6s | %7s %7s | %5s\n", "frame", "items", "tk.1st", "tk.last",
+                  "rdy.min", "rdy.med", "rdy.max", "dec.md", "dec.mx", "dec.end", "cnt.end", "late");
+      for (uint64_t f = 0; f < F; ++f) {
+        if (F > 40 && f >= 16 && f + 16 < F) continue;
+        const FrameInfo fi = plan.frame(f);
+        const double frame_ready = us(h[TRACE_STAMPS * (F + f) + 1]);
+        std::vector<double> taken, ready, dec;
+        double dec_end = 0, cnt_end = 0;
+        uint32_t late = 0;
+        for (uint32_t j = 0; j < fi.items; ++j) {
+          const uint64_t* it = &hi[ITEM_TRACE_STAMPS * (fi.first_item + j)];
+          taken.push_back(us(it[0]));
+          ready.push_back(us(it[1]));
+          dec.push_back(it[1] && it[2] ? (double(it[2]) - double(it[1])) / 1e3 : -1.0);
+          dec_end = std::max(dec_end, us(it[2]));
+          cnt_end = std::max(cnt_end, us(it[3]));
+          late += us(it[0]) > frame_ready;
+        }
+        std::sort(taken.begin(), taken.end());
+        std::sort(ready.begin(), ready.end());
+        std::sort(dec.begin(), dec.end());
+        const size_t m = fi.items / 2;
+        std::printf("%5llu %5u | %7.1f %7.1f | %7.1f %7.1f %7.1f | %6.1f %6.1f | %7.1f %7.1f | %5u\n",
+                    (unsigned long long)f, fi.items, taken.front(), taken.back(), ready.front(), ready[m], ready.back(),
+                    dec[m], dec.back(), dec_end, cnt_end, late);
+      }
       std::fflush(stdout);
       (void)cudaGetLastError();  // marks of parts not copied were never recorded: their query failed, harmlessly
       for (cudaEvent_t m : marks) CK(cudaEventDestroy(m));
       CK(cudaEventDestroy(origin));
       CK(cudaFree(d_trace));
+      CK(cudaFree(d_items));
     }
   }
   if (!curve) return 0;

@@ -366,6 +366,7 @@ ZIPCOMM_DEVICE uint32_t written_item_check(const uint8_t* p, uint32_t elems) {
 
 /// Words per frame in a side's optional trace (SendArgs::trace, RecvArgs::trace).
 constexpr uint32_t TRACE_STAMPS = 4;
+constexpr uint32_t ITEM_TRACE_STAMPS = 4;
 
 /// Arguments of the sender kernel (by value).
 struct SendArgs {
@@ -424,6 +425,8 @@ struct RecvArgs {
   uint64_t* trace = nullptr;  // optional, for tuning: [TRACE_STAMPS * frames of the launch] %globaltimer when
                               // the frame's leader started waiting, found the frame checked, its last item was
                               // decoded, and the leader saw the planes' flag
+  uint64_t* item_trace = nullptr;  // optional, for tuning: [ITEM_TRACE_STAMPS * items of the plan] %globaltimer
+                                   // when a warp took the item, saw its frame ready, had decoded it, had counted it
   p2p_detail::PoisonList poison;  // optional: flags set far ahead when this side aborts
   // Optional (stream mode): section B beyond exps_budget_bytes(frame, exps_budget) is read from the same
   // offsets of slot s at overflow_slots + s * slot_bytes; each warp copies its chunk's share in first.
@@ -610,6 +613,8 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
   for (;;) {
     const uint64_t g = item_begin + p2p_detail::take_item(a.item_counter);
     if (g >= item_stop) break;
+    uint64_t* item_trace = a.item_trace && lane == 0 ? a.item_trace + ITEM_TRACE_STAMPS * g : nullptr;
+    if (item_trace) item_trace[0] = p2p_detail::global_ns();
     if (p2p_detail::aborted(a.control)) break;
     uint32_t j = 0;
     const uint64_t f = a.plan.frame_of_item(g, j);
@@ -698,6 +703,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
       break;
     }
     const Status frame_ok = Status(*const_cast<volatile uint32_t*>(&a.frame_status[2 * slot]));
+    if (item_trace) item_trace[1] = p2p_detail::global_ns();
 
     // 3. Decode into the output (raw frames: copy).
     if (frame_ok == Status::ok) {
@@ -744,9 +750,12 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     }
 
     // 4. Count the item; the frame's last one hands the slot back, the launch's last frame completes it.
+    if (item_trace) item_trace[2] = p2p_detail::global_ns();
     __threadfence_system();
     __syncwarp();
-    if (lane == 0 && p2p_detail::count_frame_item(&a.counters[slot], fi.items)) {
+    const bool last_of_frame = lane == 0 && p2p_detail::count_frame_item(&a.counters[slot], fi.items);
+    if (item_trace) item_trace[3] = p2p_detail::global_ns();
+    if (last_of_frame) {
       __threadfence_system();
       if (a.give_credits) p2p_detail::store_release_sys(&a.ring.credits[slot], flag_value(q));
       if (trace) trace[2] = p2p_detail::global_ns();

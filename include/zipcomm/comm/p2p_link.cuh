@@ -322,6 +322,7 @@ class FrameRing {
 struct P2PLaunchExtras {
   p2p_detail::PoisonList poison;  // flags set far ahead when this side aborts (so copy-engine waiters drain)
   uint64_t* trace = nullptr;      // per-frame %globaltimer stamps (SendArgs::trace, RecvArgs::trace)
+  uint64_t* item_trace = nullptr;  // receiver: per-item %globaltimer stamps (RecvArgs::item_trace)
   uint8_t* overflow_slots = nullptr;  // stream mode: where section B past the budget goes (SendArgs, RecvArgs)
   ExpsBudget exps_budget;
   bool first_frame_planes_first = false;  // SendArgs::first_frame_planes_first
@@ -521,6 +522,7 @@ class P2PReceiver {
     a.poison = extras.poison;
     a.overflow_slots = extras.overflow_slots;
     a.exps_budget = extras.exps_budget;
+    a.item_trace = extras.item_trace;
     const uint64_t items =
         (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
     const int cap = max_blocks > 0 ? std::min(max_blocks, blocks_) : blocks_;
@@ -930,11 +932,12 @@ class HostStagingLink {
 
   /// For tuning: per-frame %globaltimer stamps of the next coded transfers (TRACE_STAMPS words per frame each
   /// side, see SendArgs::trace and RecvArgs::trace; device memory of this GPU, room for the largest transfer's
-  /// frames).
-  /// nullptr turns it off.
-  void set_trace(uint64_t* send_trace, uint64_t* recv_trace) {
+  /// frames); with `recv_item_trace`, also ITEM_TRACE_STAMPS words per item for the receiver (RecvArgs::item_trace;
+  /// room for the largest transfer's items). nullptr turns it off.
+  void set_trace(uint64_t* send_trace, uint64_t* recv_trace, uint64_t* recv_item_trace = nullptr) {
     send_trace_ = send_trace;
     recv_trace_ = recv_trace;
+    recv_item_trace_ = recv_item_trace;
   }
   /// For tuning, stream mode: the next coded transfers record `events` (timing-enabled, this GPU; `count` of
   /// them): [0] on the sender's stream before its launch, then 8 per frame: before and after the device -> host
@@ -1054,6 +1057,7 @@ class HostStagingLink {
   P2PLaunchExtras extras(bool sender) const {
     P2PLaunchExtras x;
     x.trace = sender ? send_trace_ : recv_trace_;
+    x.item_trace = sender ? nullptr : recv_item_trace_;
     if (mode_ == HostLinkMode::stream) {
       // The copy streams wait on the sender's planes and exponents flags (adjacent: ready_exps = ready_planes +
       // slots, in the pinned ring and in stream_flags_ alike) and on the receiver's credits.
@@ -1419,7 +1423,7 @@ class HostStagingLink {
   }
   ExpsBudget budget_;  // stream mode: section B bytes per 1024 elements the fixed-size copies move, per tier
   bool last_empty_ = true;
-  uint64_t *send_trace_ = nullptr, *recv_trace_ = nullptr;
+  uint64_t *send_trace_ = nullptr, *recv_trace_ = nullptr, *recv_item_trace_ = nullptr;
   cudaEvent_t* copy_trace_ = nullptr;
   size_t copy_trace_count_ = 0;
   P2PSender<D, Code> sender_;
