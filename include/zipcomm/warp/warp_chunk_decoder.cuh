@@ -131,15 +131,16 @@ class WarpChunkDecoder {
     max_words_ = size_bad ? 0u : min((bytes - hdr) / 4, format::CODED_WORD_LIMIT);
     const uint32_t* gw = reinterpret_cast<const uint32_t*>(stream + hdr);
     global_words_ = gw;
-    if constexpr (STAGE_WORDS) smem_words_ = static_cast<uint32_t>(__cvta_generic_to_shared(temp_.words));
     if constexpr (STAGE_WORDS) {
+      smem_words_ = static_cast<uint32_t>(__cvta_generic_to_shared(temp_.words));
       if (reinterpret_cast<uintptr_t>(stream) % 16 == 0) {
         // 16-byte loads of the chunk from its (aligned) start, two in flight per lane: the staging is a chain of
         // memory round trips, and this cuts their number 4x against 4-byte loads (deeper costs registers that
         // the decode loop's occupancy needs). Bytes of the header and past the words are dropped.
         constexpr uint32_t DEPTH = 2;
         const uint4* v = reinterpret_cast<const uint4*>(stream);
-        const uint32_t v_end = (hdr + 4 * max_words_ + 15) / 16, hdr_words = hdr / 4;
+        // No words (a bad size among them): no loads, the header may lie past the stream's end.
+        const uint32_t v_end = max_words_ ? (hdr + 4 * max_words_ + 15) / 16 : 0u, hdr_words = hdr / 4;
         for (uint32_t m = hdr / 16 + lane; m < v_end; m += 32 * DEPTH) {
           uint4 q[DEPTH];
 #pragma unroll
