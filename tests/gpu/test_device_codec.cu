@@ -1,6 +1,7 @@
 // GPU tests of the device-wide codec: device bytes == host reference bytes, bit-exact round trips,
 // unaligned pointers, > 2^31 elements, argument errors and corrupt streams.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include <zipcomm/device/device_codec.cuh>
@@ -42,10 +43,12 @@ DeviceResult device_compress(const std::vector<uint8_t>& raw, size_t in_offset =
 /// Decompresses on the device into a guarded buffer; checks the guards; returns status and output.
 template <DType D, class Code>
 Status device_decompress(const std::vector<uint8_t>& stream, uint64_t capacity_elems, std::vector<uint8_t>& out,
-                         size_t out_offset = 0) {
+                         size_t out_offset = 0, size_t in_pad = 16) {
   const size_t eb = format::elem_bytes(D);
   const size_t guard = 64;
-  DeviceBuffer in(stream.size() + 16), dst(capacity_elems * eb + out_offset + 2 * guard), meta(16);
+  // in_pad = 0 puts the stream's last byte at the end of its allocation: compute-sanitizer's memcheck then
+  // reports any read past the stream.
+  DeviceBuffer in(stream.size() + in_pad), dst(capacity_elems * eb + out_offset + 2 * guard), meta(16);
   if (!stream.empty()) CUDA_OK(cudaMemcpy(in.ptr, stream.data(), stream.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(dst.ptr, 0xA5, dst.bytes));
   size_t temp_bytes = 0;
@@ -237,6 +240,43 @@ TEST_CASE("corrupt and truncated streams: device status agrees with the host dec
     std::vector<uint8_t> t(dev.stream.begin(), dev.stream.begin() + cut), out;
     CAPTURE(cut);
     REQUIRE(device_decompress<DType::bf16, thread::GaussianCode>(t, n, out) != Status::ok);
+  }
+}
+
+TEST_CASE("a short last chunk at the very end of its allocation is rejected without reading past it",
+          "[gpu][codec]") {
+  // A valid header whose table gives the last chunk fewer bytes than its own chunk header (down to none), so
+  // the header would lie past the stream's end. Run under memcheck, this catches loads past the allocation.
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (uint64_t tail_elems : {uint64_t(1), uint64_t(300), uint64_t(777), uint64_t(16383)}) {
+    const uint64_t n = 2 * 16384 + tail_elems;
+    auto raw = gpu_test::gaussian_bytes(DType::bf16, n, 0.02f, rng);
+    DeviceResult dev = device_compress<DType::bf16, thread::GaussianCode>(raw);
+    REQUIRE(dev.status == Status::ok);
+    const format::Layout L = format::layout_for(DType::bf16, n);
+    const uint64_t C = format::div_up(n, format::CHUNK_ELEMS);
+    uint64_t ends[3];
+    std::memcpy(ends, dev.stream.data() + L.table_offset, sizeof ends);
+    REQUIRE(C == 3);
+    for (uint64_t last_bytes : {uint64_t(0), uint64_t(16)}) {
+      CAPTURE(tail_elems, last_bytes);
+      if (ends[1] + last_bytes >= ends[2]) continue;  // not a shortened chunk
+      std::vector<uint8_t> bad(dev.stream.begin(), dev.stream.begin() + L.exp_offset + ends[1] + last_bytes);
+      const uint64_t new_end = ends[1] + last_bytes;
+      std::memcpy(bad.data() + L.table_offset + 16, &new_end, 8);
+      format::Header h;
+      std::memcpy(&h, bad.data(), sizeof h);
+      h.total_bytes = bad.size();
+      h.header_check = format::fnv1a(reinterpret_cast<const uint8_t*>(&h), 48);
+      std::memcpy(bad.data(), &h, sizeof h);
+      std::vector<uint8_t> host_out(raw.size()), dev_out;
+      const Status hs = host::decompress(bad.data(), bad.size(), host_out.data(), host_out.size());
+      const Status ds = device_decompress<DType::bf16, thread::GaussianCode>(bad, n, dev_out, 0, /*in_pad=*/0);
+      REQUIRE(hs != Status::ok);
+      REQUIRE(ds == hs);
+    }
   }
 }
 
