@@ -77,6 +77,11 @@ ZIPCOMM_DEVICE void store_release_sys(T* p, T v) {
   cuda::atomic_ref<T, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_release);
 }
 template <class T>
+ZIPCOMM_DEVICE void store_relaxed_sys(T* p, T v) {
+  cuda::atomic_ref<T, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_relaxed);
+}
+ZIPCOMM_DEVICE void fence_acq_rel_sys() { cuda::atomic_thread_fence(cuda::memory_order_acq_rel, cuda::thread_scope_system); }
+template <class T>
 ZIPCOMM_DEVICE T load_acquire_gpu(T* p) {
   return cuda::atomic_ref<T, cuda::thread_scope_device>(*p).load(cuda::memory_order_acquire);
 }
@@ -506,10 +511,11 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
       if (j + 1 == fi.items) p2p_detail::warp_zero(frame, fi.elems * eb, fi.planes_bytes);
       check = p2p_detail::input_item_check<D>(a.in, vector, elem0, elems);
     }
-    __threadfence_system();
+    // GPU scope before the count, system scope once, in the release that publishes the frame: release is
+    // cumulative, so what the counted warps wrote is ordered before the flag (the receiver's step 4 says more).
+    __threadfence();
     __syncwarp();
     if (lane == 0 && p2p_detail::count_frame_item(&a.counters[2 * slot], fi.items)) {
-      __threadfence_system();
       p2p_detail::store_release_sys(&a.ring.ready_planes[slot], flag_value(q));
       if (trace) trace[1] = p2p_detail::global_ns();
     }
@@ -543,13 +549,13 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
     }
 
     // 4. The frame's last item closes it: table padding, header, exponents flag.
-    __threadfence_system();
+    __threadfence();
     __syncwarp();
     uint32_t done = 0;
     if (lane == 0) done = p2p_detail::count_frame_item(&a.counters[2 * slot + 1], fi.items);
     done = __shfl_sync(warp::FULL_MASK, done, 0);
     if (done) {
-      __threadfence_system();
+      __threadfence();  // acquire the frame's items (their look-back entries, chunks and table entries)
       uint32_t exps_bytes = uint32_t(FRAME_HEADER_BYTES + table_bytes);
       if (coded) {
         const uint64_t last = cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(
@@ -572,9 +578,10 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
         uint4* dst = reinterpret_cast<uint4*>(section_b);
 #pragma unroll
         for (int i = 0; i < 4; ++i) dst[i] = hv[i];
-        if (a.ring.exps_bytes) p2p_detail::store_release_sys(&a.ring.exps_bytes[slot], exps_bytes);
+        // Read only after ready_exps (acquire), whose release below publishes it.
+        if (a.ring.exps_bytes) p2p_detail::store_relaxed_sys(&a.ring.exps_bytes[slot], exps_bytes);
       }
-      __threadfence_system();
+      __threadfence();
       __syncwarp();
       if (lane == 0) p2p_detail::store_release_sys(&a.ring.ready_exps[slot], flag_value(q));
       if (trace && lane == 0) trace[2] = p2p_detail::global_ns();
@@ -750,19 +757,30 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     }
 
     // 4. Count the item; the frame's last one hands the slot back, the launch's last frame completes it.
+    // Fences: GPU scope before the counts (every counter lives on this GPU), one system-scope release per frame
+    // for the observers off the SMs (copy streams, the sender's GPU, the host). Release is cumulative: what
+    // the counting warps wrote and read is ordered before the credit and the done word through the counters.
+    // (A system fence per item cost its warp ~4-8 us while the copy engines streamed, and the transfer's last
+    // item paid it on the critical path, bench/RESULTS.md 2026-12-03, ninth session.)
     if (item_trace) item_trace[2] = p2p_detail::global_ns();
-    __threadfence_system();
+    __threadfence();
     __syncwarp();
     const bool last_of_frame = lane == 0 && p2p_detail::count_frame_item(&a.counters[slot], fi.items);
     if (item_trace) item_trace[3] = p2p_detail::global_ns();
     if (last_of_frame) {
-      __threadfence_system();
-      if (a.give_credits) p2p_detail::store_release_sys(&a.ring.credits[slot], flag_value(q));
-      if (trace) trace[2] = p2p_detail::global_ns();
-      if (p2p_detail::tagged_increment(a.frames_done, a.launch_tag) == launch_frames && a.done_word != nullptr) {
-        __threadfence_system();
-        p2p_detail::store_release_sys(a.done_word, a.done_value);
+      __threadfence();  // acquire the frame's items before the launch count passes them on
+      const bool last_of_launch = p2p_detail::tagged_increment(a.frames_done, a.launch_tag) == launch_frames;
+      // The launch's last frame: acquires every frame's items (through frames_done) and releases them with one
+      // system fence for both the credit and the done word.
+      if (last_of_launch) p2p_detail::fence_acq_rel_sys();
+      if (a.give_credits) {
+        if (last_of_launch)
+          p2p_detail::store_relaxed_sys(&a.ring.credits[slot], flag_value(q));
+        else
+          p2p_detail::store_release_sys(&a.ring.credits[slot], flag_value(q));
       }
+      if (trace) trace[2] = p2p_detail::global_ns();
+      if (last_of_launch && a.done_word != nullptr) p2p_detail::store_relaxed_sys(a.done_word, a.done_value);
     }
   }
 }
