@@ -92,6 +92,11 @@ struct P2POptions {
                                                     // keep the copy engines busy while the last frames' "landed"
                                                     // flags are seen and decoded, and need no decode themselves.
                                                     // stream_raw_head_bytes + this <= RAW_BUFFERS * raw_chunk_bytes
+  uint32_t stream_raw_head_pieces = 1;              // stream mode: the raw head's and tail's copies in this many
+  uint32_t stream_raw_tail_pieces = 1;              // pieces (whole 4 KiB, at least 4 KiB; 0 means 1), each host ->
+                                                    // device piece waiting for its own device -> host piece: the
+                                                    // transfer's end then trails the device -> host side by one
+                                                    // piece of the tail, not by the whole tail
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
@@ -1124,20 +1129,27 @@ class HostStagingLink {
     // Raw bytes [at, at + len) of the transfer, source -> raw staging -> destination on the current pair: one copy
     // each way, after the caller's prior work (ev(0)) and once the staging is free (ev(2): the previous transfer
     // done). The raw head and the raw tail.
-    auto copy_raw = [&](uint64_t at, uint64_t len, uint8_t* staging) {
+    // In `pieces` pieces (whole 4 KiB), each host -> device piece waiting only for its own device -> host piece:
+    // the host -> device side then trails by one piece, not by the whole copy.
+    auto copy_raw = [&](uint64_t at, uint64_t len, uint8_t* staging, uint32_t pieces) {
       cudaError_t r = cudaStreamWaitEvent(d2h, ev(0), 0);
       if (r == cudaSuccess) r = cudaStreamWaitEvent(d2h, ev(2), 0);
-      if (r == cudaSuccess)
-        r = cudaMemcpyAsync(staging, static_cast<const uint8_t*>(src_all) + at, len, cudaMemcpyDeviceToHost, d2h);
-      if (r == cudaSuccess) r = cudaEventRecord(piece_done(pair_of_d2h), d2h);
-      if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, piece_done(pair_of_d2h), 0);
-      if (r == cudaSuccess)
-        r = cudaMemcpyAsync(static_cast<uint8_t*>(dst_all) + at, staging, len, cudaMemcpyHostToDevice, h2d);
+      const uint64_t grain = P2POptions::MIN_COPY_PIECE_BYTES;
+      const uint64_t piece = std::max(grain, format::div_up(format::div_up(len, pieces ? pieces : 1u), grain) * grain);
+      for (uint64_t off = 0; off < len && r == cudaSuccess; off += piece) {
+        const uint64_t n = std::min(piece, len - off);
+        r = cudaMemcpyAsync(staging + off, static_cast<const uint8_t*>(src_all) + at + off, n, cudaMemcpyDeviceToHost,
+                            d2h);
+        if (r == cudaSuccess) r = cudaEventRecord(piece_done(pair_of_d2h), d2h);
+        if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, piece_done(pair_of_d2h), 0);
+        if (r == cudaSuccess)
+          r = cudaMemcpyAsync(static_cast<uint8_t*>(dst_all) + at + off, staging + off, n, cudaMemcpyHostToDevice, h2d);
+      }
       return r;
     };
     // The raw head first, before the launches, so its device -> host copy starts at once and ends about when the
     // first frame's planes are split; its host -> device copy fills the time until the first frame's piece lands.
-    if (head_bytes && e == cudaSuccess) e = copy_raw(0, head_bytes, raw_buffers_.get());
+    if (head_bytes && e == cudaSuccess) e = copy_raw(0, head_bytes, raw_buffers_.get(), opt_.stream_raw_head_pieces);
     if (e == cudaSuccess)
       e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(), send_extras());
     if (e == cudaSuccess)
@@ -1241,7 +1253,8 @@ class HostStagingLink {
     const uint64_t tail_bytes = raw_tail * format::elem_bytes(D);
     if (tail_bytes && e == cudaSuccess) {
       if (F) use_pair(F - 1);
-      e = copy_raw((plan.n + raw_head) * format::elem_bytes(D), tail_bytes, raw_buffers_.get() + head_bytes);
+      e = copy_raw((plan.n + raw_head) * format::elem_bytes(D), tail_bytes, raw_buffers_.get() + head_bytes,
+                   opt_.stream_raw_tail_pieces);
       wire_bytes_ += tail_bytes;
     }
     return e;
