@@ -237,9 +237,15 @@ TEST_CASE("p2p host staging link, every mode: many transfers back to back, each 
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (HostLinkMode mode : {HostLinkMode::stream, HostLinkMode::kernel, HostLinkMode::relay, HostLinkMode::copy}) {
-    CAPTURE(int(mode));
-    const P2POptions o = mode == HostLinkMode::stream ? P2POptions::stream_tuned() : small_ring_options();
+  P2POptions joined = P2POptions::stream_tuned();
+  joined.stream_direct_join = !joined.stream_direct_join;  // the caller's stream joined both ways
+  joined.stream_raw_tail_pieces = 3;
+  const std::pair<HostLinkMode, P2POptions> configs[] = {
+      {HostLinkMode::stream, P2POptions::stream_tuned()}, {HostLinkMode::stream, joined},
+      {HostLinkMode::kernel, small_ring_options()},       {HostLinkMode::relay, small_ring_options()},
+      {HostLinkMode::copy, small_ring_options()}};
+  for (const auto& [mode, o] : configs) {
+    CAPTURE(int(mode), o.stream_direct_join);
     HostStagingLink<DType::bf16> link;
     const cudaError_t ie = link.init(0, o, mode);
     if (ie == cudaErrorNotSupported) {
