@@ -378,8 +378,8 @@ int run_peer(const std::string& data, uint64_t max_mib, uint64_t min_kib, double
 // the sweep. Keys: mode (copy|relay|kernel|stream), items (tier-0 frame items), item (tier-0 item elements), slots,
 // split (0|1), devflags (0|1), pairs (1..4), budget (exps bytes per 1024 elements), tiers, t1items (tier-1 frame
 // items), sblocks, rblocks, piece (KiB), pieces (per transfer), splitn (split_send_frames), gate (0|1),
-// head (ITEM/FRAME/MIB of bf16), rawhead, rawtail (KiB), headpieces, tailpieces, join (0|1), sfirst
-// (0|1). Returns false (with a message) on a key or value it does not know.
+// head (ITEM/FRAME/MIB of bf16), rawhead, rawtail (KiB). Returns false (with a message) on a key or value it does
+// not know.
 bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mode, P2POptions& o) {
   const size_t colon = spec.find(':');
   name = spec.substr(0, colon);
@@ -431,10 +431,6 @@ bool parse_variant(const std::string& spec, std::string& name, HostLinkMode& mod
     else if (k == "pieces") o.copy_pieces_per_transfer = uint32_t(x);
     else if (k == "rawhead") o.stream_raw_head_bytes = uint64_t(x) << 10;  // KiB
     else if (k == "rawtail") o.stream_raw_tail_bytes = uint64_t(x) << 10;  // KiB
-    else if (k == "headpieces") o.stream_raw_head_pieces = uint32_t(x);
-    else if (k == "tailpieces") o.stream_raw_tail_pieces = uint32_t(x);
-    else if (k == "join") o.stream_direct_join = x != 0;
-    else if (k == "sfirst") o.copy_short_piece_first = x != 0;
     else if (k == "head") {
       unsigned item = 0, frame = 0, mib = 0;
       if (std::sscanf(v.c_str(), "%u/%u/%u", &item, &frame, &mib) != 3)

@@ -237,15 +237,14 @@ TEST_CASE("p2p host staging link, every mode: many transfers back to back, each 
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  P2POptions joined = P2POptions::stream_tuned();
-  joined.stream_direct_join = !joined.stream_direct_join;  // the caller's stream joined both ways
-  joined.stream_raw_tail_pieces = 3;
+  P2POptions frames_only = P2POptions::stream_tuned();  // every element through the frames: no raw head or tail
+  frames_only.stream_raw_head_bytes = frames_only.stream_raw_tail_bytes = 0;
   const std::pair<HostLinkMode, P2POptions> configs[] = {
-      {HostLinkMode::stream, P2POptions::stream_tuned()}, {HostLinkMode::stream, joined},
+      {HostLinkMode::stream, P2POptions::stream_tuned()}, {HostLinkMode::stream, frames_only},
       {HostLinkMode::kernel, small_ring_options()},       {HostLinkMode::relay, small_ring_options()},
       {HostLinkMode::copy, small_ring_options()}};
   for (const auto& [mode, o] : configs) {
-    CAPTURE(int(mode), o.stream_direct_join);
+    CAPTURE(int(mode), o.stream_raw_head_bytes);
     HostStagingLink<DType::bf16> link;
     const cudaError_t ie = link.init(0, o, mode);
     if (ie == cudaErrorNotSupported) {

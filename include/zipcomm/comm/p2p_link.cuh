@@ -92,15 +92,6 @@ struct P2POptions {
                                                     // keep the copy engines busy while the last frames' "landed"
                                                     // flags are seen and decoded, and need no decode themselves.
                                                     // stream_raw_head_bytes + this <= RAW_BUFFERS * raw_chunk_bytes
-  bool copy_short_piece_first = false;              // stream mode: a copy in pieces starts with its short piece
-  bool stream_direct_join = false;                  // stream mode: the caller's stream waits on each of the link's
-                                                    // streams itself (one event hop after the last of them), not
-                                                    // on the two sides' streams that join the others
-  uint32_t stream_raw_head_pieces = 1;              // stream mode: the raw head's and tail's copies in this many
-  uint32_t stream_raw_tail_pieces = 1;              // pieces (whole 4 KiB, at least 4 KiB; 0 means 1), each host ->
-                                                    // device piece waiting for its own device -> host piece: the
-                                                    // transfer's end then trails the device -> host side by one
-                                                    // piece of the tail, not by the whole tail
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
@@ -696,11 +687,6 @@ class HostStagingLink {
       e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
       if (e == cudaSuccess) events_.push_back(ev);
     }
-    for (size_t i = 0; i < streams_.size() && e == cudaSuccess; ++i) {  // stream_direct_join: one per stream
-      cudaEvent_t ev;
-      e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-      if (e == cudaSuccess) join_events_.push_back(ev);
-    }
     ready_ = e == cudaSuccess;
     return e;
   }
@@ -1031,22 +1017,6 @@ class HostStagingLink {
   cudaError_t finish(cudaStream_t stream, cudaError_t e) {
     SideControl* host = status_host_.get<SideControl>();
     cudaError_t f = cudaSuccess;
-    // stream_direct_join: the caller's stream waits on each working stream's end itself: one event hop after
-    // the last copy or the receiver's exit, not two (a copy stream -> the receive stream -> the caller's).
-    // Recorded before the joins below; the streams that usually end last are waited on last.
-    const bool direct = mode_ == HostLinkMode::stream && opt_.stream_direct_join;
-    if (direct) {
-      std::vector<cudaStream_t> order = {send_stream()};
-      for (uint32_t k = 0; k < opt_.copy_stream_pairs; ++k) order.push_back(d2h_stream(k));
-      if (opt_.gate_flag_waits) order.push_back(gate_stream(0)), order.push_back(gate_stream(1));
-      order.push_back(signal_stream());
-      for (uint32_t k = 0; k < opt_.copy_stream_pairs; ++k) order.push_back(h2d_stream(k));
-      order.push_back(recv_stream());
-      for (size_t i = 0; i < order.size() && f == cudaSuccess; ++i) {
-        f = cudaEventRecord(join_events_[i], order[i]);
-        if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, join_events_[i], 0);
-      }
-    }
     for (int i = 0; i < opt_.decode_streams && f == cudaSuccess && mode_ != HostLinkMode::kernel; ++i) {
       f = cudaEventRecord(ev(3), decode_stream(uint32_t(i)));
       if (f == cudaSuccess) f = cudaStreamWaitEvent(recv_stream(), ev(3), 0);
@@ -1077,10 +1047,8 @@ class HostStagingLink {
       f = cudaMemcpyAsync(&host[1], receiver_.control(), sizeof(SideControl), cudaMemcpyDeviceToHost, recv_stream());
     if (f == cudaSuccess) f = cudaEventRecord(ev(1), send_stream());
     if (f == cudaSuccess) f = cudaEventRecord(ev(2), recv_stream());
-    if (!direct) {
-      if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(0), 0);
-      if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(1), 0);
-    }
+    if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(0), 0);
+    if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(1), 0);
     return e != cudaSuccess ? e : f;
   }
 
@@ -1156,27 +1124,20 @@ class HostStagingLink {
     // Raw bytes [at, at + len) of the transfer, source -> raw staging -> destination on the current pair: one copy
     // each way, after the caller's prior work (ev(0)) and once the staging is free (ev(2): the previous transfer
     // done). The raw head and the raw tail.
-    // In `pieces` pieces (whole 4 KiB), each host -> device piece waiting only for its own device -> host piece:
-    // the host -> device side then trails by one piece, not by the whole copy.
-    auto copy_raw = [&](uint64_t at, uint64_t len, uint8_t* staging, uint32_t pieces) {
+    auto copy_raw = [&](uint64_t at, uint64_t len, uint8_t* staging) {
       cudaError_t r = cudaStreamWaitEvent(d2h, ev(0), 0);
       if (r == cudaSuccess) r = cudaStreamWaitEvent(d2h, ev(2), 0);
-      const uint64_t grain = P2POptions::MIN_COPY_PIECE_BYTES;
-      const uint64_t piece = std::max(grain, format::div_up(format::div_up(len, pieces ? pieces : 1u), grain) * grain);
-      for (uint64_t off = 0; off < len && r == cudaSuccess; off += piece) {
-        const uint64_t n = std::min(piece, len - off);
-        r = cudaMemcpyAsync(staging + off, static_cast<const uint8_t*>(src_all) + at + off, n, cudaMemcpyDeviceToHost,
-                            d2h);
-        if (r == cudaSuccess) r = cudaEventRecord(piece_done(pair_of_d2h), d2h);
-        if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, piece_done(pair_of_d2h), 0);
-        if (r == cudaSuccess)
-          r = cudaMemcpyAsync(static_cast<uint8_t*>(dst_all) + at + off, staging + off, n, cudaMemcpyHostToDevice, h2d);
-      }
+      if (r == cudaSuccess)
+        r = cudaMemcpyAsync(staging, static_cast<const uint8_t*>(src_all) + at, len, cudaMemcpyDeviceToHost, d2h);
+      if (r == cudaSuccess) r = cudaEventRecord(piece_done(pair_of_d2h), d2h);
+      if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, piece_done(pair_of_d2h), 0);
+      if (r == cudaSuccess)
+        r = cudaMemcpyAsync(static_cast<uint8_t*>(dst_all) + at, staging, len, cudaMemcpyHostToDevice, h2d);
       return r;
     };
     // The raw head first, before the launches, so its device -> host copy starts at once and ends about when the
     // first frame's planes are split; its host -> device copy fills the time until the first frame's piece lands.
-    if (head_bytes && e == cudaSuccess) e = copy_raw(0, head_bytes, raw_buffers_.get(), opt_.stream_raw_head_pieces);
+    if (head_bytes && e == cudaSuccess) e = copy_raw(0, head_bytes, raw_buffers_.get());
     if (e == cudaSuccess)
       e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(), send_extras());
     if (e == cudaSuccess)
@@ -1215,14 +1176,8 @@ class HostStagingLink {
       const cudaEvent_t link_ev = pieces ? piece_done(pair_of_d2h) : ev;
       cudaError_t r = mark ? cudaEventRecord(mark[0], d2h) : cudaSuccess;
       bool h2d_marked = false;
-      // copy_short_piece_first: the short piece opens the copy instead of closing it. The host -> device side
-      // copies piece k while the device -> host side copies piece k + 1, so it idles whenever a piece is longer
-      // than the one before; a frame's short last piece followed by the next frame's full first piece made
-      // such a gap at every frame boundary (~20-30 us each at 64 MiB).
-      const uint64_t short_len = pieces ? len - (format::div_up(len, piece) - 1) * piece : len;
-      const bool short_first = pieces && opt_.copy_short_piece_first;
-      for (uint64_t off = 0, n = 0; off < len && r == cudaSuccess; off += n) {
-        n = !pieces ? len : short_first ? (off == 0 ? short_len : piece) : std::min(piece, len - off);
+      for (uint64_t off = 0; off < len && r == cudaSuccess; off += pieces ? piece : len) {
+        const uint64_t n = pieces ? std::min(piece, len - off) : len;
         r = cudaMemcpyAsync(host + off, from_dev + off, n, cudaMemcpyDeviceToHost, d2h);
         if (r == cudaSuccess) r = cudaEventRecord(link_ev, d2h);
         if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, link_ev, 0);
@@ -1286,8 +1241,7 @@ class HostStagingLink {
     const uint64_t tail_bytes = raw_tail * format::elem_bytes(D);
     if (tail_bytes && e == cudaSuccess) {
       if (F) use_pair(F - 1);
-      e = copy_raw((plan.n + raw_head) * format::elem_bytes(D), tail_bytes, raw_buffers_.get() + head_bytes,
-                   opt_.stream_raw_tail_pieces);
+      e = copy_raw((plan.n + raw_head) * format::elem_bytes(D), tail_bytes, raw_buffers_.get() + head_bytes);
       wire_bytes_ += tail_bytes;
     }
     return e;
@@ -1443,10 +1397,8 @@ class HostStagingLink {
     }
     for (cudaStream_t st : streams_) cudaStreamDestroy(st);
     for (cudaEvent_t ev : events_) cudaEventDestroy(ev);
-    for (cudaEvent_t ev : join_events_) cudaEventDestroy(ev);
     streams_.clear();
     events_.clear();
-    join_events_.clear();
     ready_ = false;
   }
 
@@ -1478,7 +1430,6 @@ class HostStagingLink {
   P2PReceiver<D, Code> receiver_;
   std::vector<cudaStream_t> streams_;
   std::vector<cudaEvent_t> events_;
-  std::vector<cudaEvent_t> join_events_;  // one per stream of streams_, for stream_direct_join
 };
 
 
