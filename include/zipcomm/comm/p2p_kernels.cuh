@@ -80,7 +80,9 @@ template <class T>
 ZIPCOMM_DEVICE void store_relaxed_sys(T* p, T v) {
   cuda::atomic_ref<T, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_relaxed);
 }
-ZIPCOMM_DEVICE void fence_acq_rel_sys() { cuda::atomic_thread_fence(cuda::memory_order_acq_rel, cuda::thread_scope_system); }
+ZIPCOMM_DEVICE void fence_acq_rel_sys() {
+  cuda::atomic_thread_fence(cuda::memory_order_acq_rel, cuda::thread_scope_system);
+}
 template <class T>
 ZIPCOMM_DEVICE T load_acquire_gpu(T* p) {
   return cuda::atomic_ref<T, cuda::thread_scope_device>(*p).load(cuda::memory_order_acquire);
@@ -770,15 +772,10 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     if (last_of_frame) {
       __threadfence();  // acquire the frame's items before the launch count passes them on
       const bool last_of_launch = p2p_detail::tagged_increment(a.frames_done, a.launch_tag) == launch_frames;
-      // The launch's last frame: acquires every frame's items (through frames_done) and releases them with one
-      // system fence for both the credit and the done word.
-      if (last_of_launch) p2p_detail::fence_acq_rel_sys();
-      if (a.give_credits) {
-        if (last_of_launch)
-          p2p_detail::store_relaxed_sys(&a.ring.credits[slot], flag_value(q));
-        else
-          p2p_detail::store_release_sys(&a.ring.credits[slot], flag_value(q));
-      }
+      // One system fence releases the frame's items (the launch's last frame: every frame's, acquired through
+      // frames_done) to both the credit and the done word.
+      p2p_detail::fence_acq_rel_sys();
+      if (a.give_credits) p2p_detail::store_relaxed_sys(&a.ring.credits[slot], flag_value(q));
       if (trace) trace[2] = p2p_detail::global_ns();
       if (last_of_launch && a.done_word != nullptr) p2p_detail::store_relaxed_sys(a.done_word, a.done_value);
     }
