@@ -860,6 +860,134 @@ TEST_CASE("p2p host staging link: bad arguments are refused; reset restarts the 
   }
 }
 
+TEST_CASE("p2p links: wait() reports the first error of every transfer since the last wait()", "[gpu][p2p][concurrent]") {
+  // Callers issue transfers back to back and wait once (a weight sync sends one per bucket): an error of any of
+  // them must reach wait(), even when the transfers after it went well, and past the link's status records.
+  // A 1 us timeout makes a coded transfer time out for sure (its receiver waits longer than that for the first
+  // frame); a raw transfer waits on no peer.
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const uint64_t n = uint64_t(1) << 21;
+  const std::vector<uint8_t> host = test_bf16(n, rng);
+  DeviceBuffer src(host.size()), dst(host.size());
+  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto dst_exact = [&] {
+    std::vector<uint8_t> back(host.size());
+    CUDA_OK(cudaMemcpy(back.data(), dst.ptr, back.size(), cudaMemcpyDeviceToHost));
+    return back == host;
+  };
+  using clock = std::chrono::steady_clock;
+
+  SECTION("host staging link, every mode: a coded transfer that times out, then a raw one that does not") {
+    const std::pair<HostLinkMode, P2POptions> configs[] = {{HostLinkMode::stream, P2POptions::stream_tuned()},
+                                                           {HostLinkMode::kernel, small_ring_options()},
+                                                           {HostLinkMode::relay, small_ring_options()},
+                                                           {HostLinkMode::copy, small_ring_options()}};
+    for (auto [mode, o] : configs) {
+      CAPTURE(int(mode));
+      o.timeout_ns = 1000;
+      HostStagingLink<DType::bf16> link;
+      const cudaError_t ie = link.init(0, o, mode);
+      if (ie == cudaErrorNotSupported) {
+        WARN("mode " << int(mode) << " not supported on this GPU/driver: skipped");
+        continue;
+      }
+      CUDA_OK(ie);
+      const auto t0 = clock::now();
+      CUDA_OK(link.transfer_coded(src.ptr, dst.ptr, n, stream));
+      CUDA_OK(link.transfer_raw(src.ptr, dst.ptr, n, stream));
+      const Status s = link.wait();
+      INFO(status_string(s));
+      REQUIRE(s != Status::ok);
+      REQUIRE(clock::now() - t0 < std::chrono::seconds(5));
+      REQUIRE(link.transfer_raw(src.ptr, dst.ptr, n, stream) == cudaErrorInvalidValue);  // until reset()
+      CUDA_OK(link.reset());
+      CUDA_OK(cudaMemset(dst.ptr, 0, dst.bytes));
+      CUDA_OK(link.transfer_raw(src.ptr, dst.ptr, n, stream));
+      REQUIRE(link.wait() == Status::ok);
+      REQUIRE(dst_exact());
+    }
+  }
+  SECTION("peer link on one GPU: a coded transfer that times out, then a raw one") {
+    P2POptions o = small_ring_options();
+    o.timeout_ns = 1000;
+    PeerLink<DType::bf16> peer;
+    CUDA_OK(peer.init(0, 0, o));
+    CUDA_OK(peer.transfer_coded(src.ptr, dst.ptr, n, stream, stream));
+    CUDA_OK(peer.transfer_raw(src.ptr, dst.ptr, n, stream, stream));
+    const Status s = peer.wait();
+    INFO(status_string(s));
+    REQUIRE(s != Status::ok);
+    REQUIRE(peer.transfer_raw(src.ptr, dst.ptr, n, stream, stream) == cudaErrorInvalidValue);
+    CUDA_OK(peer.reset());
+    CUDA_OK(cudaMemset(dst.ptr, 0, dst.bytes));
+    CUDA_OK(peer.transfer_raw(src.ptr, dst.ptr, n, stream, stream));
+    REQUIRE(peer.wait() == Status::ok);
+    REQUIRE(dst_exact());
+  }
+  SECTION("stream mode: more failing transfers than status records; the link stops taking them, wait() reports") {
+    P2POptions o = P2POptions::stream_tuned();
+    o.timeout_ns = 1000;
+    HostStagingLink<DType::bf16> link;
+    const cudaError_t ie = link.init(0, o, HostLinkMode::stream);
+    if (ie == cudaErrorNotSupported) {
+      WARN("stream mode not supported on this GPU/driver: skipped");
+      return;
+    }
+    CUDA_OK(ie);
+    const uint32_t records = p2p_detail::TransferStatusLog::RECORDS;
+    uint32_t issued = 0;
+    cudaError_t refused = cudaSuccess;
+    while (issued < records + 8 && (refused = link.transfer_coded(src.ptr, dst.ptr, 50000, stream)) == cudaSuccess)
+      ++issued;
+    REQUIRE(issued == records);  // the next one found the records' errors and was refused
+    REQUIRE(refused == cudaErrorInvalidValue);
+    REQUIRE(link.wait() != Status::ok);
+    CUDA_OK(link.reset());
+  }
+  SECTION("stream and kernel modes, peer link: more good transfers than status records, one wait()") {
+    const uint32_t count = p2p_detail::TransferStatusLog::RECORDS + 16;
+    std::vector<uint64_t> sizes(count), at(count + 1, 0);
+    for (uint32_t k = 0; k < count; ++k) {
+      sizes[k] = 1000 + rng() % 60000;
+      at[k + 1] = at[k] + 2 * sizes[k];
+    }
+    DeviceBuffer many(at[count]);
+    auto check_all = [&] {
+      std::vector<uint8_t> back(at[count]);
+      CUDA_OK(cudaMemcpy(back.data(), many.ptr, back.size(), cudaMemcpyDeviceToHost));
+      for (uint32_t k = 0; k < count; ++k) {
+        CAPTURE(k, sizes[k]);
+        REQUIRE(std::equal(back.begin() + at[k], back.begin() + at[k + 1], host.begin()));
+      }
+    };
+    for (HostLinkMode mode : {HostLinkMode::stream, HostLinkMode::kernel}) {
+      CAPTURE(int(mode));
+      HostStagingLink<DType::bf16> link;
+      const cudaError_t ie =
+          link.init(0, mode == HostLinkMode::stream ? P2POptions::stream_tuned() : small_ring_options(), mode);
+      if (ie == cudaErrorNotSupported) continue;
+      CUDA_OK(ie);
+      CUDA_OK(cudaMemset(many.ptr, 0, many.bytes));
+      for (uint32_t k = 0; k < count; ++k)
+        CUDA_OK(link.transfer_coded(src.ptr, many.as(at[k]), sizes[k], stream));
+      REQUIRE(link.wait() == Status::ok);
+      check_all();
+    }
+    PeerLink<DType::bf16> peer;
+    CUDA_OK(peer.init(0, 0, small_ring_options()));
+    CUDA_OK(cudaMemset(many.ptr, 0, many.bytes));
+    for (uint32_t k = 0; k < count; ++k)
+      CUDA_OK(peer.transfer_coded(src.ptr, many.as(at[k]), sizes[k], stream, stream));
+    REQUIRE(peer.wait() == Status::ok);
+    check_all();
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
 namespace {
 __global__ void fill_bf16(uint16_t* p, uint64_t n, uint64_t seed) {
   for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += uint64_t(gridDim.x) * blockDim.x) {

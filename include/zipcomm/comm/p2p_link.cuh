@@ -590,6 +590,62 @@ inline Status transfer_status(Status relay, const SideControl& send, const SideC
   return Status::ok;
 }
 
+namespace p2p_detail {
+
+/// The status words of the transfers a link issued since its last wait(), one record per transfer (pinned):
+/// transfers are enqueued without waiting (a weight sync issues one per bucket), and a later transfer must not
+/// overwrite an earlier one's error, so wait() can report the first error of all of them. A record is read
+/// only after the streams that copy into it were synchronized; when all RECORDS are in use, the link
+/// synchronizes and folds them (collect) before it issues the next transfer.
+class TransferStatusLog {
+ public:
+  static constexpr uint32_t RECORDS = 64;
+  struct Record {
+    SideControl side[2];  // [0] sender, [1] receiver: copied from the GPU after the transfer
+    Status relay;         // the host relay's status (copy and relay modes)
+  };
+  cudaError_t init() {
+    pending_ = 0;
+    return memory_.pinned(RECORDS * sizeof(Record), cudaHostAllocDefault);
+  }
+  /// Before a transfer is issued: with every record in use, synchronizes the link (`synchronize()`, a
+  /// cudaError_t) and folds the records into `first`; an error among them refuses the transfer
+  /// (cudaErrorInvalidValue) and sets `broken`, the error kept for wait().
+  template <class Synchronize>
+  cudaError_t make_room(Synchronize&& synchronize, Status& first, bool& broken) {
+    if (pending_ < RECORDS) return cudaSuccess;
+    const cudaError_t e = synchronize();
+    if (e != cudaSuccess) return e;
+    first = collect(first);
+    if (first == Status::ok) return cudaSuccess;
+    broken = true;
+    return cudaErrorInvalidValue;
+  }
+  /// The next transfer's record, cleared (its sides' words are copied into side[]).
+  Record& next() {
+    Record& r = memory_.get<Record>()[pending_++];
+    std::memset(static_cast<void*>(&r), 0, sizeof r);
+    r.relay = Status::ok;
+    return r;
+  }
+  /// The first error among the records in issue order (`first` if that was already one), and an empty log. The
+  /// streams that wrote them must be synchronized.
+  Status collect(Status first) {
+    const Record* r = memory_.get<Record>();
+    for (uint32_t i = 0; i < pending_ && first == Status::ok; ++i)
+      first = transfer_status(r[i].relay, r[i].side[0], r[i].side[1]);
+    pending_ = 0;
+    return first;
+  }
+  void clear() { pending_ = 0; }
+
+ private:
+  Memory memory_;
+  uint32_t pending_ = 0;
+};
+
+}  // namespace p2p_detail
+
 /// How a HostStagingLink moves coded frames (the sender kernel always codes; the modes differ in who moves
 /// the bytes over the link):
 ///  copy:   copy engines both ways. The sender writes frames into a ring in GPU memory and publishes its
@@ -627,8 +683,8 @@ struct P2PCalibrationPoint {
 /// link.transfer(d_src, d_dst, n, stream);         // coded, or raw below link.bypass_threshold()
 /// zipcomm::Status s = link.wait();                // synchronizes; ok once every element arrived intact
 /// \endcode
-/// Transfers on one link are serialized (issue them on one stream, or order the streams). After an error,
-/// reset() before the next transfer.
+/// Transfers on one link are serialized (issue them on one stream, or order the streams); issue many, then one
+/// wait() reports the first error of all of them. After an error, reset() before the next transfer.
 template <DType D, class Code = thread::GaussianCode>
 class HostStagingLink {
  public:
@@ -671,7 +727,7 @@ class HostStagingLink {
     if (e == cudaSuccess && mode == HostLinkMode::stream) e = stream_flags_.device(device, size_t(opt.slots) * 32);
     if (e == cudaSuccess && mode == HostLinkMode::stream) e = mem_ops_.load(device);
     budget_ = make_exps_budget(opt.shape, opt.exps_budget_per_kelem);  // a head may share a tier's class
-    if (e == cudaSuccess) e = status_host_.pinned(2 * sizeof(SideControl));
+    if (e == cudaSuccess) e = log_.init();
     // send, recv, raw, d2h, the decode streams, then stream mode's further d2h streams (one per extra pair), its
     // signal stream and its two gate streams (sender's flags, credits).
     const int extra_d2h = mode == HostLinkMode::stream ? int(opt.copy_stream_pairs) - 1 : 0;
@@ -704,8 +760,8 @@ class HostStagingLink {
     cudaError_t e = check(src, dst, n);
     if (e != cudaSuccess) return e;
     p2p_detail::DeviceGuard g(device_);
-    last_raw_ = false;
-    last_stream_ = stream;
+    e = log_.make_room([&] { return synchronize(); }, first_error_, broken_);
+    if (e != cudaSuccess) return e;
     relay_status_ = Status::ok;
     // Transfers are serialized: the internal streams wait for the caller and for the previous transfer.
     e = cudaEventRecord(ev(0), stream);
@@ -719,7 +775,7 @@ class HostStagingLink {
     if (e == cudaSuccess && n == 0) e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), send_stream());
     if (e == cudaSuccess && (n == 0 || !persistent))
       e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), recv_stream());
-    last_empty_ = n == 0;
+    adapt_pending_ = adapt_pending_ || (mode_ == HostLinkMode::stream && n > 0);
     if (e != cudaSuccess || n == 0) return finish(stream, e);
     const uint64_t raw_head = raw_head_elems(n), raw_tail = raw_tail_elems(n);
     const FramePlan plan = make_plan(D, FrameKind::coded, n - raw_head - raw_tail, opt_.shape);
@@ -751,9 +807,8 @@ class HostStagingLink {
     cudaError_t e = check(src, dst, n);
     if (e != cudaSuccess) return e;
     p2p_detail::DeviceGuard g(device_);
-    last_raw_ = true;
-    last_stream_ = stream;
-    relay_status_ = Status::ok;
+    raw_pending_ = true;
+    raw_stream_ = stream;
     const uint64_t bytes = n * format::elem_bytes(D);
     return StagedRawCopy::run(src, dst, bytes, raw_chunk_for(bytes), raw_buffers_.get(), RAW_BUFFERS, raw_events(),
                               stream, raw_stream());
@@ -774,17 +829,20 @@ class HostStagingLink {
     return std::min(c, opt_.raw_chunk_bytes);
   }
 
-  /// Waits for the last transfer; its Status (ok only when every element arrived and decoded intact).
+  /// Waits for every transfer issued since the last wait(); the first error among them in issue order (ok only
+  /// when every element of every one arrived and decoded intact). After an error the link refuses transfers
+  /// until reset().
   Status wait() {
     if (!ready_) return Status::invalid_argument;
     p2p_detail::DeviceGuard g(device_);
-    if (last_raw_) return cudaStreamSynchronize(last_stream_) == cudaSuccess ? Status::ok : Status::invalid_argument;
-    for (cudaStream_t st : streams_)
-      if (cudaStreamSynchronize(st) != cudaSuccess) return Status::invalid_argument;
-    const SideControl* c = status_host_.get<SideControl>();
-    const Status s = transfer_status(relay_status_, c[0], c[1]);
+    if (raw_pending_ && cudaStreamSynchronize(raw_stream_) != cudaSuccess) return Status::invalid_argument;
+    if (synchronize() != cudaSuccess) return Status::invalid_argument;
+    const Status s = log_.collect(first_error_);
+    const bool adapt = adapt_pending_;
+    first_error_ = Status::ok;
+    raw_pending_ = adapt_pending_ = false;
     if (s != Status::ok) broken_ = true;
-    if (s == Status::ok && mode_ == HostLinkMode::stream && !last_empty_) adapt_budget();
+    if (s == Status::ok && adapt) adapt_budget();
     return s;
   }
 
@@ -798,8 +856,9 @@ class HostStagingLink {
     if (e == cudaSuccess && mode_ == HostLinkMode::stream) e = cudaMemset(stream_flags_.get(), 0, size_t(opt_.slots) * 32);
     next_seq_ = 0;
     broken_ = false;
-    relay_status_ = Status::ok;
-    std::memset(status_host_.get(), 0, 2 * sizeof(SideControl));
+    relay_status_ = first_error_ = Status::ok;
+    raw_pending_ = adapt_pending_ = false;
+    log_.clear();
     return e;
   }
 
@@ -1014,8 +1073,19 @@ class HostStagingLink {
     return cudaSuccess;
   }
 
+  /// Every stream of the link.
+  cudaError_t synchronize() {
+    for (cudaStream_t st : streams_) {
+      const cudaError_t e = cudaStreamSynchronize(st);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
+
   cudaError_t finish(cudaStream_t stream, cudaError_t e) {
-    SideControl* host = status_host_.get<SideControl>();
+    p2p_detail::TransferStatusLog::Record& rec = log_.next();
+    rec.relay = relay_status_;
+    SideControl* host = rec.side;
     cudaError_t f = cudaSuccess;
     for (int i = 0; i < opt_.decode_streams && f == cudaSuccess && mode_ != HostLinkMode::kernel; ++i) {
       f = cudaEventRecord(ev(3), decode_stream(uint32_t(i)));
@@ -1405,12 +1475,16 @@ class HostStagingLink {
   P2POptions opt_;
   HostLinkMode mode_ = HostLinkMode::copy;
   int device_ = 0;
-  bool ready_ = false, broken_ = false, last_raw_ = false;
-  cudaStream_t last_stream_ = nullptr;
+  bool ready_ = false, broken_ = false;
+  bool raw_pending_ = false;    // a raw transfer since the last wait(), on raw_stream_ (the caller's)
+  bool adapt_pending_ = false;  // a coded stream-mode transfer of n > 0 since the last wait(): adapt the budget
+  cudaStream_t raw_stream_ = nullptr;
   uint64_t bypass_ = 0, next_seq_ = 0, wire_bytes_ = 0;
-  Status relay_status_ = Status::ok;
+  Status relay_status_ = Status::ok;  // the host relay's, of the transfer being issued
+  Status first_error_ = Status::ok;   // the first error of records folded before wait() (make_room)
+  p2p_detail::TransferStatusLog log_;
   FrameRing ring_;
-  p2p_detail::Memory dev_ring_, dev_send_, status_host_, raw_buffers_, stream_flags_;
+  p2p_detail::Memory dev_ring_, dev_send_, raw_buffers_, stream_flags_;
   p2p_detail::StreamMemOps mem_ops_;
   // Raw copy chunk measured best per size class (class k: [2^k, 2^(k+1)) bytes; 0: not measured).
   static constexpr uint32_t RAW_CLASSES = 48;
@@ -1422,7 +1496,6 @@ class HostStagingLink {
     return k;
   }
   ExpsBudget budget_;  // stream mode: section B bytes per 1024 elements the fixed-size copies move, per tier
-  bool last_empty_ = true;
   uint64_t *send_trace_ = nullptr, *recv_trace_ = nullptr, *recv_item_trace_ = nullptr;
   cudaEvent_t* copy_trace_ = nullptr;
   size_t copy_trace_count_ = 0;
@@ -1475,7 +1548,7 @@ class PeerLink {
     if (e == cudaSuccess) e = credits_.device(send_device, size_t(opt.slots) * 8);
     if (e == cudaSuccess) e = sender_.init(send_device, opt.slots, opt.shape, opt.sender_blocks);
     if (e == cudaSuccess) e = receiver_.init(recv_device, opt.slots, opt.receiver_blocks, 0, 1);
-    if (e == cudaSuccess) e = status_host_.pinned(2 * sizeof(SideControl));
+    if (e == cudaSuccess) e = log_.init();
     for (int k = 0; k < 2 && e == cudaSuccess; ++k) {
       p2p_detail::DeviceGuard g(k == 0 ? send_device : recv_device);
       e = cudaStreamCreateWithFlags(&streams_[k], cudaStreamNonBlocking);
@@ -1587,14 +1660,13 @@ class PeerLink {
   /// The last calibrate()'s measurements, by size (empty before one).
   const std::vector<P2PCalibrationPoint>& calibration() const { return points_; }
 
+  /// Waits for every transfer issued since the last wait(); the first error among them in issue order. After
+  /// an error the link refuses transfers until reset().
   Status wait() {
     if (!ready_) return Status::invalid_argument;
-    for (int k = 0; k < 2; ++k) {
-      p2p_detail::DeviceGuard g(k == 0 ? send_dev_ : recv_dev_);
-      if (cudaStreamSynchronize(streams_[k]) != cudaSuccess) return Status::invalid_argument;
-    }
-    const SideControl* c = status_host_.get<SideControl>();
-    const Status s = transfer_status(Status::ok, c[0], c[1]);
+    if (synchronize() != cudaSuccess) return Status::invalid_argument;
+    const Status s = log_.collect(first_error_);
+    first_error_ = Status::ok;
     if (s != Status::ok) broken_ = true;
     return s;
   }
@@ -1614,7 +1686,8 @@ class PeerLink {
     if (e == cudaSuccess) e = receiver_.reset();
     next_seq_ = 0;
     broken_ = false;
-    std::memset(status_host_.get(), 0, 2 * sizeof(SideControl));
+    first_error_ = Status::ok;
+    log_.clear();
     return e;
   }
 
@@ -1631,7 +1704,8 @@ class PeerLink {
                    bool raw) {
     if (!ready_ || broken_) return cudaErrorInvalidValue;
     if ((n && (!src || !dst)) || n > (uint64_t(1) << 40)) return cudaErrorInvalidValue;
-    cudaError_t e = cudaSuccess;
+    cudaError_t e = log_.make_room([&] { return synchronize(); }, first_error_, broken_);
+    if (e != cudaSuccess) return e;
     {
       p2p_detail::DeviceGuard g(send_dev_);
       e = cudaEventRecord(start_[0], send_stream);
@@ -1665,7 +1739,7 @@ class PeerLink {
         e = receiver_.launch(plan, dst, seq_base, 0, plan.num_frames, send_view, true, true, false, opt_.timeout_ns,
                              streams_[1]);
     }
-    SideControl* host = status_host_.get<SideControl>();
+    SideControl* host = log_.next().side;
     for (int k = 0; k < 2; ++k) {
       p2p_detail::DeviceGuard g(k == 0 ? send_dev_ : recv_dev_);
       const cudaError_t f = cudaMemcpyAsync(&host[k], k == 0 ? sender_.control() : receiver_.control(),
@@ -1685,6 +1759,16 @@ class PeerLink {
     return e;
   }
 
+  /// Both sides' streams.
+  cudaError_t synchronize() {
+    for (int k = 0; k < 2; ++k) {
+      p2p_detail::DeviceGuard g(k == 0 ? send_dev_ : recv_dev_);
+      const cudaError_t e = cudaStreamSynchronize(streams_[k]);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
+
   void destroy() {
     if (ready_) {
       for (int k = 0; k < 2; ++k) {
@@ -1702,9 +1786,11 @@ class PeerLink {
   int send_dev_ = 0, recv_dev_ = 0;
   bool ready_ = false, broken_ = false;
   uint64_t bypass_ = 0, next_seq_ = 0;
+  Status first_error_ = Status::ok;  // the first error of records folded before wait()
   std::vector<P2PCalibrationPoint> points_;
   FrameRing ring_;
-  p2p_detail::Memory credits_, status_host_;
+  p2p_detail::TransferStatusLog log_;
+  p2p_detail::Memory credits_;
   P2PSender<D, Code> sender_;
   P2PReceiver<D, Code> receiver_;
   cudaStream_t streams_[2] = {};
