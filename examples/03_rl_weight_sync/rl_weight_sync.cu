@@ -13,7 +13,7 @@
 // running all along on its own stream checksums the live weights of one tensor again and again, every
 // checksum it takes must be the trainer's checksum of that version (a reader never sees partial weights), and
 // every version live during a sync must have been read. Each sync is checked bit-exact and timed against the same sync done with the raw pipelined copy.
-// Usage: zipcomm_rl_weight_sync [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512]
+// Usage: zipcomm_rl_weight_sync [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512] [--watch TENSOR]
 #include <cuda/atomic>
 #include <cuda_runtime.h>
 
@@ -106,18 +106,20 @@ __global__ void publish_kernel(Published* p, uint32_t live) {
   v.store(old + 2, cuda::memory_order_release);  // even: stable
 }
 
-/// The inference side's reader: checksums the live copy of one tensor until told to stop, keeping every
+/// The inference side's reader: checksums the live copy of one tensor until the last version (`last`) was read
+/// once or it is told to stop (a word in GPU memory the host sets by a copy), keeping every
 /// reading whose version did not change while it read (seqlock). Readings are kept as runs: a record is
 /// (version, checksum, how many readings in a row gave both), so a reading that differs from the one before,
 /// a partial copy among them, starts a record of its own however long the reader runs.
 __global__ void reader_kernel(const Published* p, const uint16_t* buf0, const uint16_t* buf1, uint64_t n,
-                              const volatile uint32_t* stop, uint64_t* records, uint32_t max_records, uint32_t* count) {
+                              const volatile uint32_t* stop, uint64_t last, uint64_t* records, uint32_t max_records,
+                              uint32_t* count) {
   __shared__ uint64_t v1;
   __shared__ uint32_t live, k, quit;
   if (threadIdx.x == 0) k = 0;
   for (;;) {
     if (threadIdx.x == 0) {
-      quit = *stop || k >= max_records;
+      quit = *stop || k >= max_records || (k > 0 && records[3 * (k - 1)] == last);
       v1 = cuda::atomic_ref<const uint64_t, cuda::thread_scope_system>(p->version).load(cuda::memory_order_acquire);
       live = *const_cast<volatile const uint32_t*>(&p->live);
     }
@@ -154,6 +156,7 @@ int main(int argc, char** argv) {
   std::string data = "tests/data", model = "1b";
   int steps = 3;
   uint64_t bucket_mib = 512;
+  std::string watch;  // the tensor the reader checksums (default: a mid-model k_proj)
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--data" && i + 1 < argc)
@@ -164,8 +167,11 @@ int main(int argc, char** argv) {
       steps = std::atoi(argv[++i]);
     else if (a == "--bucket-mib" && i + 1 < argc)
       bucket_mib = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--watch" && i + 1 < argc)
+      watch = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512] [--watch TENSOR]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -242,7 +248,7 @@ int main(int argc, char** argv) {
   constexpr uint32_t MAX_RECORDS = 1 << 16;
   CK(cudaMalloc(&pub, sizeof(Published)));
   CK(cudaMemset(pub, 0, sizeof(Published)));
-  CK(cudaHostAlloc(&stop, 4, cudaHostAllocMapped));
+  CK(cudaMalloc(&stop, 4));
   CK(cudaMalloc(&count, 4));
   CK(cudaMalloc(&records, 3 * 8 * uint64_t(MAX_RECORDS)));
   CK(cudaMalloc(&sum, 8));
@@ -250,16 +256,19 @@ int main(int argc, char** argv) {
   // the live copy would be caught half-way, small enough for one block to checksum it every ~0.1 ms.
   size_t watched = 0;
   for (size_t t = 0, seen_kproj = 0, layers = (specs.size() - 3) / 9; t < specs.size(); ++t)
-    if (specs[t].name.find("self_attn.k_proj") != std::string::npos && seen_kproj++ == layers / 2) watched = t;
+    if (watch.empty() ? specs[t].name.find("self_attn.k_proj") != std::string::npos && seen_kproj++ == layers / 2
+                      : specs[t].name == watch)
+      watched = t;
   CK(cudaMemcpy(infer[0], trainer, total, cudaMemcpyDeviceToDevice));  // version 0: the initial weights
   std::vector<uint64_t> expected;  // expected[v / 2]: the trainer's checksum of the watched tensor at version v
   checksum_kernel<<<1, 1024>>>(view(trainer, watched), specs[watched].elems, sum);
   uint64_t s0;
   CK(cudaMemcpy(&s0, sum, 8, cudaMemcpyDeviceToHost));
   expected.push_back(s0);
-  *stop = 0;
+  CK(cudaMemset(stop, 0, 4));
   reader_kernel<<<1, 1024, 0, reader_stream>>>(pub, view(infer[0], watched), view(infer[1], watched),
-                                               specs[watched].elems, stop, records, MAX_RECORDS, count);
+                                               specs[watched].elems, stop, uint64_t(2 * steps), records, MAX_RECORDS,
+                                               count);
   CK(cudaGetLastError());
 
   cudaEvent_t a, b;
@@ -314,8 +323,11 @@ int main(int argc, char** argv) {
         "version %d live\n",
         step, total / 1073741824.0, coded_ms, total / coded_ms / 1e6, raw_ms, total / raw_ms / 1e6, raw_ms / coded_ms,
         2 * step);
+    std::fflush(stdout);
   }
-  *stop = 1;
+  const uint32_t one = 1;  // the reader quits by itself after the last version; this ends it early on a failure
+  CK(cudaMemcpyAsync(stop, &one, 4, cudaMemcpyHostToDevice, sync_stream));
+  CK(cudaStreamSynchronize(sync_stream));
   CK(cudaStreamSynchronize(reader_stream));
   uint32_t k = 0;
   CK(cudaMemcpy(&k, count, 4, cudaMemcpyDeviceToHost));
@@ -338,7 +350,7 @@ int main(int argc, char** argv) {
   std::printf("; readings of partial or wrong weights: %llu\n", (unsigned long long)bad);
   if (bad) rc = 1;
   // Every version live during a sync must have been read, or the check above saw nothing of it (the last
-  // version goes live after the last sync: the reader may stop first).
+  // version goes live after the last sync; the reader stops once it has read it).
   for (size_t v = 0; v + 1 < seen.size() && rc == 0; ++v)
     if (seen[v] == 0) {
       std::fprintf(stderr, "reader: no reading of version %zu, live during sync %zu: the check did not run\n", 2 * v,
