@@ -58,6 +58,18 @@ P2POptions small_ring_options() {
   return o;
 }
 
+/// Initializes `link` on GPU 0 in `mode`; false, with a warning, where this GPU or driver lacks the mode
+/// (stream mode needs 64-bit stream memory operations).
+bool init_or_skip(HostStagingLink<DType::bf16>& link, const P2POptions& o, HostLinkMode mode) {
+  const cudaError_t ie = link.init(0, o, mode);
+  if (ie == cudaErrorNotSupported) {
+    WARN("mode " << int(mode) << " not supported on this GPU/driver: skipped");
+    return false;
+  }
+  CUDA_OK(ie);
+  return true;
+}
+
 /// Runs `move(src, dst, n, stream)` on bytes `host` placed at the given byte offsets and checks dst bit-exact,
 /// plus guard bytes around dst.
 template <class Move, class Wait>
@@ -246,12 +258,7 @@ TEST_CASE("p2p host staging link, every mode: many transfers back to back, each 
   for (const auto& [mode, o] : configs) {
     CAPTURE(int(mode), o.stream_raw_head_bytes);
     HostStagingLink<DType::bf16> link;
-    const cudaError_t ie = link.init(0, o, mode);
-    if (ie == cudaErrorNotSupported) {
-      WARN("mode " << int(mode) << " not supported on this GPU/driver: skipped");
-      continue;
-    }
-    CUDA_OK(ie);
+    if (!init_or_skip(link, o, mode)) continue;
     const int reps = mode == HostLinkMode::stream ? 24 : 8;
     for (int k = 0; k < reps; ++k) {
       const uint64_t n = (uint64_t(1) << 18) + rng() % (uint64_t(6) << 20);
@@ -278,13 +285,7 @@ TEST_CASE("p2p host staging link: calibrate() picks raw chunks, sets the bypass 
     CAPTURE(int(mode));
     HostStagingLink<DType::bf16> link;
     REQUIRE(link.calibrate(d_sample.ptr, n) == cudaErrorInvalidValue);  // not initialized
-    const cudaError_t ie =
-        link.init(0, mode == HostLinkMode::stream ? P2POptions::stream_tuned() : P2POptions{}, mode);
-    if (ie == cudaErrorNotSupported) {
-      WARN("stream mode not supported on this GPU/driver: skipped");
-      continue;
-    }
-    CUDA_OK(ie);
+    if (!init_or_skip(link, mode == HostLinkMode::stream ? P2POptions::stream_tuned() : P2POptions{}, mode)) continue;
     REQUIRE(link.calibrate(nullptr, n) == cudaErrorInvalidValue);
     const uint64_t max_bytes = uint64_t(8) << 20;
     CUDA_OK(link.calibrate(d_sample.ptr, n / 3 + 5, max_bytes));  // a shorter sample (odd length) is tiled
@@ -890,12 +891,7 @@ TEST_CASE("p2p links: wait() reports the first error of every transfer since the
       CAPTURE(int(mode));
       o.timeout_ns = 1000;
       HostStagingLink<DType::bf16> link;
-      const cudaError_t ie = link.init(0, o, mode);
-      if (ie == cudaErrorNotSupported) {
-        WARN("mode " << int(mode) << " not supported on this GPU/driver: skipped");
-        continue;
-      }
-      CUDA_OK(ie);
+      if (!init_or_skip(link, o, mode)) continue;
       const auto t0 = clock::now();
       CUDA_OK(link.transfer_coded(src.ptr, dst.ptr, n, stream));
       CUDA_OK(link.transfer_raw(src.ptr, dst.ptr, n, stream));
@@ -932,12 +928,7 @@ TEST_CASE("p2p links: wait() reports the first error of every transfer since the
     P2POptions o = P2POptions::stream_tuned();
     o.timeout_ns = 1000;
     HostStagingLink<DType::bf16> link;
-    const cudaError_t ie = link.init(0, o, HostLinkMode::stream);
-    if (ie == cudaErrorNotSupported) {
-      WARN("stream mode not supported on this GPU/driver: skipped");
-      return;
-    }
-    CUDA_OK(ie);
+    if (!init_or_skip(link, o, HostLinkMode::stream)) return;
     const uint32_t records = p2p_detail::TransferStatusLog::RECORDS;
     uint32_t issued = 0;
     cudaError_t refused = cudaSuccess;
@@ -967,10 +958,8 @@ TEST_CASE("p2p links: wait() reports the first error of every transfer since the
     for (HostLinkMode mode : {HostLinkMode::stream, HostLinkMode::kernel}) {
       CAPTURE(int(mode));
       HostStagingLink<DType::bf16> link;
-      const cudaError_t ie =
-          link.init(0, mode == HostLinkMode::stream ? P2POptions::stream_tuned() : small_ring_options(), mode);
-      if (ie == cudaErrorNotSupported) continue;
-      CUDA_OK(ie);
+      if (!init_or_skip(link, mode == HostLinkMode::stream ? P2POptions::stream_tuned() : small_ring_options(), mode))
+        continue;
       CUDA_OK(cudaMemset(many.ptr, 0, many.bytes));
       for (uint32_t k = 0; k < count; ++k)
         CUDA_OK(link.transfer_coded(src.ptr, many.as(at[k]), sizes[k], stream));
