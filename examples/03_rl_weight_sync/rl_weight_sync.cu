@@ -8,19 +8,26 @@
 // (HostStagingLink: coded above its measured bypass threshold, raw below) into the inference copy's spare
 // buffer.
 // The inference side double-buffers its weights and publishes a version with a seqlock: the spare buffer
-// becomes the live one only after link.wait() returned ok, i.e. after the receiver decoded every element; a
-// reader kernel running all along on its own stream checksums the live weights of one tensor again and again,
-// and every checksum it records must be the trainer's checksum of that version: a reader never sees partial
-// weights. Each sync is checked bit-exact and timed against the same sync done with the raw pipelined copy.
-// Usage: zipcomm_rl_weight_sync [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512]
+// becomes the live one only after link.wait() returned ok, i.e. after the receiver decoded every element of
+// every bucket (wait() reports the first error of all the transfers since the last wait()). A reader kernel
+// runs all along on its own stream, as an inference engine's kernels would: it checksums the live weights of
+// one tensor again and again; every checksum it takes must be the trainer's checksum of that version (a reader
+// never sees partial weights), and every version live during a sync must have been read. Each sync is checked
+// bit-exact and timed against the same sync done with the raw pipelined copy. A phase that stalls longer than
+// --timeout-s ends the run with an error naming it (ZIPCOMM_RL_TRACE=1 prints each phase as it starts).
+// Usage: zipcomm_rl_weight_sync [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512] [--watch TENSOR]
+//                               [--link-mode stream|copy|kernel|relay] [--reader on|off] [--timeout-s 120]
 #include <cuda/atomic>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <zipcomm/comm/p2p.cuh>
@@ -105,16 +112,20 @@ __global__ void publish_kernel(Published* p, uint32_t live) {
   v.store(old + 2, cuda::memory_order_release);  // even: stable
 }
 
-/// The inference side's reader: checksums the live copy of one tensor until told to stop, keeping every
-/// reading whose version did not change while it read (seqlock).
+/// The inference side's reader: checksums the live copy of one tensor until the last version (`last`) was read
+/// once or it is told to stop (a word in GPU memory the host sets by a copy), keeping every
+/// reading whose version did not change while it read (seqlock). Readings are kept as runs: a record is
+/// (version, checksum, how many readings in a row gave both), so a reading that differs from the one before,
+/// a partial copy among them, starts a record of its own however long the reader runs.
 __global__ void reader_kernel(const Published* p, const uint16_t* buf0, const uint16_t* buf1, uint64_t n,
-                              const volatile uint32_t* stop, uint64_t* records, uint32_t max_records, uint32_t* count) {
+                              const volatile uint32_t* stop, uint64_t last, uint64_t* records, uint32_t max_records,
+                              uint32_t* count) {
   __shared__ uint64_t v1;
   __shared__ uint32_t live, k, quit;
   if (threadIdx.x == 0) k = 0;
   for (;;) {
     if (threadIdx.x == 0) {
-      quit = *stop || k >= max_records;
+      quit = *stop || k >= max_records || (k > 0 && records[3 * (k - 1)] == last);
       v1 = cuda::atomic_ref<const uint64_t, cuda::thread_scope_system>(p->version).load(cuda::memory_order_acquire);
       live = *const_cast<volatile const uint32_t*>(&p->live);
     }
@@ -130,9 +141,14 @@ __global__ void reader_kernel(const Published* p, const uint16_t* buf0, const ui
       const uint64_t v2 =
           cuda::atomic_ref<const uint64_t, cuda::thread_scope_system>(p->version).load(cuda::memory_order_acquire);
       if (v2 == v1) {  // the version did not change while we read: a consistent reading
-        records[2 * k] = v1;
-        records[2 * k + 1] = s;
-        ++k;
+        if (k > 0 && records[3 * (k - 1)] == v1 && records[3 * (k - 1) + 1] == s) {
+          ++records[3 * (k - 1) + 2];
+        } else {  // k < max_records here: the loop stops at max_records
+          records[3 * k] = v1;
+          records[3 * k + 1] = s;
+          records[3 * k + 2] = 1;
+          ++k;
+        }
       }
     }
     __syncthreads();
@@ -140,12 +156,53 @@ __global__ void reader_kernel(const Published* p, const uint16_t* buf0, const ui
   if (threadIdx.x == 0) *count = k;
 }
 
+/// Ends the run with an error when one phase (a sync, a wait, a check) takes longer than a limit: a stalled
+/// GPU becomes a message naming the phase, not a hang. A thread of its own watches, so a host call that
+/// blocks inside the CUDA runtime is covered too.
+class Watchdog {
+ public:
+  explicit Watchdog(double limit_s, bool trace) : limit_s_(limit_s), trace_(trace) {
+    std::thread([this] {
+      for (;;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        const int64_t started = started_ns_.load();
+        if (started && now_ns() - started > int64_t(limit_s_ * 1e9)) {
+          std::fprintf(stderr, "step %d: %s did not finish within %.0f s: the GPU work it waits for is stalled\n",
+                       step_.load(), what_.load(), limit_s_);
+          std::fflush(stdout);
+          std::_Exit(3);  // not exit(): destructors would synchronize with the stalled work
+        }
+      }
+    }).detach();
+  }
+  /// Starts the clock for a phase (`what`: a string literal).
+  void phase(const char* what, int step) {
+    what_ = what, step_ = step, started_ns_ = now_ns();
+    if (trace_) std::fprintf(stderr, "[trace] step %d: %s\n", step, what), std::fflush(stderr);
+  }
+  void idle() { started_ns_ = 0; }
+
+ private:
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  double limit_s_;
+  bool trace_;
+  std::atomic<const char*> what_{""};
+  std::atomic<int> step_{0};
+  std::atomic<int64_t> started_ns_{0};
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string data = "tests/data", model = "1b";
   int steps = 3;
   uint64_t bucket_mib = 512;
+  std::string watch;  // the tensor the reader checksums (default: a mid-model k_proj)
+  std::string link_mode = "stream", reader = "on";
+  double timeout_s = 120;  // a sync or a wait that takes longer is reported as a hang, not waited for forever
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--data" && i + 1 < argc)
@@ -156,11 +213,24 @@ int main(int argc, char** argv) {
       steps = std::atoi(argv[++i]);
     else if (a == "--bucket-mib" && i + 1 < argc)
       bucket_mib = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--watch" && i + 1 < argc)
+      watch = argv[++i];
+    else if (a == "--link-mode" && i + 1 < argc)
+      link_mode = argv[++i];
+    else if (a == "--reader" && i + 1 < argc)
+      reader = argv[++i];
+    else if (a == "--timeout-s" && i + 1 < argc)
+      timeout_s = std::atof(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512] [--watch TENSOR]"
+                   " [--link-mode stream|copy|kernel|relay] [--reader on|off] [--timeout-s 120]\n",
+                   argv[0]);
       return 2;
     }
   }
+  // ZIPCOMM_RL_TRACE=1: each phase on stderr as it starts (where a run stalls)
+  Watchdog watchdog(timeout_s, std::getenv("ZIPCOMM_RL_TRACE") && std::getenv("ZIPCOMM_RL_TRACE")[0] == '1');
+  watchdog.phase("setup", 0);
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
     std::printf("zipcomm_rl_weight_sync: no GPU here; nothing to show.\n");
@@ -216,11 +286,16 @@ int main(int argc, char** argv) {
   CK(cudaStreamCreateWithFlags(&reader_stream, cudaStreamNonBlocking));
   // Stream mode: the GPU schedules the whole pipeline (no host thread); copy mode where the driver lacks the
   // stream memory operations it needs.
+  const HostLinkMode mode = link_mode == "copy"     ? HostLinkMode::copy
+                            : link_mode == "kernel" ? HostLinkMode::kernel
+                            : link_mode == "relay"  ? HostLinkMode::relay
+                                                    : HostLinkMode::stream;
   HostStagingLink<DType::bf16> link;
-  cudaError_t ie = link.init(0, P2POptions::stream_tuned(), HostLinkMode::stream);
-  if (ie == cudaErrorNotSupported) ie = link.init(0);
+  cudaError_t ie = link.init(0, mode == HostLinkMode::stream ? P2POptions::stream_tuned() : P2POptions(), mode);
+  if (ie == cudaErrorNotSupported && mode == HostLinkMode::stream) ie = link.init(0);
   CK(ie);
-  std::printf("pinned host link, %s mode\n", link.mode() == HostLinkMode::stream ? "stream" : "copy");
+  const char* mode_names[] = {"?", "relay", "kernel", "copy", "stream"};
+  std::printf("pinned host link, %s mode\n", mode_names[int(link.mode())]);
   CK(link.calibrate(view(trainer, 2), specs[2].elems));  // a q_proj: what most of the bytes look like
   std::printf("%zu buckets of up to %llu MiB; bypass threshold (measured): %s\n", buckets.size(),
               (unsigned long long)bucket_mib,
@@ -234,26 +309,49 @@ int main(int argc, char** argv) {
   constexpr uint32_t MAX_RECORDS = 1 << 16;
   CK(cudaMalloc(&pub, sizeof(Published)));
   CK(cudaMemset(pub, 0, sizeof(Published)));
-  CK(cudaHostAlloc(&stop, 4, cudaHostAllocMapped));
+  CK(cudaMalloc(&stop, 4));
   CK(cudaMalloc(&count, 4));
-  CK(cudaMalloc(&records, 2 * 8 * uint64_t(MAX_RECORDS)));
+  CK(cudaMalloc(&records, 3 * 8 * uint64_t(MAX_RECORDS)));
   CK(cudaMalloc(&sum, 8));
-  const size_t watched = specs.size() / 2;                             // a mid-model tensor
+  // The watched tensor: a mid-model k_proj (1M elements in the 1b model), large enough that a sync landing in
+  // the live copy would be caught half-way, small enough for one block to checksum it every ~0.1 ms.
+  size_t watched = 0;
+  for (size_t t = 0, seen_kproj = 0, layers = (specs.size() - 3) / 9; t < specs.size(); ++t)
+    if (watch.empty() ? specs[t].name.find("self_attn.k_proj") != std::string::npos && seen_kproj++ == layers / 2
+                      : specs[t].name == watch)
+      watched = t;
   CK(cudaMemcpy(infer[0], trainer, total, cudaMemcpyDeviceToDevice));  // version 0: the initial weights
   std::vector<uint64_t> expected;  // expected[v / 2]: the trainer's checksum of the watched tensor at version v
   checksum_kernel<<<1, 1024>>>(view(trainer, watched), specs[watched].elems, sum);
   uint64_t s0;
   CK(cudaMemcpy(&s0, sum, 8, cudaMemcpyDeviceToHost));
   expected.push_back(s0);
-  *stop = 0;
-  reader_kernel<<<1, 1024, 0, reader_stream>>>(pub, view(infer[0], watched), view(infer[1], watched),
-                                               specs[watched].elems, stop, records, MAX_RECORDS, count);
-  CK(cudaGetLastError());
+  CK(cudaMemset(stop, 0, 4));
+  CK(cudaMemset(count, 0, 4));
+  // Lazy loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) loads a kernel at its first launch, and
+  // loading one waits for the kernels running on the GPU: with the reader running all along, the first
+  // optimizer_step would wait for it forever (bench/probe_concurrent.cu measures which calls wait). So every
+  // kernel this program launches is loaded before the reader starts; the link loaded its kernels in init().
+  cudaFuncAttributes fa;
+  CK(cudaFuncGetAttributes(&fa, optimizer_step));
+  CK(cudaFuncGetAttributes(&fa, checksum_kernel));
+  CK(cudaFuncGetAttributes(&fa, publish_kernel));
+  CK(cudaFuncGetAttributes(&fa, reader_kernel));
+  CK(examples::load_kernels());
+  watchdog.phase("step 1 (reader running)", 0);
+  const bool with_reader = reader != "off";
+  if (with_reader) {
+    reader_kernel<<<1, 1024, 0, reader_stream>>>(pub, view(infer[0], watched), view(infer[1], watched),
+                                                 specs[watched].elems, stop, uint64_t(2 * steps), records, MAX_RECORDS,
+                                                 count);
+    CK(cudaGetLastError());
+  }
 
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
-  auto sync_all = [&](uint32_t into, bool raw) {
+  auto sync_all = [&](uint32_t into, bool raw, int step) {
+    watchdog.phase(raw ? "raw sync: enqueue" : "coded sync: enqueue", step);
     CK(cudaEventRecord(a, sync_stream));
     for (const auto& bk : buckets) {
       const uint64_t n = (bk.second - bk.first) / 2;
@@ -263,7 +361,8 @@ int main(int argc, char** argv) {
         CK(link.transfer(trainer + bk.first, infer[into] + bk.first, n, sync_stream));
     }
     CK(cudaEventRecord(b, sync_stream));
-    CK(cudaEventSynchronize(b));
+    watchdog.phase(raw ? "raw sync" : "coded sync", step);
+    CK(cudaStreamSynchronize(sync_stream));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, a, b));
     return double(ms);
@@ -272,6 +371,7 @@ int main(int argc, char** argv) {
   uint32_t live = 0;
   double coded_sum = 0, raw_sum = 0;
   for (int step = 1; step <= steps; ++step) {
+    watchdog.phase("optimizer step", step);
     for (size_t t = 0; t < specs.size(); ++t)
       optimizer_step<<<264, 256, 0, sync_stream>>>(view(trainer, t), specs[t].elems, uint32_t(step), uint32_t(t));
     checksum_kernel<<<1, 1024, 0, sync_stream>>>(view(trainer, watched), specs[watched].elems, sum);
@@ -281,17 +381,21 @@ int main(int argc, char** argv) {
     expected.push_back(s);
     const uint32_t spare = 1 - live;
     // Raw first (the timing reference), then the coded sync whose result goes live.
-    const double raw_ms = sync_all(spare, true);
+    const double raw_ms = sync_all(spare, true, step);
+    watchdog.phase("link.wait after the raw sync", step);
     if (link.wait() != Status::ok) return std::fprintf(stderr, "raw sync failed\n"), 1;
     CK(cudaMemsetAsync(infer[spare], 0, total, sync_stream));
-    const double coded_ms = sync_all(spare, false);
+    const double coded_ms = sync_all(spare, false, step);
+    watchdog.phase("link.wait after the coded sync", step);
     const Status st = link.wait();  // every bucket decoded and checked
-    const unsigned long long d = examples::count_diff_words(trainer, infer[spare], total, diff);
+    watchdog.phase("bit-exact check", step);
+    const unsigned long long d = examples::count_diff_words(trainer, infer[spare], total, diff, 264, sync_stream);
     if (st != Status::ok || d != 0) {
       std::fprintf(stderr, "step %d: sync failed (%s, %llu differing words)\n", step, status_string(st), d);
       rc = 1;
       break;
     }
+    watchdog.phase("publish", step);
     publish_kernel<<<1, 1, 0, sync_stream>>>(pub, spare);  // only now does the new version go live
     CK(cudaStreamSynchronize(sync_stream));
     live = spare;
@@ -302,27 +406,49 @@ int main(int argc, char** argv) {
         "version %d live\n",
         step, total / 1073741824.0, coded_ms, total / coded_ms / 1e6, raw_ms, total / raw_ms / 1e6, raw_ms / coded_ms,
         2 * step);
+    std::fflush(stdout);
   }
-  *stop = 1;
+  watchdog.phase("stop the reader", steps);
+  const uint32_t one = 1;  // the reader quits by itself after the last version; this ends it early on a failure
+  CK(cudaMemcpyAsync(stop, &one, 4, cudaMemcpyHostToDevice, sync_stream));
+  CK(cudaStreamSynchronize(sync_stream));
   CK(cudaStreamSynchronize(reader_stream));
+  watchdog.idle();
   uint32_t k = 0;
   CK(cudaMemcpy(&k, count, 4, cudaMemcpyDeviceToHost));
-  std::vector<uint64_t> rec(2 * uint64_t(k));
+  std::vector<uint64_t> rec(3 * uint64_t(k));
   if (k) CK(cudaMemcpy(rec.data(), records, rec.size() * 8, cudaMemcpyDeviceToHost));
-  uint32_t bad = 0;
-  std::vector<uint32_t> seen(expected.size(), 0);
+  uint64_t bad = 0, readings = 0;
+  std::vector<uint64_t> seen(expected.size(), 0);
   for (uint32_t i = 0; i < k; ++i) {
-    const uint64_t v = rec[2 * i] / 2;
-    if (v >= expected.size() || rec[2 * i + 1] != expected[v])
-      ++bad;
+    const uint64_t v = rec[3 * i] / 2, times = rec[3 * i + 2];
+    readings += times;
+    if (v >= expected.size() || rec[3 * i + 1] != expected[v])
+      bad += times;
     else
-      ++seen[v];
+      seen[v] += times;
   }
-  std::printf("reader: %u consistent readings of the live %s while syncing; per version:", k,
-              specs[watched].name.c_str());
-  for (size_t v = 0; v < seen.size(); ++v) std::printf(" v%zu=%u", 2 * v, seen[v]);
-  std::printf("; readings of partial or wrong weights: %u\n", bad);
+  if (with_reader) {
+    std::printf("reader: %llu consistent readings of the live %s (%llu elements) while syncing, %u runs; per "
+                "version:", (unsigned long long)readings, specs[watched].name.c_str(),
+                (unsigned long long)specs[watched].elems, k);
+    for (size_t v = 0; v < seen.size(); ++v) std::printf(" v%zu=%llu", 2 * v, (unsigned long long)seen[v]);
+    std::printf("; readings of partial or wrong weights: %llu\n", (unsigned long long)bad);
+  }
   if (bad) rc = 1;
+  if (!with_reader) std::printf("reader: off (--reader off), the readers' check did not run\n");
+  // Every version live during a sync must have been read, or the check above saw nothing of it (the last
+  // version goes live after the last sync; the reader stops once it has read it).
+  for (size_t v = 0; with_reader && v + 1 < seen.size() && rc == 0; ++v)
+    if (seen[v] == 0) {
+      std::fprintf(stderr, "reader: no reading of version %zu, live during sync %zu: the check did not run\n", 2 * v,
+                   v + 1);
+      rc = 1;
+    }
+  if (k == MAX_RECORDS) {
+    std::fprintf(stderr, "reader: its record buffer filled up; readings after that were not checked\n");
+    rc = 1;
+  }
   if (rc == 0 && steps > 0)
     std::printf("weight sync over the pinned-host link: coded %.1f GB/s vs raw %.1f GB/s on average (%.2fx)\nOK\n",
                 steps * total / coded_sum / 1e6, steps * total / raw_sum / 1e6, raw_sum / coded_sum);

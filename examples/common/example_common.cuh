@@ -132,4 +132,12 @@ inline std::array<unsigned long long, 2> diff16(const void* a, const void* b, ui
   return h;
 }
 
+/// Loads this header's kernels now (lazy loading would load them at their first launch, and loading waits for
+/// the kernels running on the GPU: a program that keeps a kernel running all along loads first).
+inline cudaError_t load_kernels() {
+  cudaFuncAttributes fa;
+  const cudaError_t e = cudaFuncGetAttributes(&fa, count_diff);
+  return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, count_diff16);
+}
+
 }  // namespace examples
