@@ -23,7 +23,7 @@ cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTU
   -DZIPCOMM_BUILD_FUZZ=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Catch2=ON ${ZIPCOMM_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
 # -k 0: a target that fails to build is reported, and everything else still builds and runs.
 TARGETS=()
-[ "$MODE" = p2p ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_p2p zipcomm_p2p_pipeline zipcomm_rl_weight_sync zipcomm_probe_split)
+[ "$MODE" = p2p ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_p2p zipcomm_p2p_pipeline zipcomm_rl_weight_sync zipcomm_probe_split zipcomm_probe_concurrent)
 if ! cmake --build $BUILD -j"$(nproc)" "${TARGETS[@]}" -- -k 0 > "$OUT/build.log" 2>&1; then
   log "build had FAILURES (the rest runs)"; grep -E "error|FAILED" "$OUT/build.log" | head -40
   [ -x $BUILD/tests/gpu/zipcomm_gpu_tests ] || exit 1
@@ -49,6 +49,11 @@ $GPU_TESTS --durations yes > "$OUT/gpu_tests.log" 2>&1
 log "gpu tests rc=$?: $(tail -3 "$OUT/gpu_tests.log" | tr '\n' ' ')"
 fi
 
+# Which host calls wait for a kernel that never ends (the links' transfers must not): exit 1 if one of the links' does.
+if [ "$MODE" != san ] && [ -x $BUILD/bench/zipcomm_probe_concurrent ]; then
+  timeout 120 $BUILD/bench/zipcomm_probe_concurrent > "$OUT/probe_concurrent.txt" 2>&1
+  log "probe_concurrent rc=$?: $(tail -1 "$OUT/probe_concurrent.txt")"
+fi
 if [ "$MODE" = full ] || [ "$MODE" = san ]; then
   compute-sanitizer --tool memcheck --error-exitcode 99 $GPU_TESTS "~[large]~[concurrent]" > "$OUT/memcheck.log" 2>&1
   log "memcheck rc=$?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
