@@ -861,6 +861,95 @@ TEST_CASE("p2p host staging link: bad arguments are refused; reset restarts the 
   }
 }
 
+namespace {
+
+/// An inference engine's kernel that runs all along, stand-in: spins until *release (mapped pinned memory) is
+/// set or `ns` passed on the GPU clock, then sets *finished.
+__global__ void spin_until_released(const volatile uint32_t* release, volatile uint32_t* finished, uint64_t ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (!*release && t - t0 < ns);
+  *finished = 1;
+}
+
+}  // namespace
+
+TEST_CASE("p2p links transfer and wait while another kernel runs all along", "[gpu][p2p][concurrent]") {
+  // A weight sync runs beside the inference engine's kernels, some of which never end (persistent kernels, a
+  // reader polling for new weights). transfer() and wait() must not wait for them: no device-wide
+  // synchronization, no allocation or free (cudaFree synchronizes the device), no kernel loaded at first use
+  // (lazy loading waits for the running kernels). The other kernel spins for up to 20 s; each transfer must be
+  // done in a small part of that, while it still runs.
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const uint64_t n = (uint64_t(1) << 22) + rng() % 100000;  // coded: several frames; raw: pipelined
+  const std::vector<uint8_t> host = test_bf16(n, rng);
+  DeviceBuffer src(host.size()), dst(host.size());
+  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  uint32_t* flags;  // [0] release, [1] finished
+  CUDA_OK(cudaHostAlloc(&flags, 8, cudaHostAllocMapped));
+  cudaStream_t stream, engine;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&engine, cudaStreamNonBlocking));
+  cudaFuncAttributes fa;
+  CUDA_OK(cudaFuncGetAttributes(&fa, spin_until_released));  // the test's own kernel: loaded before it matters
+  using clock = std::chrono::steady_clock;
+  // Runs `body` (transfers and their wait()) beside the spinning kernel; checks it ran beside it, in time, and
+  // delivered dst bit-exact.
+  auto beside_spinner = [&](auto body) {
+    CUDA_OK(cudaMemset(dst.ptr, 0, dst.bytes));
+    CUDA_OK(cudaDeviceSynchronize());
+    const_cast<volatile uint32_t*>(flags)[0] = 0;
+    const_cast<volatile uint32_t*>(flags)[1] = 0;
+    spin_until_released<<<1, 128, 0, engine>>>(flags, flags + 1, uint64_t(20) * 1000 * 1000 * 1000);
+    CUDA_OK(cudaGetLastError());
+    const auto t0 = clock::now();
+    const Status s = body();
+    const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    const bool still_spinning = const_cast<volatile uint32_t*>(flags)[1] == 0;
+    const_cast<volatile uint32_t*>(flags)[0] = 1;
+    CUDA_OK(cudaStreamSynchronize(engine));
+    INFO(status_string(s) << ", " << seconds << " s");
+    REQUIRE(s == Status::ok);
+    REQUIRE(still_spinning);
+    REQUIRE(seconds < 5);
+    std::vector<uint8_t> back(host.size());
+    CUDA_OK(cudaMemcpy(back.data(), dst.ptr, back.size(), cudaMemcpyDeviceToHost));
+    REQUIRE(back == host);
+  };
+  const std::pair<HostLinkMode, P2POptions> configs[] = {{HostLinkMode::stream, P2POptions::stream_tuned()},
+                                                         {HostLinkMode::copy, P2POptions{}},
+                                                         {HostLinkMode::kernel, P2POptions{}},
+                                                         {HostLinkMode::relay, P2POptions{}}};
+  for (const auto& [mode, o] : configs) {
+    CAPTURE(int(mode));
+    HostStagingLink<DType::bf16> link;
+    if (!init_or_skip(link, o, mode)) continue;
+    beside_spinner([&] {  // coded, then raw on top, one wait(); then the first transfers after a wait()
+      if (link.transfer_coded(src.ptr, dst.ptr, n, stream) != cudaSuccess) return Status::invalid_argument;
+      if (link.transfer_raw(src.ptr, dst.ptr, n, stream) != cudaSuccess) return Status::invalid_argument;
+      const Status s = link.wait();
+      if (s != Status::ok) return s;
+      if (link.transfer(src.ptr, dst.ptr, n, stream) != cudaSuccess) return Status::invalid_argument;
+      return link.wait();
+    });
+  }
+  PeerLink<DType::bf16> peer;
+  CUDA_OK(peer.init(0, 0, P2POptions{}));
+  beside_spinner([&] {
+    if (peer.transfer_coded(src.ptr, dst.ptr, n, stream, stream) != cudaSuccess) return Status::invalid_argument;
+    if (peer.transfer_raw(src.ptr, dst.ptr, n, stream, stream) != cudaSuccess) return Status::invalid_argument;
+    return peer.wait();
+  });
+  CUDA_OK(cudaStreamDestroy(stream));
+  CUDA_OK(cudaStreamDestroy(engine));
+  CUDA_OK(cudaFreeHost(flags));
+}
+
 TEST_CASE("p2p links: wait() reports the first error of every transfer since the last wait()", "[gpu][p2p][concurrent]") {
   // Callers issue transfers back to back and wait once (a weight sync sends one per bucket): an error of any of
   // them must reach wait(), even when the transfers after it went well, and past the link's status records.
