@@ -228,6 +228,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if ((link_mode != "stream" && link_mode != "copy" && link_mode != "kernel" && link_mode != "relay") ||
+      (reader != "on" && reader != "off") || !(timeout_s > 0))
+    return std::fprintf(stderr, "bad --link-mode, --reader or --timeout-s (see the usage)\n"), 2;
   // ZIPCOMM_RL_TRACE=1: each phase on stderr as it starts (where a run stalls)
   Watchdog watchdog(timeout_s, std::getenv("ZIPCOMM_RL_TRACE") && std::getenv("ZIPCOMM_RL_TRACE")[0] == '1');
   watchdog.phase("setup", 0);
