@@ -596,7 +596,7 @@ namespace p2p_detail {
 /// transfers are enqueued without waiting (a weight sync issues one per bucket), and a later transfer must not
 /// overwrite an earlier one's error, so wait() can report the first error of all of them. A record is read
 /// only after the streams that copy into it were synchronized; when all RECORDS are in use, the link
-/// synchronizes and folds them (collect) before it issues the next transfer.
+/// synchronizes and folds them into the log's first error before it issues the next transfer.
 class TransferStatusLog {
  public:
   static constexpr uint32_t RECORDS = 64;
@@ -605,19 +605,19 @@ class TransferStatusLog {
     Status relay;         // the host relay's status (copy and relay modes)
   };
   cudaError_t init() {
-    pending_ = 0;
+    clear();
     return memory_.pinned(RECORDS * sizeof(Record), cudaHostAllocDefault);
   }
   /// Before a transfer is issued: with every record in use, synchronizes the link (`synchronize()`, a
-  /// cudaError_t) and folds the records into `first`; an error among them refuses the transfer
-  /// (cudaErrorInvalidValue) and sets `broken`, the error kept for wait().
+  /// cudaError_t) and folds the records into the log's first error; an error among them refuses the transfer
+  /// (cudaErrorInvalidValue) and sets `broken`, the error kept for wait() (collect).
   template <class Synchronize>
-  cudaError_t make_room(Synchronize&& synchronize, Status& first, bool& broken) {
+  cudaError_t make_room(Synchronize&& synchronize, bool& broken) {
     if (pending_ < RECORDS) return cudaSuccess;
     const cudaError_t e = synchronize();
     if (e != cudaSuccess) return e;
-    first = collect(first);
-    if (first == Status::ok) return cudaSuccess;
+    first_ = fold();
+    if (first_ == Status::ok) return cudaSuccess;
     broken = true;
     return cudaErrorInvalidValue;
   }
@@ -628,20 +628,32 @@ class TransferStatusLog {
     r.relay = Status::ok;
     return r;
   }
-  /// The first error among the records in issue order (`first` if that was already one), and an empty log. The
-  /// streams that wrote them must be synchronized.
-  Status collect(Status first) {
+  /// The first error of every transfer since the last collect() in issue order, and an empty log. The streams
+  /// that wrote the records must be synchronized.
+  Status collect() {
+    const Status s = fold();
+    clear();
+    return s;
+  }
+  void clear() {
+    pending_ = 0;
+    first_ = Status::ok;
+  }
+
+ private:
+  /// The first error of first_ and the records, which it empties.
+  Status fold() {
+    Status first = first_;
     const Record* r = memory_.get<Record>();
     for (uint32_t i = 0; i < pending_ && first == Status::ok; ++i)
       first = transfer_status(r[i].relay, r[i].side[0], r[i].side[1]);
     pending_ = 0;
     return first;
   }
-  void clear() { pending_ = 0; }
 
- private:
   Memory memory_;
   uint32_t pending_ = 0;
+  Status first_ = Status::ok;  // the first error of records already folded (make_room)
 };
 
 }  // namespace p2p_detail
@@ -760,7 +772,7 @@ class HostStagingLink {
     cudaError_t e = check(src, dst, n);
     if (e != cudaSuccess) return e;
     p2p_detail::DeviceGuard g(device_);
-    e = log_.make_room([&] { return synchronize(); }, first_error_, broken_);
+    e = log_.make_room([&] { return synchronize(); }, broken_);
     if (e != cudaSuccess) return e;
     relay_status_ = Status::ok;
     // Transfers are serialized: the internal streams wait for the caller and for the previous transfer.
@@ -837,9 +849,8 @@ class HostStagingLink {
     p2p_detail::DeviceGuard g(device_);
     if (raw_pending_ && cudaStreamSynchronize(raw_stream_) != cudaSuccess) return Status::invalid_argument;
     if (synchronize() != cudaSuccess) return Status::invalid_argument;
-    const Status s = log_.collect(first_error_);
+    const Status s = log_.collect();
     const bool adapt = adapt_pending_;
-    first_error_ = Status::ok;
     raw_pending_ = adapt_pending_ = false;
     if (s != Status::ok) broken_ = true;
     if (s == Status::ok && adapt) adapt_budget();
@@ -856,7 +867,7 @@ class HostStagingLink {
     if (e == cudaSuccess && mode_ == HostLinkMode::stream) e = cudaMemset(stream_flags_.get(), 0, size_t(opt_.slots) * 32);
     next_seq_ = 0;
     broken_ = false;
-    relay_status_ = first_error_ = Status::ok;
+    relay_status_ = Status::ok;
     raw_pending_ = adapt_pending_ = false;
     log_.clear();
     return e;
@@ -1481,7 +1492,6 @@ class HostStagingLink {
   cudaStream_t raw_stream_ = nullptr;
   uint64_t bypass_ = 0, next_seq_ = 0, wire_bytes_ = 0;
   Status relay_status_ = Status::ok;  // the host relay's, of the transfer being issued
-  Status first_error_ = Status::ok;   // the first error of records folded before wait() (make_room)
   p2p_detail::TransferStatusLog log_;
   FrameRing ring_;
   p2p_detail::Memory dev_ring_, dev_send_, raw_buffers_, stream_flags_;
@@ -1665,8 +1675,7 @@ class PeerLink {
   Status wait() {
     if (!ready_) return Status::invalid_argument;
     if (synchronize() != cudaSuccess) return Status::invalid_argument;
-    const Status s = log_.collect(first_error_);
-    first_error_ = Status::ok;
+    const Status s = log_.collect();
     if (s != Status::ok) broken_ = true;
     return s;
   }
@@ -1686,7 +1695,6 @@ class PeerLink {
     if (e == cudaSuccess) e = receiver_.reset();
     next_seq_ = 0;
     broken_ = false;
-    first_error_ = Status::ok;
     log_.clear();
     return e;
   }
@@ -1704,7 +1712,7 @@ class PeerLink {
                    bool raw) {
     if (!ready_ || broken_) return cudaErrorInvalidValue;
     if ((n && (!src || !dst)) || n > (uint64_t(1) << 40)) return cudaErrorInvalidValue;
-    cudaError_t e = log_.make_room([&] { return synchronize(); }, first_error_, broken_);
+    cudaError_t e = log_.make_room([&] { return synchronize(); }, broken_);
     if (e != cudaSuccess) return e;
     {
       p2p_detail::DeviceGuard g(send_dev_);
@@ -1786,7 +1794,6 @@ class PeerLink {
   int send_dev_ = 0, recv_dev_ = 0;
   bool ready_ = false, broken_ = false;
   uint64_t bypass_ = 0, next_seq_ = 0;
-  Status first_error_ = Status::ok;  // the first error of records folded before wait()
   std::vector<P2PCalibrationPoint> points_;
   FrameRing ring_;
   p2p_detail::TransferStatusLog log_;
