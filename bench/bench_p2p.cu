@@ -20,10 +20,13 @@
 // of coded and raw at every size; a few knob variants at 64 and 256 MiB.
 // --variant NAME:KEY=VALUE,... times any combination of options in the sweep (see parse_variant); --curve-variant
 // puts one on the curve too; --chain-probe times stream mode's copy chain with coding free.
+// --batch COUNTxMIB[,...] measures messages sent back to back (transfer_many against one transfer each; see
+// run_batch) instead of the curve.
 // Usage: zipcomm_bench_p2p [--data DIR] [--max-mib 1024] [--min-kib 1] [--json FILE] [--reps-scale X] [--sweep]
 //        [--sweep-only TEXT] [--sweep-mib A,B] [--variant SPEC] [--curve-variant SPEC] [--chain-probe]
 //        [--tiny-probe] [--staging-probe] [--trace] [--trace-light] [--trace-mib M] [--trace-variant SPEC]
 //        [--trace-frame-items N] [--trace-head ITEM,FRAME,MIB] [--no-curve] [--modes copy,relay,kernel,stream] [--peer]
+//        [--batch COUNTxMIB[,...]]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,6 +36,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -83,6 +87,225 @@ float elapsed(cudaEvent_t a, cudaEvent_t b) {
   float ms = 0;
   CK(cudaEventElapsedTime(&ms, a, b));
   return ms;
+}
+
+/// --batch-trace: one coded batch with the kernels' per-frame stamps and every copy's events, from one origin (us):
+/// where the link idles between messages.
+void trace_batch(HostStagingLink<DType::bf16>& link, const std::vector<P2PMessage>& msgs, cudaStream_t stream) {
+  const uint64_t frames_max = 4096;
+  uint64_t *send_trace, *recv_trace, *origin;
+  CK(cudaMalloc(&send_trace, frames_max * TRACE_STAMPS * 8));
+  CK(cudaMalloc(&recv_trace, frames_max * TRACE_STAMPS * 8));
+  CK(cudaMalloc(&origin, 8));
+  CK(cudaMemset(send_trace, 0, frames_max * TRACE_STAMPS * 8));
+  CK(cudaMemset(recv_trace, 0, frames_max * TRACE_STAMPS * 8));
+  std::vector<cudaEvent_t> ev(1 + 8 * frames_max);
+  for (cudaEvent_t& e : ev) CK(cudaEventCreate(&e));
+  cudaEvent_t o_ev;
+  CK(cudaEventCreate(&o_ev));
+  link.set_trace(send_trace, recv_trace);
+  link.set_copy_trace(ev.data(), ev.size());
+  CK(cudaEventRecord(o_ev, stream));
+  stamp_clock<<<1, 1, 0, stream>>>(origin);
+  CK(cudaGetLastError());
+  CK(link.transfer_many(msgs.data(), msgs.size(), stream));
+  CK(cudaStreamSynchronize(stream));
+  if (link.wait() != Status::ok) std::fprintf(stderr, "--batch-trace: the traced batch failed\n"), std::exit(1);
+  link.set_trace(nullptr, nullptr);
+  link.set_copy_trace(nullptr, 0);
+  uint64_t o = 0;
+  CK(cudaMemcpy(&o, origin, 8, cudaMemcpyDeviceToHost));
+  std::vector<uint64_t> st(frames_max * TRACE_STAMPS), rt(frames_max * TRACE_STAMPS);
+  CK(cudaMemcpy(st.data(), send_trace, st.size() * 8, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(rt.data(), recv_trace, rt.size() * 8, cudaMemcpyDeviceToHost));
+  auto us = [&](uint64_t t) { return t ? double(int64_t(t - o)) / 1e3 : -1.0; };
+  auto ev_us = [&](cudaEvent_t e) {  // -1: not recorded (a part the frame did not have)
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, o_ev, e) != cudaSuccess) return cudaGetLastError(), -1.0;
+    return double(ms) * 1e3;
+  };
+  std::printf("  trace of one coded batch (us from one origin; send: taken/planes/published/slot free, copies of "
+              "section B or the whole frame: d2h start/end, h2d start/end, recv: leader waiting/checked/decoded)\n");
+  std::printf("  %5s | %8s %8s %8s %8s | %8s %8s %8s %8s | %8s %8s %8s\n", "frame", "taken", "planes",
+              "publ", "free", "d2h>", "d2h<", "h2d>", "h2d<", "leader", "checked", "decoded");
+  for (uint64_t g = 0; g < frames_max; ++g) {
+    const uint64_t* a = &st[TRACE_STAMPS * g];
+    const uint64_t* r = &rt[TRACE_STAMPS * g];
+    if (!a[0] && !r[0]) break;
+    const cudaEvent_t* c = &ev[1 + 8 * g + 4];  // section B (or the whole frame)
+    std::printf("  %5llu | %8.1f %8.1f %8.1f %8.1f | %8.1f %8.1f %8.1f %8.1f | %8.1f %8.1f %8.1f\n",
+                (unsigned long long)g, us(a[0]), us(a[1]), us(a[2]), us(a[3]), ev_us(c[0]), ev_us(c[1]),
+                ev_us(c[2]), ev_us(c[3]), us(r[0]), us(r[1]), us(r[2]));
+  }
+  for (cudaEvent_t& e : ev) CK(cudaEventDestroy(e));
+  CK(cudaEventDestroy(o_ev));
+  CK(cudaFree(send_trace));
+  CK(cudaFree(recv_trace));
+  CK(cudaFree(origin));
+}
+
+/// --batch COUNTxMIB[,...]: the weight-sync case, COUNT messages of MIB MiB each back to back (adjacent in one
+/// buffer) over the pinned-host link (stream_tuned(), coded whatever the size): one transfer per message (what a
+/// caller of transfer() gets) against one batch (transfer_many: one pipeline), and the same bytes as one message,
+/// each coded and raw, all in one run with a one-way device -> host copy of the same bytes (the link's roofline).
+/// Rounds run every method in turn (the order rotating); medians. Every method is checked bit-exact.
+int run_batch(const std::string& data, const std::string& specs, double reps_scale, const std::string& json,
+              bool trace) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("zipcomm_bench_p2p --batch: no GPU on this machine; nothing measured.\n");
+    return 0;
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> cases;  // (messages, MiB each)
+  for (size_t at = 0; at < specs.size();) {
+    size_t end = specs.find(',', at);
+    if (end == std::string::npos) end = specs.size();
+    unsigned long long k = 0, mib = 0;
+    if (std::sscanf(specs.substr(at, end - at).c_str(), "%llux%llu", &k, &mib) != 2 || !k || !mib || k > 4096)
+      return std::fprintf(stderr, "--batch: COUNTxMIB[,COUNTxMIB...], e.g. 16x64\n"), 2;
+    cases.push_back({k, mib});
+    at = end + 1;
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  CK(cudaSetDevice(0));
+  const std::vector<uint8_t> sample = read_file(data + "/llama_grads.bf16");
+  if (sample.size() < 1024) return std::fprintf(stderr, "missing %s/llama_grads.bf16\n", data.c_str()), 1;
+  uint64_t max_bytes = 0;
+  for (const auto& c : cases) max_bytes = std::max(max_bytes, (c.first * c.second) << 20);
+  uint8_t *src, *dst, *pinned;
+  unsigned long long* diff;
+  CK(cudaMalloc(&src, max_bytes));
+  CK(cudaMalloc(&dst, max_bytes));
+  CK(cudaMalloc(&diff, 8));
+  CK(cudaHostAlloc(&pinned, max_bytes, cudaHostAllocDefault));
+  for (uint64_t off = 0; off < max_bytes; off += sample.size())
+    CK(cudaMemcpy(src + off, sample.data(), std::min<uint64_t>(sample.size(), max_bytes - off),
+                  cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  HostStagingLink<DType::bf16> link;
+  P2POptions opt = P2POptions::stream_tuned();
+  // For experiments: the kernels' grids (ZIPCOMM_BATCH_SEND_BLOCKS, ZIPCOMM_BATCH_RECV_BLOCKS; 0: one block per SM).
+  if (const char* v = std::getenv("ZIPCOMM_BATCH_SEND_BLOCKS")) opt.sender_blocks = std::atoi(v);
+  if (const char* v = std::getenv("ZIPCOMM_BATCH_RECV_BLOCKS")) opt.receiver_blocks = std::atoi(v);
+  if (opt.sender_blocks || opt.receiver_blocks)
+    std::printf("grids: sender %d, receiver %d blocks (0: one per SM)\n", opt.sender_blocks, opt.receiver_blocks);
+  const cudaError_t ie = link.init(0, opt, HostLinkMode::stream);
+  if (ie == cudaErrorNotSupported) {
+    std::printf("zipcomm_bench_p2p --batch: stream mode not supported here; nothing measured (skipped).\n");
+    return 0;
+  }
+  CK(ie);
+  link.set_bypass_threshold(0);  // coded whatever the size: the comparison is coded against raw
+  struct BatchRow {
+    uint64_t messages, message_bytes;
+    std::string method;
+    double ms, gbps;
+  };
+  std::vector<BatchRow> rows;
+  std::printf("data: %s/llama_grads.bf16 tiled; GPU: %s; link: pinned host, stream mode, stream_tuned()\n",
+              data.c_str(), prop.name);
+  for (const auto& c : cases) {
+    const uint64_t k = c.first, mib = c.second;
+    const uint64_t mb = mib << 20, total = k * mb;
+    std::vector<P2PMessage> msgs(k);
+    for (uint64_t i = 0; i < k; ++i) msgs[i] = {src + i * mb, dst + i * mb, mb / 2};
+    const P2PMessage whole = {src, dst, total / 2};
+    auto fail = [&](const char* what) { std::fprintf(stderr, "--batch: %s failed\n", what), std::exit(1); };
+    struct Method {
+      const char* name;
+      std::function<void()> run;
+    };
+    const Method methods[] = {
+        {"raw, one transfer per message",
+         [&] { for (const P2PMessage& m : msgs) CK(link.transfer_raw(m.src, m.dst, m.n, stream)); }},
+        {"raw, one batch (transfer_raw_many)", [&] { CK(link.transfer_raw_many(msgs.data(), k, stream)); }},
+        {"raw, one message of it all", [&] { CK(link.transfer_raw(whole.src, whole.dst, whole.n, stream)); }},
+        {"coded, one transfer per message",
+         [&] { for (const P2PMessage& m : msgs) CK(link.transfer_coded(m.src, m.dst, m.n, stream)); }},
+        {"coded, one batch (transfer_many)", [&] { CK(link.transfer_many(msgs.data(), k, stream)); }},
+        {"coded, one message of it all", [&] { CK(link.transfer_coded(whole.src, whole.dst, whole.n, stream)); }},
+    };
+    constexpr size_t M = sizeof(methods) / sizeof(methods[0]);
+    auto run_timed = [&](const Method& m) {
+      CK(cudaEventRecord(a, stream));
+      m.run();
+      CK(cudaEventRecord(b, stream));
+      CK(cudaEventSynchronize(b));
+      if (link.wait() != Status::ok) fail(m.name);
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      return double(ms);
+    };
+    for (const Method& m : methods) {  // warm-up and bit-exact check of each
+      CK(cudaMemsetAsync(dst, 0, total, stream));
+      run_timed(m);
+      CK(cudaMemsetAsync(diff, 0, 8, stream));
+      count_diff<<<264, 256, 0, stream>>>(reinterpret_cast<const uint4*>(src), reinterpret_cast<const uint4*>(dst),
+                                          total / 16, diff);
+      unsigned long long d = 1;
+      CK(cudaMemcpyAsync(&d, diff, 8, cudaMemcpyDeviceToHost, stream));
+      CK(cudaStreamSynchronize(stream));
+      if (d) std::fprintf(stderr, "--batch: %s: %llu differing words: NOT bit-exact\n", m.name, d), std::exit(1);
+    }
+    const int reps = std::max(3, int(std::lround(9 * reps_scale)));
+    std::vector<std::vector<double>> t(M);
+    std::vector<double> roof;
+    for (int r = 0; r < reps; ++r) {
+      for (size_t j = 0; j < M; ++j) t[(j + r) % M].push_back(run_timed(methods[(j + r) % M]));
+      CK(cudaEventRecord(a, stream));
+      CK(cudaMemcpyAsync(pinned, src, total, cudaMemcpyDeviceToHost, stream));
+      CK(cudaEventRecord(b, stream));
+      CK(cudaEventSynchronize(b));
+      roof.push_back(double(elapsed(a, b)));
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double roof_ms = median(roof);
+    std::printf("\n%llu x %llu MiB (%.2f GiB), %d rounds; one-way device -> host copy of it all: %.3f ms (%.1f GB/s)\n",
+                (unsigned long long)k, (unsigned long long)mib, total / 1073741824.0, reps, roof_ms,
+                total / roof_ms / 1e6);
+    std::printf("  %-36s %10s %8s %18s\n", "method", "ms", "GB/s", "vs raw, same cut");
+    rows.push_back({k, mb, "d2h copy one way (roofline)", roof_ms, total / roof_ms / 1e6});
+    double med[M];
+    for (size_t j = 0; j < M; ++j) med[j] = median(t[j]);
+    for (size_t j = 0; j < M; ++j) {
+      const double gbps = total / med[j] / 1e6;
+      std::printf("  %-36s %10.3f %8.1f", methods[j].name, med[j], gbps);
+      if (j >= 3) std::printf(" %17.3fx", med[j - 3] / med[j]);
+      std::printf("\n");
+      rows.push_back({k, mb, methods[j].name, med[j], gbps});
+    }
+    std::printf("  coded batch against raw one transfer per message: %.3fx; against raw one batch: %.3fx\n",
+                med[0] / med[4], med[1] / med[4]);
+    std::fflush(stdout);
+    if (trace) trace_batch(link, msgs, stream);
+  }
+  if (!json.empty()) {
+    std::ofstream o(json);
+    o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"link\": \"pinned host, stream mode, stream_tuned()\",\n"
+      << "  \"data\": \"" << data << "/llama_grads.bf16 tiled\",\n  \"rows\": [\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const BatchRow& r = rows[i];
+      o << "    {\"messages\": " << r.messages << ", \"message_bytes\": " << r.message_bytes << ", \"method\": \""
+        << r.method << "\", \"ms\": " << r.ms << ", \"gbps\": " << r.gbps << "}" << (i + 1 < rows.size() ? ",\n" : "\n");
+    }
+    o << "  ]\n}\n";
+  }
+  CK(cudaFree(src));
+  CK(cudaFree(dst));
+  CK(cudaFree(diff));
+  CK(cudaFreeHost(pinned));
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  CK(cudaStreamDestroy(stream));
+  return 0;
 }
 
 /// --peer: PeerLink<bf16> from GPU 0 to GPU 1 against the raw peer copies. Returns the exit code.
@@ -460,6 +683,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> curve_variants;  // --curve-variant specs: more links on the curve
   uint64_t sweep_mib[2] = {64, 256};
   bool chain_probe = false, tiny_probe = false, staging_probe = false;
+  std::string batch_specs;  // --batch
+  bool batch_trace = false;  // --batch-trace
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--data" && i + 1 < argc)
@@ -513,6 +738,10 @@ int main(int argc, char** argv) {
       curve = false;
     else if (a == "--modes" && i + 1 < argc)  // links of the curve, e.g. copy,stream
       modes = argv[++i];
+    else if (a == "--batch" && i + 1 < argc)  // COUNTxMIB[,...]: messages back to back, one batch against one each
+      batch_specs = argv[++i];
+    else if (a == "--batch-trace")  // with --batch: trace one coded batch per case
+      batch_trace = true;
     else if (a == "--peer")  // PeerLink GPU 0 -> GPU 1 instead of the pinned-host link
       peer = true;
     else {
@@ -521,10 +750,11 @@ int main(int argc, char** argv) {
                    "[--staging-probe] [--curve-variant NAME:K=V,...] [--trace] [--trace-light] [--trace-mib M] "
                    "[--trace-variant NAME:K=V,...] "
                    "[--trace-frame-items N] [--trace-head I,F,MIB] [--no-curve] [--modes LIST] "
-                   "[--peer]\n", argv[0]);
+                   "[--peer] [--batch COUNTxMIB,...]\n", argv[0]);
       return 2;
     }
   }
+  if (!batch_specs.empty()) return run_batch(data, batch_specs, reps_scale, json, batch_trace);
   if (peer) {
     if (max_mib == 0) return std::fprintf(stderr, "--max-mib must be positive\n"), 2;
     return run_peer(data, max_mib, min_kib, reps_scale, json);

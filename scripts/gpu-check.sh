@@ -6,7 +6,8 @@
 # p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples and bench_p2p, no sanitizers - a cheap call
 # for a change confined to the P2P links). Env: ZIPCOMM_BENCHES (subset), ZIPCOMM_P2P_ARGS, ZIPCOMM_P2P_TIMEOUT (s, 300),
 # ZIPCOMM_P2P_DATA (folder with llama_grads.bf16 for bench_p2p; tests/data), ZIPCOMM_P2P_ARGS2 (a second bench_p2p run
-# after the first, e.g. on other data: its output goes to bench_p2p2.*)
+# after the first, e.g. on other data: its output goes to bench_p2p2.*), ZIPCOMM_P2P_BATCH (bench_p2p --batch cases,
+# 16x64,4x256,64x16; its JSON travels in the logs' archive)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/zipcomm-out}
@@ -81,6 +82,10 @@ if want p2p; then
     timeout ${ZIPCOMM_P2P_TIMEOUT:-300} $BUILD/bench/zipcomm_bench_p2p $ZIPCOMM_P2P_ARGS2 --json "$OUT/bench_p2p2.json" > "$OUT/bench_p2p2.txt" 2>&1
     log "bench_p2p (second run) rc=$?: $(grep -E 'min over sizes' "$OUT/bench_p2p2.txt" | tr '\n' ' ')"
   fi
+  # Messages back to back (a weight sync's buckets): one batch (transfer_many) against one transfer each
+  timeout ${ZIPCOMM_P2P_TIMEOUT:-300} $BUILD/bench/zipcomm_bench_p2p --data "${ZIPCOMM_P2P_DATA:-tests/data}" \
+    --batch "${ZIPCOMM_P2P_BATCH:-16x64,4x256,64x16}" --json "$OUT/bench_p2p_batch.json" > "$OUT/bench_p2p_batch.txt" 2>&1
+  log "bench_p2p --batch rc=$?: $(grep -E 'coded batch against' "$OUT/bench_p2p_batch.txt" | tr '\n' ' ')"
   [ -f "$OUT/bench_p2p.json" ] && { python3 bench/plot_p2p.py "$OUT/bench_p2p.json" "$OUT/bench_p2p.png" >> "$OUT/bench_p2p.txt" 2>&1 ||
     log "plot_p2p: no PNG here; draw it from bench_p2p.json with bench/plot_p2p.py"; }
 fi
@@ -95,5 +100,6 @@ if want ring; then
 fi
 cat "$OUT"/bench*.txt "$OUT"/probe*.txt 2>/dev/null
 # The device tool brings back at most 8 files: logs travel in one archive.
-( cd "$OUT" && tar czf all-logs.tgz *.log *.txt 2>/dev/null && rm -f *.log bench*.txt machine.txt )
+( cd "$OUT" && tar czf all-logs.tgz *.log *.txt $(ls bench_p2p_batch.json 2>/dev/null) 2>/dev/null &&
+  rm -f *.log bench*.txt machine.txt bench_p2p_batch.json )
 cat "$OUT/summary.txt" 2>/dev/null

@@ -13,10 +13,13 @@
 // runs all along on its own stream, as an inference engine's kernels would: it checksums the live weights of
 // one tensor again and again; every checksum it takes must be the trainer's checksum of that version (a reader
 // never sees partial weights), and every version live during a sync must have been read. Each sync is checked
-// bit-exact and timed against the same sync done with the raw pipelined copy. A phase that stalls longer than
+// bit-exact and timed against the same sync done with the raw pipelined copy. The buckets of a sync go as one
+// batch (link.transfer_many: one pipeline, no drain between buckets; the raw reference likewise,
+// transfer_raw_many); --batch off sends them one transfer each. A phase that stalls longer than
 // --timeout-s ends the run with an error naming it (ZIPCOMM_RL_TRACE=1 prints each phase as it starts).
 // Usage: zipcomm_rl_weight_sync [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512] [--watch TENSOR]
-//                               [--link-mode stream|copy|kernel|relay] [--reader on|off] [--timeout-s 120]
+//                               [--link-mode stream|copy|kernel|relay] [--reader on|off] [--batch on|off]
+//                               [--timeout-s 120]
 #include <cuda/atomic>
 #include <cuda_runtime.h>
 
@@ -201,7 +204,7 @@ int main(int argc, char** argv) {
   int steps = 3;
   uint64_t bucket_mib = 512;
   std::string watch;  // the tensor the reader checksums (default: a mid-model k_proj)
-  std::string link_mode = "stream", reader = "on";
+  std::string link_mode = "stream", reader = "on", batch = "on";
   double timeout_s = 120;  // a sync or a wait that takes longer is reported as a hang, not waited for forever
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -219,18 +222,20 @@ int main(int argc, char** argv) {
       link_mode = argv[++i];
     else if (a == "--reader" && i + 1 < argc)
       reader = argv[++i];
+    else if (a == "--batch" && i + 1 < argc)
+      batch = argv[++i];
     else if (a == "--timeout-s" && i + 1 < argc)
       timeout_s = std::atof(argv[++i]);
     else {
       std::fprintf(stderr, "usage: %s [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512] [--watch TENSOR]"
-                   " [--link-mode stream|copy|kernel|relay] [--reader on|off] [--timeout-s 120]\n",
+                   " [--link-mode stream|copy|kernel|relay] [--reader on|off] [--batch on|off] [--timeout-s 120]\n",
                    argv[0]);
       return 2;
     }
   }
   if ((link_mode != "stream" && link_mode != "copy" && link_mode != "kernel" && link_mode != "relay") ||
-      (reader != "on" && reader != "off") || !(timeout_s > 0))
-    return std::fprintf(stderr, "bad --link-mode, --reader or --timeout-s (see the usage)\n"), 2;
+      (reader != "on" && reader != "off") || (batch != "on" && batch != "off") || !(timeout_s > 0))
+    return std::fprintf(stderr, "bad --link-mode, --reader, --batch or --timeout-s (see the usage)\n"), 2;
   // ZIPCOMM_RL_TRACE=1: each phase on stderr as it starts (where a run stalls)
   Watchdog watchdog(timeout_s, std::getenv("ZIPCOMM_RL_TRACE") && std::getenv("ZIPCOMM_RL_TRACE")[0] == '1');
   watchdog.phase("setup", 0);
@@ -300,8 +305,8 @@ int main(int argc, char** argv) {
   const char* mode_names[] = {"?", "relay", "kernel", "copy", "stream"};
   std::printf("pinned host link, %s mode\n", mode_names[int(link.mode())]);
   CK(link.calibrate(view(trainer, 2), specs[2].elems));  // a q_proj: what most of the bytes look like
-  std::printf("%zu buckets of up to %llu MiB; bypass threshold (measured): %s\n", buckets.size(),
-              (unsigned long long)bucket_mib,
+  std::printf("%zu buckets of up to %llu MiB, %s; bypass threshold (measured): %s\n", buckets.size(),
+              (unsigned long long)bucket_mib, batch == "on" ? "one batch per sync" : "one transfer each",
               link.bypass_threshold() == UINT64_MAX ? "never code"
                                                     : (std::to_string(link.bypass_threshold() >> 10) + " KiB").c_str());
 
@@ -356,12 +361,22 @@ int main(int argc, char** argv) {
   auto sync_all = [&](uint32_t into, bool raw, int step) {
     watchdog.phase(raw ? "raw sync: enqueue" : "coded sync: enqueue", step);
     CK(cudaEventRecord(a, sync_stream));
-    for (const auto& bk : buckets) {
-      const uint64_t n = (bk.second - bk.first) / 2;
+    if (batch == "on") {
+      std::vector<P2PMessage> msgs;
+      for (const auto& bk : buckets)
+        msgs.push_back({trainer + bk.first, infer[into] + bk.first, (bk.second - bk.first) / 2});
       if (raw)
-        CK(link.transfer_raw(trainer + bk.first, infer[into] + bk.first, n, sync_stream));
+        CK(link.transfer_raw_many(msgs.data(), msgs.size(), sync_stream));
       else
-        CK(link.transfer(trainer + bk.first, infer[into] + bk.first, n, sync_stream));
+        CK(link.transfer_many(msgs.data(), msgs.size(), sync_stream));
+    } else {
+      for (const auto& bk : buckets) {
+        const uint64_t n = (bk.second - bk.first) / 2;
+        if (raw)
+          CK(link.transfer_raw(trainer + bk.first, infer[into] + bk.first, n, sync_stream));
+        else
+          CK(link.transfer(trainer + bk.first, infer[into] + bk.first, n, sync_stream));
+      }
     }
     CK(cudaEventRecord(b, sync_stream));
     watchdog.phase(raw ? "raw sync" : "coded sync", step);

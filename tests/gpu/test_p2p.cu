@@ -271,6 +271,164 @@ TEST_CASE("p2p host staging link, every mode: many transfers back to back, each 
   }
 }
 
+namespace {
+
+/// A batch of messages (sizes in elements) laid out in one source and one destination buffer, each at its own
+/// element offset with guard bytes between them: transfer_many (or `send`) moves it, and every message must
+/// arrive bit-exact with every guard byte untouched, as seen by the caller's stream before wait() and after.
+template <class Send, class Wait>
+void check_batch(const std::vector<uint64_t>& sizes, std::mt19937_64& rng, Send send, Wait wait) {
+  const size_t guard = 64;
+  std::vector<uint64_t> src_at(sizes.size()), dst_at(sizes.size());
+  uint64_t src_bytes = 16, dst_bytes = guard;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    src_at[k] = src_bytes + 2 * (rng() % 8);  // any element alignment
+    dst_at[k] = dst_bytes + 2 * (rng() % 8);
+    src_bytes = src_at[k] + 2 * sizes[k];
+    dst_bytes = dst_at[k] + 2 * sizes[k] + guard;
+  }
+  std::vector<uint8_t> host(src_bytes);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const std::vector<uint8_t> m = k % 2 ? real_bf16(sizes[k]) : test_bf16(sizes[k], rng);
+    std::copy(m.begin(), m.end(), host.begin() + src_at[k]);
+  }
+  DeviceBuffer src(src_bytes), dst(dst_bytes), seen(dst_bytes);
+  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(dst.ptr, 0x5A, dst.bytes));
+  std::vector<P2PMessage> msgs(sizes.size());
+  for (size_t k = 0; k < sizes.size(); ++k) msgs[k] = {src.as(src_at[k]), dst.as(dst_at[k]), sizes[k]};
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_OK(send(msgs.data(), msgs.size(), stream));
+  CUDA_OK(cudaMemcpyAsync(seen.ptr, dst.ptr, dst.bytes, cudaMemcpyDeviceToDevice, stream));  // before wait()
+  CUDA_OK(cudaStreamSynchronize(stream));
+  REQUIRE(wait() == Status::ok);
+  std::vector<uint8_t> all(dst.bytes), all_seen(dst.bytes);
+  CUDA_OK(cudaMemcpy(all.data(), dst.ptr, dst.bytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(all_seen.data(), seen.ptr, dst.bytes, cudaMemcpyDeviceToHost));
+  REQUIRE(all_seen == all);
+  uint64_t at = 0;  // every byte outside the messages is a guard byte
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    CAPTURE(k, sizes[k]);
+    for (; at < dst_at[k]; ++at) REQUIRE(all[at] == 0x5A);
+    REQUIRE(std::equal(host.begin() + src_at[k], host.begin() + src_at[k] + 2 * sizes[k], all.begin() + dst_at[k]));
+    at = dst_at[k] + 2 * sizes[k];
+  }
+  for (; at < all.size(); ++at) REQUIRE(all[at] == 0x5A);
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
+/// 1 to `most` messages of assorted sizes: empty ones, single elements, sizes that end in each tier, a few Mi.
+std::vector<uint64_t> batch_sizes(std::mt19937_64& rng, size_t most) {
+  std::vector<uint64_t> v(1 + rng() % most);
+  for (uint64_t& n : v) {
+    switch (rng() % 6) {
+      case 0: n = rng() % 3; break;
+      case 1: n = 1 + rng() % 5000; break;
+      case 2: n = (uint64_t(1) << 18) + rng() % (uint64_t(1) << 20); break;
+      default: n = (uint64_t(1) << 20) + rng() % (uint64_t(3) << 20); break;
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("p2p host staging link: transfer_many sends a batch as one pipeline, every message bit-exact",
+          "[gpu][p2p][concurrent]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  P2POptions frames_only = P2POptions::stream_tuned();  // every element through the frames: no raw head or tail
+  frames_only.stream_raw_head_bytes = frames_only.stream_raw_tail_bytes = 0;
+  P2POptions small_stream = small_ring_options();  // 4 slots: the ring wraps inside messages and across them
+  small_stream.stream_flags_on_device = true;
+  small_stream.gate_flag_waits = true;
+  small_stream.copy_stream_pairs = 2;  // a message's frames alternate pairs; the next message starts on pair 0
+  small_stream.decode_streams = 2;
+  const std::pair<HostLinkMode, P2POptions> configs[] = {
+      {HostLinkMode::stream, P2POptions::stream_tuned()}, {HostLinkMode::stream, frames_only},
+      {HostLinkMode::stream, small_stream},               {HostLinkMode::kernel, small_ring_options()},
+      {HostLinkMode::copy, small_ring_options()}};
+  for (const auto& [mode, o] : configs) {
+    CAPTURE(int(mode), o.stream_raw_head_bytes, o.slots);
+    HostStagingLink<DType::bf16> link;
+    if (!init_or_skip(link, o, mode)) continue;
+    auto many = [&](const P2PMessage* m, size_t c, cudaStream_t st) { return link.transfer_many(m, c, st); };
+    auto wait = [&] { return link.wait(); };
+    const int reps = mode == HostLinkMode::stream ? 10 : 3;
+    for (int k = 0; k < reps; ++k) {
+      CAPTURE(k);
+      link.set_bypass_threshold(0);  // coded, every message
+      check_batch(batch_sizes(rng, 10), rng, many, wait);
+      link.set_bypass_threshold(uint64_t(1) << 40);  // the whole batch raw: one pipelined copy
+      check_batch(batch_sizes(rng, 10), rng, many, wait);
+      check_batch(
+          batch_sizes(rng, 10), rng,
+          [&](const P2PMessage* m, size_t c, cudaStream_t st) { return link.transfer_raw_many(m, c, st); }, wait);
+    }
+    // More messages than the link's status records: it waits for itself once on the way, and stays exact.
+    link.set_bypass_threshold(0);
+    std::vector<uint64_t> lots(p2p_detail::TransferStatusLog::RECORDS + 9);
+    for (uint64_t& n : lots) n = 1 + rng() % 70000;
+    check_batch(lots, rng, many, wait);
+  }
+}
+
+TEST_CASE("p2p host staging link: transfer_many refuses a bad batch whole, and reports a failed one in wait()",
+          "[gpu][p2p][concurrent]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const uint64_t n = uint64_t(1) << 20;
+  const std::vector<uint8_t> host = test_bf16(n, rng);
+  DeviceBuffer src(host.size()), dst(2 * host.size());
+  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  P2POptions o = P2POptions::stream_tuned();
+  HostStagingLink<DType::bf16> link;
+  if (!init_or_skip(link, o, HostLinkMode::stream)) return;
+  link.set_bypass_threshold(0);
+  // A null source, a null destination, or an absurd size in any message refuses the batch before anything moves.
+  const P2PMessage good = {src.ptr, dst.ptr, n};
+  const P2PMessage bad[] = {{nullptr, dst.as(2 * n), 10}, {src.ptr, nullptr, 10}, {src.ptr, dst.as(2 * n), uint64_t(1) << 41}};
+  for (const P2PMessage& b : bad) {
+    CUDA_OK(cudaMemset(dst.ptr, 0x5A, dst.bytes));
+    const P2PMessage batch[] = {good, b};
+    REQUIRE(link.transfer_many(batch, 2, stream) == cudaErrorInvalidValue);
+    REQUIRE(link.transfer_raw_many(batch, 2, stream) == cudaErrorInvalidValue);
+    REQUIRE(link.transfer_many(nullptr, 2, stream) == cudaErrorInvalidValue);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    REQUIRE(link.wait() == Status::ok);
+    std::vector<uint8_t> back(dst.bytes);
+    CUDA_OK(cudaMemcpy(back.data(), dst.ptr, back.size(), cudaMemcpyDeviceToHost));
+    REQUIRE(std::all_of(back.begin(), back.end(), [](uint8_t x) { return x == 0x5A; }));
+  }
+  REQUIRE(link.transfer_many(nullptr, 0, stream) == cudaSuccess);  // nothing to send
+  // A batch whose receiver gives up (1 us timeout): wait() reports it within seconds; after reset() the link works.
+  HostStagingLink<DType::bf16> failing;
+  o.timeout_ns = 1000;
+  if (!init_or_skip(failing, o, HostLinkMode::stream)) return;
+  failing.set_bypass_threshold(0);
+  const P2PMessage three[] = {{src.ptr, dst.ptr, n}, {src.ptr, dst.as(2 * n), n / 2}, {src.ptr, dst.ptr, n}};
+  const auto t0 = std::chrono::steady_clock::now();
+  CUDA_OK(failing.transfer_many(three, 3, stream));
+  const Status s = failing.wait();
+  INFO(status_string(s));
+  REQUIRE(s != Status::ok);
+  REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  REQUIRE(failing.transfer_many(three, 3, stream) == cudaErrorInvalidValue);  // until reset()
+  CUDA_OK(failing.reset());
+  CUDA_OK(cudaMemset(dst.ptr, 0, dst.bytes));
+  CUDA_OK(failing.transfer_raw_many(three, 1, stream));
+  REQUIRE(failing.wait() == Status::ok);
+  std::vector<uint8_t> back(host.size());
+  CUDA_OK(cudaMemcpy(back.data(), dst.ptr, back.size(), cudaMemcpyDeviceToHost));
+  REQUIRE(back == host);
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
 TEST_CASE("p2p host staging link: calibrate() picks raw chunks, sets the bypass from its measurements; "
           "transfers as used stay bit-exact",
           "[gpu][p2p][concurrent]") {

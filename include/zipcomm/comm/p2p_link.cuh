@@ -348,6 +348,7 @@ class P2PSender {
     blocks_ = blocks > 0 ? blocks : sms;
     scratch_bytes_ = format::align_up(item_plane_bytes(D, largest_item_elems(shape)), 16);
     e = cudaFuncSetAttribute(p2p_send_kernel<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes()));
+    if (e == cudaSuccess) e = p2p_detail::load_side_words_kernel();
     if (e != cudaSuccess) return e;
     e = state_.device(device, state_bytes());
     if (e != cudaSuccess) return e;
@@ -361,10 +362,11 @@ class P2PSender {
                      const P2PLaunchExtras& extras = {}) {
     if (ring.num_slots != slots_) return cudaErrorInvalidValue;
     p2p_detail::DeviceGuard g(device_);
-    // One memset clears what a launch must find zero (item counter, per-slot counters, control words, the
-    // per-class need): the sender is idle between launches, and each stream operation before the kernel
-    // delays the transfer's first frame by a few microseconds (it was 4 + 2 per frame).
-    cudaError_t e = cudaMemsetAsync(state_.get(), 0, cleared_bytes(), stream);
+    // One clear of what a launch must find zero (item counter, per-slot counters, control words, the per-class
+    // need): the sender is idle between launches, and each stream operation before the kernel delays the
+    // transfer's first frame by a few microseconds (it was 4 + 2 per frame). By a kernel, not a memset (see
+    // p2p_side_words_kernel).
+    cudaError_t e = p2p_detail::side_words(state_.get(), nullptr, cleared_bytes(), stream);
     if (e != cudaSuccess || f0 >= f1) return e;
     SendArgs a;
     a.plan = plan;
@@ -445,6 +447,7 @@ class P2PReceiver {
     if (e != cudaSuccess) return e;
     blocks_ = blocks > 0 ? blocks : sms;
     e = cudaFuncSetAttribute(p2p_recv_kernel<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes()));
+    if (e == cudaSuccess) e = p2p_detail::load_side_words_kernel();
     if (e != cudaSuccess) return e;
     e = state_.device(device, state_words() * 8 + sizeof(SideControl));
     if (e != cudaSuccess) return e;
@@ -463,10 +466,11 @@ class P2PReceiver {
                      uint64_t* done_word = nullptr, uint64_t done_value = 0, const P2PLaunchExtras& extras = {}) {
     if (ring.num_slots != slots_ || lane >= lanes_ || (pull && !has_staging_)) return cudaErrorInvalidValue;
     p2p_detail::DeviceGuard g(device_);
-    if (lanes_ == 1 && f0 < f1) {  // one launch at a time: one memset clears the whole state (and the control
-                                   // words, which follow it), not 3 + 2 per frame (each delays the kernel)
-      cudaError_t e = cudaMemsetAsync(state_.get(), 0, state_words() * 8 + (reset_control ? sizeof(SideControl) : 0),
-                                      stream);
+    if (lanes_ == 1 && f0 < f1) {  // one launch at a time: one clear of the whole state (and the control words,
+                                   // which follow it), not 3 + 2 per frame (each delays the kernel); by a kernel
+                                   // (p2p_side_words_kernel)
+      cudaError_t e = p2p_detail::side_words(state_.get(), nullptr,
+                                             state_words() * 8 + (reset_control ? sizeof(SideControl) : 0), stream);
       if (e != cudaSuccess) return e;
       return launch_kernel(plan, out, seq_base, f0, f1, ring, wait_flags, give_credits, pull, timeout_ns, stream, lane,
                            max_blocks, done_word, done_value, extras);
@@ -542,42 +546,73 @@ class P2PReceiver {
   bool has_staging_ = false;
 };
 
+/// One message of a batch (HostStagingLink::transfer_many): n elements from src to dst.
+struct P2PMessage {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  uint64_t n = 0;
+};
+
 /// Pipelined raw copy through pinned host buffers: chunk i goes device -> host on the caller's stream while
 /// chunk i - 1 goes host -> device on a second stream; a message of one chunk is just the two copies on the
 /// caller's stream. The bypass of HostStagingLink, and the raw baseline of bench/bench_p2p.cu.
 struct StagedRawCopy {
+  /// A stretch of bytes to copy (run_segments).
+  struct Segment {
+    const void* src;
+    void* dst;
+    uint64_t bytes;
+  };
   /// `buffers` chunks of `chunk_bytes` each at `host` (pinned); `events`: 2 * buffers + 2 events. Later work
   /// on `stream` sees dst complete.
   static cudaError_t run(const void* src, void* dst, uint64_t bytes, uint64_t chunk_bytes, uint8_t* host,
                          uint32_t buffers, cudaEvent_t* events, cudaStream_t stream, cudaStream_t h2d) {
-    if (bytes == 0) return cudaSuccess;
-    if (!src || !dst || !host || buffers == 0 || chunk_bytes == 0) return cudaErrorInvalidValue;
-    if (bytes <= chunk_bytes) {
-      cudaError_t e = cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream);
-      return e != cudaSuccess ? e : cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream);
+    const Segment one = {src, dst, bytes};
+    return run_segments(&one, 1, chunk_bytes, host, buffers, events, stream, h2d);
+  }
+  /// Many stretches as one pipeline: the chunks of every segment in turn share the host buffers, so the host ->
+  /// device side of one segment overlaps the device -> host side of the next (no drain between segments). A
+  /// chunk never spans two segments. Empty segments are skipped; a null pointer in a non-empty one is refused
+  /// before anything is enqueued.
+  static cudaError_t run_segments(const Segment* segs, size_t count, uint64_t chunk_bytes, uint8_t* host,
+                                  uint32_t buffers, cudaEvent_t* events, cudaStream_t stream, cudaStream_t h2d) {
+    if (count && !segs) return cudaErrorInvalidValue;
+    uint64_t total = 0;
+    size_t nonempty = 0, only = 0;
+    for (size_t s = 0; s < count; ++s) {
+      if (segs[s].bytes == 0) continue;
+      if (!segs[s].src || !segs[s].dst) return cudaErrorInvalidValue;
+      total += segs[s].bytes, ++nonempty, only = s;
+    }
+    if (total == 0) return cudaSuccess;
+    if (!host || buffers == 0 || chunk_bytes == 0) return cudaErrorInvalidValue;
+    if (nonempty == 1 && total <= chunk_bytes) {
+      cudaError_t e = cudaMemcpyAsync(host, segs[only].src, total, cudaMemcpyDeviceToHost, stream);
+      return e != cudaSuccess ? e : cudaMemcpyAsync(segs[only].dst, host, total, cudaMemcpyHostToDevice, stream);
     }
     cudaEvent_t* copied_out = events;           // chunk in the host buffer
     cudaEvent_t* copied_in = events + buffers;  // host buffer free again
     cudaEvent_t start = events[2 * buffers], done = events[2 * buffers + 1];
-    cudaError_t e0 = cudaEventRecord(start, stream);
-    if (e0 == cudaSuccess) e0 = cudaStreamWaitEvent(h2d, start, 0);
-    if (e0 != cudaSuccess) return e0;
+    cudaError_t e = cudaEventRecord(start, stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d, start, 0);
     const cudaStream_t d2h = stream;
-    const uint64_t chunks = format::div_up(bytes, chunk_bytes);
-    for (uint64_t i = 0; i < chunks; ++i) {
-      const uint32_t b = uint32_t(i % buffers);
-      const uint64_t off = i * chunk_bytes, len = std::min(chunk_bytes, bytes - off);
-      uint8_t* hb = host + size_t(b) * chunk_bytes;
-      cudaError_t e = i >= buffers ? cudaStreamWaitEvent(d2h, copied_in[b], 0) : cudaSuccess;
-      if (e == cudaSuccess)
-        e = cudaMemcpyAsync(hb, static_cast<const uint8_t*>(src) + off, len, cudaMemcpyDeviceToHost, d2h);
-      if (e == cudaSuccess) e = cudaEventRecord(copied_out[b], d2h);
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d, copied_out[b], 0);
-      if (e == cudaSuccess) e = cudaMemcpyAsync(static_cast<uint8_t*>(dst) + off, hb, len, cudaMemcpyHostToDevice, h2d);
-      if (e == cudaSuccess) e = cudaEventRecord(copied_in[b], h2d);
-      if (e != cudaSuccess) return e;
+    uint64_t i = 0;  // chunks issued, over all segments
+    for (size_t s = 0; s < count && e == cudaSuccess; ++s) {
+      const uint8_t* src = static_cast<const uint8_t*>(segs[s].src);
+      uint8_t* dst = static_cast<uint8_t*>(segs[s].dst);
+      for (uint64_t off = 0; off < segs[s].bytes && e == cudaSuccess; off += chunk_bytes, ++i) {
+        const uint32_t b = uint32_t(i % buffers);
+        const uint64_t len = std::min(chunk_bytes, segs[s].bytes - off);
+        uint8_t* hb = host + size_t(b) * chunk_bytes;
+        if (i >= buffers) e = cudaStreamWaitEvent(d2h, copied_in[b], 0);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(hb, src + off, len, cudaMemcpyDeviceToHost, d2h);
+        if (e == cudaSuccess) e = cudaEventRecord(copied_out[b], d2h);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(h2d, copied_out[b], 0);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(dst + off, hb, len, cudaMemcpyHostToDevice, h2d);
+        if (e == cudaSuccess) e = cudaEventRecord(copied_in[b], h2d);
+      }
     }
-    cudaError_t e = cudaEventRecord(done, h2d);
+    if (e == cudaSuccess) e = cudaEventRecord(done, h2d);
     return e != cudaSuccess ? e : cudaStreamWaitEvent(stream, done, 0);
   }
 };
@@ -606,7 +641,16 @@ class TransferStatusLog {
   };
   cudaError_t init() {
     clear();
-    return memory_.pinned(RECORDS * sizeof(Record), cudaHostAllocDefault);
+    // Mapped: the sides' status words are written into a record by a kernel (p2p_side_words_kernel).
+    cudaError_t e = memory_.pinned(RECORDS * sizeof(Record), cudaHostAllocMapped | cudaHostAllocPortable);
+    void* dev = nullptr;
+    if (e == cudaSuccess) e = cudaHostGetDevicePointer(&dev, memory_.get(), 0);
+    device_base_ = static_cast<uint8_t*>(dev);
+    return e;
+  }
+  /// The GPU's address of a record's words (where a kernel writes them).
+  void* device_alias(const void* host) const {
+    return device_base_ + (static_cast<const uint8_t*>(host) - memory_.get());
   }
   /// Before a transfer is issued: with every record in use, synchronizes the link (`synchronize()`, a
   /// cudaError_t) and folds the records into the log's first error; an error among them refuses the transfer
@@ -652,6 +696,7 @@ class TransferStatusLog {
   }
 
   Memory memory_;
+  uint8_t* device_base_ = nullptr;  // memory_ as the GPU addresses it
   uint32_t pending_ = 0;
   Status first_ = Status::ok;  // the first error of records already folded (make_room)
 };
@@ -696,7 +741,9 @@ struct P2PCalibrationPoint {
 /// zipcomm::Status s = link.wait();                // synchronizes; ok once every element arrived intact
 /// \endcode
 /// Transfers on one link are serialized (issue them on one stream, or order the streams); issue many, then one
-/// wait() reports the first error of all of them. After an error, reset() before the next transfer.
+/// wait() reports the first error of all of them. Many messages that go together (a weight sync's buckets) are
+/// best sent with transfer_many(): one pipeline, the start and drain paid once. After an error, reset() before the
+/// next transfer.
 template <DType D, class Code = thread::GaussianCode>
 class HostStagingLink {
  public:
@@ -774,43 +821,67 @@ class HostStagingLink {
     p2p_detail::DeviceGuard g(device_);
     e = log_.make_room([&] { return synchronize(); }, broken_);
     if (e != cudaSuccess) return e;
-    relay_status_ = Status::ok;
-    // Transfers are serialized: the internal streams wait for the caller and for the previous transfer.
-    e = cudaEventRecord(ev(0), stream);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(send_stream(), ev(0), 0);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), ev(0), 0);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(send_stream(), ev(2), 0);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), ev(1), 0);
-    // The control words start clear: the launches clear them (the sender's always, the persistent receiver's in
-    // kernel and stream modes); what no launch clears is cleared here (fewer operations before the kernels).
-    const bool persistent = persistent_receiver(mode_);
-    if (e == cudaSuccess && n == 0) e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), send_stream());
-    if (e == cudaSuccess && (n == 0 || !persistent))
-      e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), recv_stream());
-    adapt_pending_ = adapt_pending_ || (mode_ == HostLinkMode::stream && n > 0);
-    if (e != cudaSuccess || n == 0) return finish(stream, e);
-    const uint64_t raw_head = raw_head_elems(n), raw_tail = raw_tail_elems(n);
-    const FramePlan plan = make_plan(D, FrameKind::coded, n - raw_head - raw_tail, opt_.shape);
-    const uint64_t seq_base = next_seq_;
-    next_seq_ += plan.num_frames;
-    FrameRingView ring = ring_.view();
-    if (mode_ == HostLinkMode::stream)
-      return finish(stream, schedule_stream(plan, src, dst, seq_base, raw_head, raw_tail));
-    if (mode_ == HostLinkMode::copy) ring.slots = dev_send_.get();  // frames in GPU memory, flags in pinned
-    e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, ring, true, opt_.timeout_ns, send_stream(),
-                       send_extras());
-    if (e != cudaSuccess) return finish(stream, e);
-    if (mode_ == HostLinkMode::kernel) {
-      e = receiver_.launch(plan, dst, seq_base, 0, plan.num_frames, ring, true, true, true, opt_.timeout_ns,
-                           recv_stream(), 0, true, 0, nullptr, 0, recv_extras());
-      return finish(stream, e);
+    e = start_after(stream);
+    if (e == cudaSuccess) wire_bytes_ = 0;
+    trace_frames_before_ = trace_items_before_ = 0;
+    return issue_coded(src, dst, n, stream, e, BatchEdges{});
+  }
+
+  /// Sends `count` messages in order as one pipeline: the RL weight-sync case of many tensors or buckets sent
+  /// back to back. Stream-ordered after prior work on `stream`; later work on `stream` sees every dst complete
+  /// (nothing on `stream` sees part of the batch). In stream mode the messages' frames follow each other through
+  /// the ring with no drain between them, so the pipeline's start (the first split, the raw head) and end (the
+  /// one-piece lag, the last decodes, the raw tail) are paid once per batch, not once per message; the inner
+  /// messages are cut in full items only (fine tiers only at the batch's end) and the copy pieces are sized from
+  /// the whole batch. The batch goes raw (one pipelined copy of all of it, transfer_raw_many) when its total is
+  /// below bypass_threshold(); coded otherwise, every message, whatever its size. In the other modes each message
+  /// goes as transfer() sends it. Every message is checked before anything is enqueued (a bad one refuses the
+  /// whole batch: cudaErrorInvalidValue); empty messages are skipped. wait() reports the first error of all of
+  /// them. A batch of more than TransferStatusLog::RECORDS messages makes the host wait for the link every
+  /// RECORDS messages (the pipeline drains there).
+  cudaError_t transfer_many(const P2PMessage* msgs, size_t count, cudaStream_t stream) {
+    cudaError_t e = check_many(msgs, count);
+    if (e != cudaSuccess) return e;
+    uint64_t total = 0;
+    for (size_t i = 0; i < count; ++i) total += msgs[i].n * format::elem_bytes(D);
+    if (total == 0) return cudaSuccess;
+    if (use_bypass(total, bypass_)) return transfer_raw_many(msgs, count, stream);
+    if (mode_ != HostLinkMode::stream) {
+      for (size_t i = 0; i < count && e == cudaSuccess; ++i)
+        if (msgs[i].n) e = transfer(msgs[i].src, msgs[i].dst, msgs[i].n, stream);
+      return e;
     }
-    for (int i = 0; i < opt_.decode_streams && e == cudaSuccess; ++i) {  // decodes follow the control reset
-      e = cudaEventRecord(ev(3), recv_stream());
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(decode_stream(uint32_t(i)), ev(3), 0);
+    p2p_detail::DeviceGuard g(device_);
+    size_t first = count, last = 0;
+    for (size_t i = 0; i < count; ++i)
+      if (msgs[i].n) first = std::min(first, i), last = i;
+    // Pieces sized from the whole batch: the host -> device side trails by the largest piece all along, paid
+    // once at the batch's end, while every piece costs the copy engines a few microseconds.
+    uint64_t wire = 0;
+    for (size_t i = first; i <= last; ++i) {
+      if (!msgs[i].n) continue;
+      BatchEdges x;
+      x.first = i == first, x.last = i == last;
+      wire += planned_wire_bytes(make_plan(D, FrameKind::coded, msgs[i].n, batch_shape(x)));
     }
-    if (e == cudaSuccess) e = relay(plan, dst, seq_base);
-    return finish(stream, e);
+    BatchEdges edges;
+    edges.piece = stream_piece_bytes_for(wire);
+    wire_bytes_ = 0;
+    trace_frames_before_ = trace_items_before_ = 0;
+    for (size_t i = first; i <= last && e == cudaSuccess; ++i) {
+      if (!msgs[i].n) continue;
+      e = log_.make_room([&] { return synchronize(); }, broken_);
+      if (e != cudaSuccess) {  // nothing of message i was enqueued: the caller still waits for the ones before
+        if (i != first) join_caller(stream);
+        return e;
+      }
+      if (i == first) e = start_after(stream);
+      edges.first = i == first;
+      edges.last = i == last;
+      e = issue_coded(msgs[i].src, msgs[i].dst, msgs[i].n, stream, e, edges);  // joins the caller when it fails
+    }
+    trace_frames_before_ = trace_items_before_ = 0;
+    return e;
   }
 
   /// The raw pipelined copy (the bypass), whatever the size. A message of one chunk is two copies on
@@ -824,6 +895,28 @@ class HostStagingLink {
     const uint64_t bytes = n * format::elem_bytes(D);
     return StagedRawCopy::run(src, dst, bytes, raw_chunk_for(bytes), raw_buffers_.get(), RAW_BUFFERS, raw_events(),
                               stream, raw_stream());
+  }
+
+  /// The raw pipelined copy of a batch (transfer_many's bypass, and its baseline): every message's chunks in turn
+  /// through the same staging, so one message's host -> device side overlaps the next one's device -> host side.
+  /// The same checks and stream order as transfer_many.
+  cudaError_t transfer_raw_many(const P2PMessage* msgs, size_t count, cudaStream_t stream) {
+    cudaError_t e = check_many(msgs, count);
+    if (e != cudaSuccess) return e;
+    std::vector<StagedRawCopy::Segment> segs;
+    uint64_t total = 0;
+    const uint64_t eb = format::elem_bytes(D);
+    for (size_t i = 0; i < count; ++i)
+      if (msgs[i].n) segs.push_back({msgs[i].src, msgs[i].dst, msgs[i].n * eb}), total += msgs[i].n * eb;
+    if (segs.empty()) return cudaSuccess;
+    p2p_detail::DeviceGuard g(device_);
+    raw_pending_ = true;
+    raw_stream_ = stream;
+    // One message: its own chunk; many: the chunk of a message of their average size (the lag of one chunk is paid
+    // once per batch, each chunk costs a few microseconds).
+    const uint64_t chunk = segs.size() == 1 ? raw_chunk_for(total) : raw_chunk_for(total / segs.size());
+    return StagedRawCopy::run_segments(segs.data(), segs.size(), chunk, raw_buffers_.get(), RAW_BUFFERS,
+                                       raw_events(), stream, raw_stream());
   }
 
   /// Chunk of the raw copy for a message: the chunk calibrate() measured best for its size class (powers of
@@ -1003,16 +1096,17 @@ class HostStagingLink {
   /// For tuning: per-frame %globaltimer stamps of the next coded transfers (TRACE_STAMPS words per frame each
   /// side, see SendArgs::trace and RecvArgs::trace; device memory of this GPU, room for the largest transfer's
   /// frames); with `recv_item_trace`, also ITEM_TRACE_STAMPS words per item for the receiver (RecvArgs::item_trace;
-  /// room for the largest transfer's items). nullptr turns it off.
+  /// room for the largest transfer's items; a batch, transfer_many, stamps its messages' frames and items one after
+  /// the other: room for all of them). nullptr turns it off.
   void set_trace(uint64_t* send_trace, uint64_t* recv_trace, uint64_t* recv_item_trace = nullptr) {
     send_trace_ = send_trace;
     recv_trace_ = recv_trace;
     recv_item_trace_ = recv_item_trace;
   }
   /// For tuning, stream mode: the next coded transfers record `events` (timing-enabled, this GPU; `count` of
-  /// them): [0] on the sender's stream before its launch, then 8 per frame: before and after the device -> host
-  /// copy of its planes, before and after their host -> device copy, then the same for section B. Copies
-  /// of frames past the events' room are not marked. nullptr turns it off.
+  /// them): [0] on the sender's stream before its launch, then 8 per frame (a batch's frames one after the
+  /// other): before and after the device -> host copy of its planes, before and after their host -> device copy,
+  /// then the same for section B. Copies of frames past the events' room are not marked. nullptr turns it off.
   void set_copy_trace(cudaEvent_t* events, size_t count) {
     copy_trace_ = events;
     copy_trace_count_ = events ? count : 0;
@@ -1030,7 +1124,7 @@ class HostStagingLink {
   uint64_t bypass_threshold() const { return bypass_; }
   /// Stream mode: the section-B budget the next transfer's fixed-size copies use (adapted by wait()).
   const ExpsBudget& exps_budget() const { return budget_; }
-  /// Copy and relay modes: bytes the last coded transfer put through the pinned ring (planes + section B of each
+  /// Copy and relay modes: bytes the last coded transfer (stream mode: or batch) put through the pinned ring (planes + section B of each
   /// frame), i.e. what crossed the link each way. Stream mode: what the copy engines moved each way (planes and
   /// section B up to its budget; an overflow, moved by SMs, is not counted). 0 in kernel mode.
   uint64_t wire_bytes() const { return wire_bytes_; }
@@ -1084,6 +1178,15 @@ class HostStagingLink {
     return cudaSuccess;
   }
 
+  cudaError_t check_many(const P2PMessage* msgs, size_t count) const {
+    if (!ready_ || broken_ || (count && !msgs)) return cudaErrorInvalidValue;
+    for (size_t i = 0; i < count; ++i) {
+      const cudaError_t e = check(msgs[i].src, msgs[i].dst, msgs[i].n);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
+
   /// Every stream of the link.
   cudaError_t synchronize() {
     for (cudaStream_t st : streams_) {
@@ -1093,10 +1196,9 @@ class HostStagingLink {
     return cudaSuccess;
   }
 
-  cudaError_t finish(cudaStream_t stream, cudaError_t e) {
-    p2p_detail::TransferStatusLog::Record& rec = log_.next();
-    rec.relay = relay_status_;
-    SideControl* host = rec.side;
+  /// Joins every stream of the link into the two sides' streams and marks both sides done (side_done): what
+  /// the caller's stream waits on.
+  cudaError_t join_sides() {
     cudaError_t f = cudaSuccess;
     for (int i = 0; i < opt_.decode_streams && f == cudaSuccess && mode_ != HostLinkMode::kernel; ++i) {
       f = cudaEventRecord(ev(3), decode_stream(uint32_t(i)));
@@ -1117,20 +1219,109 @@ class HostStagingLink {
         if (f == cudaSuccess) f = cudaStreamWaitEvent(send_stream(), ev(3), 0);
       }
     }
+    if (f == cudaSuccess) f = cudaEventRecord(side_done(0), send_stream());
+    if (f == cudaSuccess) f = cudaEventRecord(side_done(1), recv_stream());
+    return f;
+  }
+  /// The caller's stream waits for everything issued so far (an aborted batch).
+  cudaError_t join_caller(cudaStream_t stream) {
+    cudaError_t f = join_sides();
+    if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(0), 0);
+    if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(1), 0);
+    return f;
+  }
+
+  /// After a transfer's work is enqueued: its sides' status words are copied into its log record, and (`join`)
+  /// the caller's stream waits for both sides. A batch's inner messages (transfer_many) do not join: the next
+  /// message's work follows on the link's streams, and the caller's stream waits once, after the last.
+  cudaError_t finish(cudaStream_t stream, cudaError_t e, bool join = true) {
+    p2p_detail::TransferStatusLog::Record& rec = log_.next();
+    rec.relay = relay_status_;
+    SideControl* host = rec.side;
     // The caller's stream waits for both sides' work, not for the copies of their status words after it: only
     // wait() reads those, and it synchronizes every stream of the link. (A copy engine's small copy after the
     // receiver's last decode cost the caller a few microseconds per transfer.)
-    if (f == cudaSuccess) f = cudaEventRecord(side_done(0), send_stream());
-    if (f == cudaSuccess) f = cudaEventRecord(side_done(1), recv_stream());
+    cudaError_t f = join ? join_sides() : cudaSuccess;
+    // By kernels, not copies: a copy queued behind a batch's busy copy streams waited for them to run dry, and the
+    // next message's launch behind it (p2p_side_words_kernel).
     if (f == cudaSuccess)
-      f = cudaMemcpyAsync(&host[0], sender_.control(), sizeof(SideControl), cudaMemcpyDeviceToHost, send_stream());
+      f = p2p_detail::side_words(log_.device_alias(&host[0]), sender_.control(), sizeof(SideControl), send_stream());
     if (f == cudaSuccess)
-      f = cudaMemcpyAsync(&host[1], receiver_.control(), sizeof(SideControl), cudaMemcpyDeviceToHost, recv_stream());
-    if (f == cudaSuccess) f = cudaEventRecord(ev(1), send_stream());
-    if (f == cudaSuccess) f = cudaEventRecord(ev(2), recv_stream());
-    if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(0), 0);
-    if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(1), 0);
+      f = p2p_detail::side_words(log_.device_alias(&host[1]), receiver_.control(), sizeof(SideControl), recv_stream());
+    // ev(1), ev(2): what the next transfer's streams (and the raw staging's users) wait for. A batch's inner
+    // messages leave them as the batch found them, so its raw tail waits only for what came before the batch.
+    if (f == cudaSuccess && join) f = cudaEventRecord(ev(1), send_stream());
+    if (f == cudaSuccess && join) f = cudaEventRecord(ev(2), recv_stream());
+    if (f == cudaSuccess && join) f = cudaStreamWaitEvent(stream, side_done(0), 0);
+    if (f == cudaSuccess && join) f = cudaStreamWaitEvent(stream, side_done(1), 0);
     return e != cudaSuccess ? e : f;
+  }
+
+  /// A transfer's (or a batch's) first work: the link's streams wait for the caller's prior work (ev(0)) and
+  /// for the previous transfer (ev(1), ev(2)); transfers are serialized.
+  cudaError_t start_after(cudaStream_t stream) {
+    cudaError_t e = cudaEventRecord(ev(0), stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(send_stream(), ev(0), 0);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), ev(0), 0);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(send_stream(), ev(2), 0);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), ev(1), 0);
+    return e;
+  }
+
+  /// Where a message sits in a batch (transfer_many): only the first has a raw head, split-sends its first
+  /// frames and holds later frames' splits back (first_frame_planes_first) and a shape head; only the last has
+  /// a raw tail and the fine tiers; `piece` (0: from the message's own plan) sizes the copy pieces. A lone
+  /// transfer is both.
+  struct BatchEdges {
+    bool first = true, last = true;
+    uint64_t piece = 0;
+  };
+  PipelineShape batch_shape(const BatchEdges& x) const {
+    PipelineShape s = opt_.shape;
+    if (!x.first) s.head.region_elems = 0;
+    if (!x.last) s.num_tiers = 1;  // full items only: the drain that finer items shorten is the batch's end
+    return s;
+  }
+
+  /// One coded message after start_after(): `e` is what came before (an error skips to finish()).
+  cudaError_t issue_coded(const void* src, void* dst, uint64_t n, cudaStream_t stream, cudaError_t e,
+                          const BatchEdges& edges) {
+    relay_status_ = Status::ok;
+    const bool join = edges.last;
+    // The control words start clear: the launches clear them (the sender's always, the persistent receiver's in
+    // kernel and stream modes); what no launch clears is cleared here (fewer operations before the kernels).
+    const bool persistent = persistent_receiver(mode_);
+    if (e == cudaSuccess && n == 0) e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), send_stream());
+    if (e == cudaSuccess && (n == 0 || !persistent))
+      e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), recv_stream());
+    adapt_pending_ = adapt_pending_ || (mode_ == HostLinkMode::stream && n > 0);
+    if (e != cudaSuccess || n == 0) return finish(stream, e, true);
+    const uint64_t raw_head = edges.first ? raw_head_elems(n) : 0, raw_tail = edges.last ? raw_tail_elems(n) : 0;
+    const FramePlan plan = make_plan(D, FrameKind::coded, n - raw_head - raw_tail, batch_shape(edges));
+    const uint64_t seq_base = next_seq_;
+    next_seq_ += plan.num_frames;
+    FrameRingView ring = ring_.view();
+    if (mode_ == HostLinkMode::stream) {
+      e = schedule_stream(plan, src, dst, seq_base, raw_head, raw_tail, edges);
+      trace_frames_before_ += plan.num_frames;
+      trace_items_before_ += plan.num_items;
+      return finish(stream, e, join || e != cudaSuccess);
+    }
+    if (mode_ == HostLinkMode::copy) ring.slots = dev_send_.get();  // frames in GPU memory, flags in pinned
+    e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, ring, true, opt_.timeout_ns, send_stream(),
+                       send_extras());
+    if (e != cudaSuccess) return finish(stream, e, true);
+    if (mode_ == HostLinkMode::kernel) {
+      e = receiver_.launch(plan, dst, seq_base, 0, plan.num_frames, ring, true, true, true, opt_.timeout_ns,
+                           recv_stream(), 0, true, 0, nullptr, 0, recv_extras());
+      return finish(stream, e, true);
+    }
+    for (int i = 0; i < opt_.decode_streams && e == cudaSuccess; ++i) {  // decodes follow the control reset
+      e = cudaEventRecord(ev(3), recv_stream());
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(decode_stream(uint32_t(i)), ev(3), 0);
+    }
+    if (e == cudaSuccess) e = relay(plan, dst, seq_base);
+    return finish(stream, e, true);
   }
 
   /// Launch settings of one side: its trace, and in stream mode the flags its copy streams wait on (poisoned
@@ -1139,6 +1330,8 @@ class HostStagingLink {
     P2PLaunchExtras x;
     x.trace = sender ? send_trace_ : recv_trace_;
     x.item_trace = sender ? nullptr : recv_item_trace_;
+    if (x.trace) x.trace += TRACE_STAMPS * trace_frames_before_;  // a batch's messages trace one after the other
+    if (x.item_trace) x.item_trace += ITEM_TRACE_STAMPS * trace_items_before_;
     if (mode_ == HostLinkMode::stream) {
       // The copy streams wait on the sender's planes and exponents flags (adjacent: ready_exps = ready_planes +
       // slots, in the pinned ring and in stream_flags_ alike) and on the receiver's credits.
@@ -1174,9 +1367,10 @@ class HostStagingLink {
   /// safely: the sender waits for the receiver's credit; the d2h copies into a pinned slot wait for the h2d
   /// copy of the slot's previous frame (event); the h2d copy waits for that frame's credit (its device slot).
   /// The first `raw_head` elements (stream_raw_head_bytes) and the last `raw_tail` (stream_raw_tail_bytes) go
-  /// raw; the frames carry the rest.
+  /// raw; the frames carry the rest. In a batch (`edges`), the messages' copies follow each other on the same
+  /// streams, and only the first splits its first frames (split_send_frames).
   cudaError_t schedule_stream(const FramePlan& plan, const void* src_all, void* dst_all, uint64_t seq_base,
-                              uint64_t raw_head, uint64_t raw_tail) {
+                              uint64_t raw_head, uint64_t raw_tail, const BatchEdges& edges) {
     const uint64_t head_bytes = raw_head * format::elem_bytes(D);
     const uint8_t* src = static_cast<const uint8_t*>(src_all) + head_bytes;
     uint8_t* dst = static_cast<uint8_t*>(dst_all) + head_bytes;
@@ -1191,9 +1385,11 @@ class HostStagingLink {
     recv_view.ready_planes = landed;
     const uint64_t F = plan.num_frames;
     auto trace_mark = [&](uint64_t f, int part) -> cudaEvent_t* {
-      return 1 + 8 * (f + 1) <= copy_trace_count_ ? copy_trace_ + 1 + 8 * f + 4 * part : nullptr;
+      const uint64_t g = trace_frames_before_ + f;  // frame of the batch
+      return 1 + 8 * (g + 1) <= copy_trace_count_ ? copy_trace_ + 1 + 8 * g + 4 * part : nullptr;
     };
-    cudaError_t e = copy_trace_count_ ? cudaEventRecord(copy_trace_[0], send_stream()) : cudaSuccess;
+    cudaError_t e =
+        copy_trace_count_ && trace_frames_before_ == 0 ? cudaEventRecord(copy_trace_[0], send_stream()) : cudaSuccess;
     // Copy streams: frame f goes through pair f % pairs (finish() joins them all).
     const uint32_t pairs = opt_.copy_stream_pairs;
     cudaStream_t d2h = d2h_stream(0), h2d = h2d_stream(0);
@@ -1219,15 +1415,17 @@ class HostStagingLink {
     // The raw head first, before the launches, so its device -> host copy starts at once and ends about when the
     // first frame's planes are split; its host -> device copy fills the time until the first frame's piece lands.
     if (head_bytes && e == cudaSuccess) e = copy_raw(0, head_bytes, raw_buffers_.get());
+    P2PLaunchExtras sx = send_extras();
+    sx.first_frame_planes_first = sx.first_frame_planes_first && edges.first;
     if (e == cudaSuccess)
-      e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(), send_extras());
+      e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(), sx);
     if (e == cudaSuccess)
       e = receiver_.launch(plan, dst, seq_base, 0, F, recv_view, true, true, false, opt_.timeout_ns, recv_stream(),
                            0, true, 0, nullptr, 0, recv_extras());
     // With one pair, split-send puts the planes of frame i + 1 before section B of frame i; with more, the other
     // pairs' frames fill that role, and frame f's first d2h copy waits (event) for frame f - 1's planes to be
     // copied out, so the transfer's first frames still go out one after the other.
-    const bool split = opt_.split_send;
+    const bool split = opt_.split_send && edges.first;
     const uint32_t ahead = split && pairs == 1 ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
     // A pinned slot is rewritten (d2h) only after the h2d copies of the frame that used it before (h2d_done).
     auto host_of = [&](uint64_t q) { return pinned.slots + slot_of(q, S) * SB; };
@@ -1250,7 +1448,7 @@ class HostStagingLink {
     // saw.
     // Longer than stream_piece_bytes(): in pieces, each h2d piece waiting for its own d2h piece (event of the
     // pair), and `ev` marks the whole stretch out. `mark` (trace): events before and after each side's copies.
-    const uint64_t piece = stream_piece_bytes(plan);
+    const uint64_t piece = edges.piece ? edges.piece : stream_piece_bytes(plan);
     auto copy_through = [&](uint8_t* host, const uint8_t* from_dev, uint8_t* to_dev, uint64_t len, cudaEvent_t ev,
                             cudaEvent_t* mark) {
       const bool pieces = piece && len > piece;
@@ -1270,7 +1468,7 @@ class HostStagingLink {
       if (r == cudaSuccess && mark) r = cudaEventRecord(mark[3], h2d);
       return r;
     };
-    wire_bytes_ = head_bytes;
+    wire_bytes_ += head_bytes;
     auto split_frame = [&](uint64_t f) { return split && f < opt_.split_send_frames; };
     for (uint64_t i = 0; i < F + ahead && e == cudaSuccess; ++i) {
       if (i < F && split_frame(i)) {  // planes of frame i, both ways, as soon as the sender split them
@@ -1331,16 +1529,21 @@ class HostStagingLink {
   /// Stream mode: the largest copy of a transfer (0: whole parts): copy_piece_bytes, or with
   /// copy_pieces_per_transfer a share of what the copy engines will move (planes and section-B budgets), at least
   /// copy_piece_bytes.
-  uint64_t stream_piece_bytes(const FramePlan& plan) const {
+  uint64_t stream_piece_bytes(const FramePlan& plan) const { return stream_piece_bytes_for(planned_wire_bytes(plan)); }
+  uint64_t stream_piece_bytes_for(uint64_t wire) const {
     if (!opt_.copy_pieces_per_transfer) return opt_.copy_piece_bytes;
+    const uint64_t grain = uint64_t(64) << 10;
+    const uint64_t least = opt_.copy_piece_bytes ? opt_.copy_piece_bytes : uint64_t(256) << 10;
+    return std::max(least, format::div_up(wire / opt_.copy_pieces_per_transfer, grain) * grain);
+  }
+  /// What the copy engines move for a plan's frames (planes and section-B budgets).
+  uint64_t planned_wire_bytes(const FramePlan& plan) const {
     uint64_t wire = 0;
     for (uint64_t f = 0; f < plan.num_frames; ++f) {
       const FrameInfo fi = plan.frame(f);
       wire += fi.planes_bytes + exps_budget_bytes(fi, budget_);
     }
-    const uint64_t grain = uint64_t(64) << 10;
-    const uint64_t least = opt_.copy_piece_bytes ? opt_.copy_piece_bytes : uint64_t(256) << 10;
-    return std::max(least, format::div_up(wire / opt_.copy_pieces_per_transfer, grain) * grain);
+    return wire;
   }
 
   /// Stream mode, after a transfer that went well: sizes each tier's section-B budget from what its frames
@@ -1508,6 +1711,7 @@ class HostStagingLink {
   ExpsBudget budget_;  // stream mode: section B bytes per 1024 elements the fixed-size copies move, per tier
   uint64_t *send_trace_ = nullptr, *recv_trace_ = nullptr, *recv_item_trace_ = nullptr;
   cudaEvent_t* copy_trace_ = nullptr;
+  uint64_t trace_frames_before_ = 0, trace_items_before_ = 0;  // a batch's frames and items before this message
   size_t copy_trace_count_ = 0;
   P2PSender<D, Code> sender_;
   P2PReceiver<D, Code> receiver_;
