@@ -5,8 +5,8 @@
 // tests/data. Its tensors are views into one flat parameter buffer, as in FSDP-style trainers and in the weight
 // buckets of RL frameworks. Each RL step the trainer changes its weights (a deterministic "optimizer step" on
 // the low mantissa bits), then streams them, in buckets of whole tensors, over the pinned-host link
-// (HostStagingLink: coded above its measured bypass threshold, raw below) into the inference copy's spare
-// buffer.
+// (HostStagingLink: coded when a sync's bytes reach its measured bypass threshold, raw below) into the inference
+// copy's spare buffer.
 // The inference side double-buffers its weights and publishes a version with a seqlock: the spare buffer
 // becomes the live one only after link.wait() returned ok, i.e. after the receiver decoded every element of
 // every bucket (wait() reports the first error of all the transfers since the last wait()). A reader kernel

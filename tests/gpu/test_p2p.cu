@@ -420,6 +420,15 @@ TEST_CASE("p2p host staging link: transfer_many refuses a bad batch whole, and r
   REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
   REQUIRE(failing.transfer_many(three, 3, stream) == cudaErrorInvalidValue);  // until reset()
   CUDA_OK(failing.reset());
+  // A batch longer than the status records, every message failing: the link finds the records' errors on the
+  // way, stops the batch there (the caller's stream still waits for what was issued) and wait() reports.
+  std::vector<P2PMessage> lots(p2p_detail::TransferStatusLog::RECORDS + 8, P2PMessage{src.ptr, dst.ptr, 50000});
+  const auto t1 = std::chrono::steady_clock::now();
+  REQUIRE(failing.transfer_many(lots.data(), lots.size(), stream) == cudaErrorInvalidValue);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  REQUIRE(failing.wait() != Status::ok);
+  REQUIRE(std::chrono::steady_clock::now() - t1 < std::chrono::seconds(10));
+  CUDA_OK(failing.reset());
   CUDA_OK(cudaMemset(dst.ptr, 0, dst.bytes));
   CUDA_OK(failing.transfer_raw_many(three, 1, stream));
   REQUIRE(failing.wait() == Status::ok);

@@ -1223,9 +1223,12 @@ class HostStagingLink {
     if (f == cudaSuccess) f = cudaEventRecord(side_done(1), recv_stream());
     return f;
   }
-  /// The caller's stream waits for everything issued so far (an aborted batch).
+  /// The caller's stream, and the next transfer (ev(1), ev(2)), wait for everything issued so far (a batch cut
+  /// short).
   cudaError_t join_caller(cudaStream_t stream) {
     cudaError_t f = join_sides();
+    if (f == cudaSuccess) f = cudaEventRecord(ev(1), send_stream());
+    if (f == cudaSuccess) f = cudaEventRecord(ev(2), recv_stream());
     if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(0), 0);
     if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(1), 0);
     return f;
