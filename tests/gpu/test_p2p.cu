@@ -58,6 +58,13 @@ P2POptions small_ring_options() {
   return o;
 }
 
+/// stream_tuned() with every element through the frames: no raw head or tail.
+P2POptions frames_only_options() {
+  P2POptions o = P2POptions::stream_tuned();
+  o.stream_raw_head_bytes = o.stream_raw_tail_bytes = 0;
+  return o;
+}
+
 /// Initializes `link` on GPU 0 in `mode`; false, with a warning, where this GPU or driver lacks the mode
 /// (stream mode needs 64-bit stream memory operations).
 bool init_or_skip(HostStagingLink<DType::bf16>& link, const P2POptions& o, HostLinkMode mode) {
@@ -249,8 +256,7 @@ TEST_CASE("p2p host staging link, every mode: many transfers back to back, each 
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  P2POptions frames_only = P2POptions::stream_tuned();  // every element through the frames: no raw head or tail
-  frames_only.stream_raw_head_bytes = frames_only.stream_raw_tail_bytes = 0;
+  const P2POptions frames_only = frames_only_options();
   const std::pair<HostLinkMode, P2POptions> configs[] = {
       {HostLinkMode::stream, P2POptions::stream_tuned()}, {HostLinkMode::stream, frames_only},
       {HostLinkMode::kernel, small_ring_options()},       {HostLinkMode::relay, small_ring_options()},
@@ -339,8 +345,7 @@ TEST_CASE("p2p host staging link: transfer_many sends a batch as one pipeline, e
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  P2POptions frames_only = P2POptions::stream_tuned();  // every element through the frames: no raw head or tail
-  frames_only.stream_raw_head_bytes = frames_only.stream_raw_tail_bytes = 0;
+  const P2POptions frames_only = frames_only_options();
   P2POptions small_stream = small_ring_options();  // 4 slots: the ring wraps inside messages and across them
   small_stream.stream_flags_on_device = true;
   small_stream.gate_flag_waits = true;

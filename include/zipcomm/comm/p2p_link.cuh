@@ -1223,20 +1223,25 @@ class HostStagingLink {
     if (f == cudaSuccess) f = cudaEventRecord(side_done(1), recv_stream());
     return f;
   }
-  /// The caller's stream, and the next transfer (ev(1), ev(2)), wait for everything issued so far (a batch cut
-  /// short).
-  cudaError_t join_caller(cudaStream_t stream) {
-    cudaError_t f = join_sides();
-    if (f == cudaSuccess) f = cudaEventRecord(ev(1), send_stream());
+  /// After join_sides(): the next transfer's streams (ev(1), ev(2), and the raw staging's users) and the caller's
+  /// stream wait for everything issued so far.
+  cudaError_t hand_over(cudaStream_t stream) {
+    cudaError_t f = cudaEventRecord(ev(1), send_stream());
     if (f == cudaSuccess) f = cudaEventRecord(ev(2), recv_stream());
     if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(0), 0);
     if (f == cudaSuccess) f = cudaStreamWaitEvent(stream, side_done(1), 0);
     return f;
   }
+  /// A batch cut short: the caller's stream waits for the messages already issued.
+  cudaError_t join_caller(cudaStream_t stream) {
+    const cudaError_t f = join_sides();
+    return f != cudaSuccess ? f : hand_over(stream);
+  }
 
   /// After a transfer's work is enqueued: its sides' status words are copied into its log record, and (`join`)
   /// the caller's stream waits for both sides. A batch's inner messages (transfer_many) do not join: the next
-  /// message's work follows on the link's streams, and the caller's stream waits once, after the last.
+  /// message's work follows on the link's streams, and the caller's stream waits once, after the last; they
+  /// leave ev(1), ev(2) as the batch found them, so its raw tail waits only for what came before the batch.
   cudaError_t finish(cudaStream_t stream, cudaError_t e, bool join = true) {
     p2p_detail::TransferStatusLog::Record& rec = log_.next();
     rec.relay = relay_status_;
@@ -1251,12 +1256,7 @@ class HostStagingLink {
       f = p2p_detail::side_words(log_.device_alias(&host[0]), sender_.control(), sizeof(SideControl), send_stream());
     if (f == cudaSuccess)
       f = p2p_detail::side_words(log_.device_alias(&host[1]), receiver_.control(), sizeof(SideControl), recv_stream());
-    // ev(1), ev(2): what the next transfer's streams (and the raw staging's users) wait for. A batch's inner
-    // messages leave them as the batch found them, so its raw tail waits only for what came before the batch.
-    if (f == cudaSuccess && join) f = cudaEventRecord(ev(1), send_stream());
-    if (f == cudaSuccess && join) f = cudaEventRecord(ev(2), recv_stream());
-    if (f == cudaSuccess && join) f = cudaStreamWaitEvent(stream, side_done(0), 0);
-    if (f == cudaSuccess && join) f = cudaStreamWaitEvent(stream, side_done(1), 0);
+    if (f == cudaSuccess && join) f = hand_over(stream);
     return e != cudaSuccess ? e : f;
   }
 
