@@ -279,11 +279,13 @@ TEST_CASE("p2p host staging link, every mode: many transfers back to back, each 
 
 namespace {
 
-/// A batch of messages (sizes in elements) laid out in one source and one destination buffer, each at its own
-/// element offset with guard bytes between them: transfer_many (or `send`) moves it, and every message must
-/// arrive bit-exact with every guard byte untouched, as seen by the caller's stream before wait() and after.
+/// A batch of messages (sizes in elements) laid out in one source buffer (on send_dev) and one destination buffer
+/// (on recv_dev), each at its own element offset with guard bytes between them: `send(msgs, count, send_stream,
+/// recv_stream)` moves it (one stream when the devices are the same), and every message must arrive bit-exact
+/// with every guard byte untouched, as seen by the receive stream before wait() and after.
 template <class Send, class Wait>
-void check_batch(const std::vector<uint64_t>& sizes, std::mt19937_64& rng, Send send, Wait wait) {
+void check_batch(const std::vector<uint64_t>& sizes, std::mt19937_64& rng, Send send, Wait wait, int send_dev = 0,
+                 int recv_dev = 0) {
   const size_t guard = 64;
   std::vector<uint64_t> src_at(sizes.size()), dst_at(sizes.size());
   uint64_t src_bytes = 16, dst_bytes = guard;
@@ -298,16 +300,26 @@ void check_batch(const std::vector<uint64_t>& sizes, std::mt19937_64& rng, Send 
     const std::vector<uint8_t> m = k % 2 ? real_bf16(sizes[k]) : test_bf16(sizes[k], rng);
     std::copy(m.begin(), m.end(), host.begin() + src_at[k]);
   }
-  DeviceBuffer src(src_bytes), dst(dst_bytes), seen(dst_bytes);
+  cudaStream_t ss, rs;
+  CUDA_OK(cudaSetDevice(send_dev));
+  DeviceBuffer src(src_bytes);
   CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaStreamCreateWithFlags(&ss, cudaStreamNonBlocking));
+  CUDA_OK(cudaSetDevice(recv_dev));
+  DeviceBuffer dst(dst_bytes), seen(dst_bytes);
   CUDA_OK(cudaMemset(dst.ptr, 0x5A, dst.bytes));
+  CUDA_OK(cudaDeviceSynchronize());  // the memset ran on the legacy stream
+  if (recv_dev == send_dev)
+    rs = ss;
+  else
+    CUDA_OK(cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking));
   std::vector<P2PMessage> msgs(sizes.size());
   for (size_t k = 0; k < sizes.size(); ++k) msgs[k] = {src.as(src_at[k]), dst.as(dst_at[k]), sizes[k]};
-  cudaStream_t stream;
-  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  CUDA_OK(send(msgs.data(), msgs.size(), stream));
-  CUDA_OK(cudaMemcpyAsync(seen.ptr, dst.ptr, dst.bytes, cudaMemcpyDeviceToDevice, stream));  // before wait()
-  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaSetDevice(send_dev));
+  CUDA_OK(send(msgs.data(), msgs.size(), ss, rs));
+  CUDA_OK(cudaSetDevice(recv_dev));
+  CUDA_OK(cudaMemcpyAsync(seen.ptr, dst.ptr, dst.bytes, cudaMemcpyDeviceToDevice, rs));  // before wait()
+  CUDA_OK(cudaStreamSynchronize(rs));
   REQUIRE(wait() == Status::ok);
   std::vector<uint8_t> all(dst.bytes), all_seen(dst.bytes);
   CUDA_OK(cudaMemcpy(all.data(), dst.ptr, dst.bytes, cudaMemcpyDeviceToHost));
@@ -321,7 +333,10 @@ void check_batch(const std::vector<uint64_t>& sizes, std::mt19937_64& rng, Send 
     at = dst_at[k] + 2 * sizes[k];
   }
   for (; at < all.size(); ++at) REQUIRE(all[at] == 0x5A);
-  CUDA_OK(cudaStreamDestroy(stream));
+  if (rs != ss) CUDA_OK(cudaStreamDestroy(rs));
+  CUDA_OK(cudaSetDevice(send_dev));
+  CUDA_OK(cudaStreamDestroy(ss));
+  CUDA_OK(cudaSetDevice(0));
 }
 
 /// 1 to `most` messages of assorted sizes: empty ones, single elements, sizes that end in each tier, a few Mi.
@@ -359,7 +374,7 @@ TEST_CASE("p2p host staging link: transfer_many sends a batch as one pipeline, e
     CAPTURE(int(mode), o.stream_raw_head_bytes, o.slots);
     HostStagingLink<DType::bf16> link;
     if (!init_or_skip(link, o, mode)) continue;
-    auto many = [&](const P2PMessage* m, size_t c, cudaStream_t st) { return link.transfer_many(m, c, st); };
+    auto many = [&](const P2PMessage* m, size_t c, cudaStream_t st, cudaStream_t) { return link.transfer_many(m, c, st); };
     auto wait = [&] { return link.wait(); };
     const int reps = mode == HostLinkMode::stream ? 10 : 3;
     for (int k = 0; k < reps; ++k) {
@@ -370,7 +385,8 @@ TEST_CASE("p2p host staging link: transfer_many sends a batch as one pipeline, e
       check_batch(batch_sizes(rng, 10), rng, many, wait);
       check_batch(
           batch_sizes(rng, 10), rng,
-          [&](const P2PMessage* m, size_t c, cudaStream_t st) { return link.transfer_raw_many(m, c, st); }, wait);
+          [&](const P2PMessage* m, size_t c, cudaStream_t st, cudaStream_t) { return link.transfer_raw_many(m, c, st); },
+          wait);
     }
     // More messages than the link's status records: it waits for itself once on the way, and stays exact.
     link.set_bypass_threshold(0);
@@ -1397,4 +1413,101 @@ TEST_CASE("p2p peer link: calibrate() measures coded against raw and sets the by
       return link.transfer(s, d, k, a, b);
     });
   }
+}
+
+TEST_CASE("p2p peer link: transfer_many sends a batch as one pipeline, every message bit-exact",
+          "[gpu][p2p][concurrent][multigpu]") {  // GPU 0 -> GPU 1 where there are two, else GPU 0 to itself
+  const int rd = peer_recv_device();
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed, rd);
+  std::mt19937_64 rng(seed);
+  for (bool small_ring : {true, false}) {  // 4 slots: the ring wraps inside messages and across them
+    CAPTURE(small_ring);
+    PeerLink<DType::bf16> link;
+    CUDA_OK(link.init(0, rd, small_ring ? small_ring_options() : P2POptions()));
+    auto many = [&](const P2PMessage* m, size_t c, cudaStream_t ss, cudaStream_t rs) {
+      return link.transfer_many(m, c, ss, rs);
+    };
+    auto raw_many = [&](const P2PMessage* m, size_t c, cudaStream_t ss, cudaStream_t rs) {
+      return link.transfer_raw_many(m, c, ss, rs);
+    };
+    auto wait = [&] { return link.wait(); };
+    for (int k = 0; k < (small_ring ? 6 : 3); ++k) {
+      CAPTURE(k);
+      link.set_bypass_threshold(0);  // coded, every message
+      check_batch(batch_sizes(rng, 10), rng, many, wait, 0, rd);
+      link.set_bypass_threshold(uint64_t(1) << 40);  // the whole batch raw
+      check_batch(batch_sizes(rng, 10), rng, many, wait, 0, rd);
+      check_batch(batch_sizes(rng, 10), rng, raw_many, wait, 0, rd);
+    }
+    // More messages than the link's status records: it waits for itself once on the way, and stays exact.
+    link.set_bypass_threshold(0);
+    std::vector<uint64_t> lots(p2p_detail::TransferStatusLog::RECORDS + 9);
+    for (uint64_t& n : lots) n = 1 + rng() % 70000;
+    check_batch(lots, rng, many, wait, 0, rd);
+  }
+}
+
+TEST_CASE("p2p peer link: transfer_many refuses a bad batch whole, and reports a failed one in wait()",
+          "[gpu][p2p][concurrent]") {  // on GPU 0 alone: the failures are the kernels' own
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const uint64_t n = uint64_t(1) << 20;
+  const std::vector<uint8_t> host = test_bf16(n, rng);
+  DeviceBuffer src(host.size()), dst(2 * host.size());
+  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  P2POptions o = small_ring_options();
+  PeerLink<DType::bf16> link;
+  const P2PMessage good = {src.ptr, dst.ptr, n};
+  REQUIRE(link.transfer_many(&good, 1, stream, stream) == cudaErrorInvalidValue);  // not initialized
+  CUDA_OK(link.init(0, 0, o));
+  link.set_bypass_threshold(0);
+  // A null source, a null destination, or an absurd size in any message refuses the batch before anything moves.
+  const P2PMessage bad[] = {{nullptr, dst.as(2 * n), 10}, {src.ptr, nullptr, 10}, {src.ptr, dst.as(2 * n), uint64_t(1) << 41}};
+  for (const P2PMessage& b : bad) {
+    CUDA_OK(cudaMemset(dst.ptr, 0x5A, dst.bytes));
+    const P2PMessage batch[] = {good, b};
+    REQUIRE(link.transfer_many(batch, 2, stream, stream) == cudaErrorInvalidValue);
+    REQUIRE(link.transfer_raw_many(batch, 2, stream, stream) == cudaErrorInvalidValue);
+    REQUIRE(link.transfer_many(nullptr, 2, stream, stream) == cudaErrorInvalidValue);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    REQUIRE(link.wait() == Status::ok);
+    std::vector<uint8_t> back(dst.bytes);
+    CUDA_OK(cudaMemcpy(back.data(), dst.ptr, back.size(), cudaMemcpyDeviceToHost));
+    REQUIRE(std::all_of(back.begin(), back.end(), [](uint8_t x) { return x == 0x5A; }));
+  }
+  REQUIRE(link.transfer_many(nullptr, 0, stream, stream) == cudaSuccess);  // nothing to send
+  // A batch whose receiver gives up (1 us timeout): wait() reports it within seconds; after reset() the link works.
+  PeerLink<DType::bf16> failing;
+  o.timeout_ns = 1000;
+  CUDA_OK(failing.init(0, 0, o));
+  failing.set_bypass_threshold(0);
+  const P2PMessage three[] = {{src.ptr, dst.ptr, n}, {src.ptr, dst.as(2 * n), n / 2}, {src.ptr, dst.ptr, n}};
+  const auto t0 = std::chrono::steady_clock::now();
+  CUDA_OK(failing.transfer_many(three, 3, stream, stream));
+  const Status s = failing.wait();
+  INFO(status_string(s));
+  REQUIRE(s != Status::ok);
+  REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  REQUIRE(failing.transfer_many(three, 3, stream, stream) == cudaErrorInvalidValue);  // until reset()
+  CUDA_OK(failing.reset());
+  // A batch longer than the status records, every message failing: the link finds the records' errors on the
+  // way, stops the batch there (the caller's streams still wait for what was issued) and wait() reports.
+  std::vector<P2PMessage> lots(p2p_detail::TransferStatusLog::RECORDS + 8, P2PMessage{src.ptr, dst.ptr, 50000});
+  const auto t1 = std::chrono::steady_clock::now();
+  REQUIRE(failing.transfer_many(lots.data(), lots.size(), stream, stream) == cudaErrorInvalidValue);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  REQUIRE(failing.wait() != Status::ok);
+  REQUIRE(std::chrono::steady_clock::now() - t1 < std::chrono::seconds(10));
+  CUDA_OK(failing.reset());
+  CUDA_OK(cudaMemset(dst.ptr, 0, dst.bytes));
+  CUDA_OK(failing.transfer_raw_many(three, 1, stream, stream));
+  REQUIRE(failing.wait() == Status::ok);
+  std::vector<uint8_t> back(host.size());
+  CUDA_OK(cudaMemcpy(back.data(), dst.ptr, back.size(), cudaMemcpyDeviceToHost));
+  REQUIRE(back == host);
+  CUDA_OK(cudaStreamDestroy(stream));
 }

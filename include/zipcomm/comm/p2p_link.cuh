@@ -546,7 +546,7 @@ class P2PReceiver {
   bool has_staging_ = false;
 };
 
-/// One message of a batch (HostStagingLink::transfer_many): n elements from src to dst.
+/// One message of a batch (HostStagingLink::transfer_many, PeerLink::transfer_many): n elements from src to dst.
 struct P2PMessage {
   const void* src = nullptr;
   void* dst = nullptr;
@@ -1782,16 +1782,43 @@ class PeerLink {
   /// one cudaMemcpyPeerAsync below. Ordered after prior work on send_stream (on the send device) and
   /// recv_stream (on the receive device); later work on recv_stream sees dst complete.
   cudaError_t transfer(const void* src, void* dst, uint64_t n, cudaStream_t send_stream, cudaStream_t recv_stream) {
-    return move(src, dst, n, send_stream, recv_stream, use_bypass(n * format::elem_bytes(D), bypass_));
+    const P2PMessage m = {src, dst, n};
+    return move_many(&m, 1, send_stream, recv_stream, use_bypass(n * format::elem_bytes(D), bypass_));
   }
   /// The coded pipeline, whatever the size.
   cudaError_t transfer_coded(const void* src, void* dst, uint64_t n, cudaStream_t send_stream,
                              cudaStream_t recv_stream) {
-    return move(src, dst, n, send_stream, recv_stream, false);
+    const P2PMessage m = {src, dst, n};
+    return move_many(&m, 1, send_stream, recv_stream, false);
   }
   /// The raw copy (one cudaMemcpyPeerAsync, the bypass), whatever the size.
   cudaError_t transfer_raw(const void* src, void* dst, uint64_t n, cudaStream_t send_stream, cudaStream_t recv_stream) {
-    return move(src, dst, n, send_stream, recv_stream, true);
+    const P2PMessage m = {src, dst, n};
+    return move_many(&m, 1, send_stream, recv_stream, true);
+  }
+
+  /// \brief Sends a batch of messages back to back as one pipeline (a weight sync's buckets): message k + 1's
+  /// sender codes while message k's receiver still decodes, so the pipeline fills and drains once per batch, not
+  /// once per message. Coded, every message, when the batch's total is at least bypass_threshold(); one
+  /// cudaMemcpyPeerAsync per message otherwise. Every message is checked before anything is enqueued (a bad one
+  /// refuses the whole batch: cudaErrorInvalidValue); empty messages are skipped. Stream order as transfer():
+  /// later work on recv_stream sees every message complete. wait() reports the first error of all of them. A
+  /// batch of more than TransferStatusLog::RECORDS messages makes the host wait for the link every RECORDS
+  /// messages.
+  cudaError_t transfer_many(const P2PMessage* msgs, size_t count, cudaStream_t send_stream, cudaStream_t recv_stream) {
+    const cudaError_t e = check_many(msgs, count);
+    if (e != cudaSuccess) return e;
+    const uint64_t total = total_bytes(msgs, count);
+    if (total == 0) return cudaSuccess;
+    return move_many(msgs, count, send_stream, recv_stream, use_bypass(total, bypass_));
+  }
+  /// The raw copies of a batch (transfer_many's bypass, and its baseline): one cudaMemcpyPeerAsync per message.
+  cudaError_t transfer_raw_many(const P2PMessage* msgs, size_t count, cudaStream_t send_stream,
+                                cudaStream_t recv_stream) {
+    const cudaError_t e = check_many(msgs, count);
+    if (e != cudaSuccess) return e;
+    if (total_bytes(msgs, count) == 0) return cudaSuccess;
+    return move_many(msgs, count, send_stream, recv_stream, true);
   }
 
   /// \brief Measures coded and raw transfers (transfer_coded, transfer_raw) between this link's devices at 64 KiB,
@@ -1839,7 +1866,8 @@ class PeerLink {
             p2p_detail::DeviceGuard g(send_dev_);
             e = cudaStreamWaitEvent(st[0], a, 0);  // the send side starts after the timer
           }
-          if (e == cudaSuccess) e = move(src.get(), dst.get(), bytes / eb, st[0], st[1], which == 1);
+          const P2PMessage msg = {src.get(), dst.get(), bytes / eb};
+          if (e == cudaSuccess) e = move_many(&msg, 1, st[0], st[1], which == 1);
           float m = 0;
           {
             p2p_detail::DeviceGuard g(recv_dev_);
@@ -1913,13 +1941,26 @@ class PeerLink {
   const P2POptions& options() const { return opt_; }
 
  private:
-  /// One transfer, raw (cudaMemcpyPeerAsync) or coded. Every call on a stream is made with that stream's
-  /// device current.
-  cudaError_t move(const void* src, void* dst, uint64_t n, cudaStream_t send_stream, cudaStream_t recv_stream,
-                   bool raw) {
-    if (!ready_ || broken_) return cudaErrorInvalidValue;
-    if ((n && (!src || !dst)) || n > (uint64_t(1) << 40)) return cudaErrorInvalidValue;
-    cudaError_t e = log_.make_room([&] { return synchronize(); }, broken_);
+  cudaError_t check_many(const P2PMessage* msgs, size_t count) const {
+    if (!ready_ || broken_ || (count && !msgs)) return cudaErrorInvalidValue;  // after an error: reset() first
+    for (size_t i = 0; i < count; ++i)
+      if ((msgs[i].n && (!msgs[i].src || !msgs[i].dst)) || msgs[i].n > (uint64_t(1) << 40)) return cudaErrorInvalidValue;
+    return cudaSuccess;
+  }
+  static uint64_t total_bytes(const P2PMessage* msgs, size_t count) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < count; ++i) total += msgs[i].n * format::elem_bytes(D);
+    return total;
+  }
+
+  /// Messages, raw (cudaMemcpyPeerAsync) or coded, one after the other on the link's two streams: the link's
+  /// streams wait once for the callers' streams and the previous transfer, and the callers' streams once for
+  /// the last message. Every call on a stream is made with that stream's device current.
+  cudaError_t move_many(const P2PMessage* msgs, size_t count, cudaStream_t send_stream, cudaStream_t recv_stream,
+                        bool raw) {
+    cudaError_t e = check_many(msgs, count);
+    if (e != cudaSuccess) return e;
+    e = log_.make_room([&] { return synchronize(); }, broken_);
     if (e != cudaSuccess) return e;
     {
       p2p_detail::DeviceGuard g(send_dev_);
@@ -1932,46 +1973,58 @@ class PeerLink {
       if (e == cudaSuccess) e = cudaEventRecord(start_[1], recv_stream);
       if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[1], start_[1], 0);
       if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[1], done_[0], 0);
+      if (e == cudaSuccess && raw) e = cudaStreamWaitEvent(streams_[1], start_[0], 0);  // the sources are ready
     }
-    const uint64_t bytes = n * format::elem_bytes(D);
-    if (e == cudaSuccess && (n == 0 || raw)) {  // no kernels: both sides' status words are cleared
-      {
-        p2p_detail::DeviceGuard g(send_dev_);
-        e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), streams_[0]);
+    bool made_room = true;
+    for (size_t i = 0; i < count && e == cudaSuccess; ++i) {
+      const P2PMessage& m = msgs[i];
+      if (!m.n) continue;
+      if (!made_room) e = log_.make_room([&] { return synchronize(); }, broken_);
+      made_room = false;
+      if (e != cudaSuccess) break;  // nothing of message i was enqueued; the callers still wait for the ones before
+      // A raw message leaves its record as next() clears it (no kernel ran: ok); a coded one gets both sides'
+      // status words, written by a kernel after each side's launch (p2p_side_words_kernel: a copy would queue
+      // on the copy engines).
+      SideControl* rec = log_.next().side;
+      if (raw) {
+        p2p_detail::DeviceGuard g(recv_dev_);
+        e = cudaMemcpyPeerAsync(m.dst, recv_dev_, m.src, send_dev_, m.n * format::elem_bytes(D), streams_[1]);
+        continue;
       }
-      p2p_detail::DeviceGuard g(recv_dev_);
-      if (e == cudaSuccess) e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), streams_[1]);
-      if (e == cudaSuccess && n > 0) e = cudaStreamWaitEvent(streams_[1], start_[0], 0);  // src ready
-      if (e == cudaSuccess && n > 0) e = cudaMemcpyPeerAsync(dst, recv_dev_, src, send_dev_, bytes, streams_[1]);
-    } else if (e == cudaSuccess) {
-      const FramePlan plan = make_plan(D, FrameKind::coded, n, opt_.shape);
+      const FramePlan plan = make_plan(D, FrameKind::coded, m.n, opt_.shape);
       const uint64_t seq_base = next_seq_;
       next_seq_ += plan.num_frames;
       FrameRingView send_view = ring_.view();        // frames and ready flags: the receiver's memory
       send_view.credits = credits_.get<uint64_t>();  // credits: the sender's memory
-      e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, send_view, true, opt_.timeout_ns, streams_[0]);
+      e = sender_.launch(plan, m.src, seq_base, 0, plan.num_frames, send_view, true, opt_.timeout_ns, streams_[0]);
+      if (e == cudaSuccess) {
+        p2p_detail::DeviceGuard g(send_dev_);
+        e = p2p_detail::side_words(log_.device_alias(&rec[0]), sender_.control(), sizeof(SideControl), streams_[0]);
+      }
       if (e == cudaSuccess)
-        e = receiver_.launch(plan, dst, seq_base, 0, plan.num_frames, send_view, true, true, false, opt_.timeout_ns,
+        e = receiver_.launch(plan, m.dst, seq_base, 0, plan.num_frames, send_view, true, true, false, opt_.timeout_ns,
                              streams_[1]);
+      if (e == cudaSuccess) {
+        p2p_detail::DeviceGuard g(recv_dev_);
+        e = p2p_detail::side_words(log_.device_alias(&rec[1]), receiver_.control(), sizeof(SideControl), streams_[1]);
+      }
     }
-    SideControl* host = log_.next().side;
-    for (int k = 0; k < 2; ++k) {
+    // The callers' streams wait for whatever was enqueued, also when the batch stopped early.
+    cudaError_t f = cudaSuccess;
+    for (int k = 0; k < 2 && f == cudaSuccess; ++k) {
       p2p_detail::DeviceGuard g(k == 0 ? send_dev_ : recv_dev_);
-      const cudaError_t f = cudaMemcpyAsync(&host[k], k == 0 ? sender_.control() : receiver_.control(),
-                                            sizeof(SideControl), cudaMemcpyDeviceToHost, streams_[k]);
-      if (e == cudaSuccess) e = f;
-      if (e == cudaSuccess) e = cudaEventRecord(done_[k], streams_[k]);
+      f = cudaEventRecord(done_[k], streams_[k]);
     }
-    if (e == cudaSuccess) {
+    if (f == cudaSuccess) {
       p2p_detail::DeviceGuard g(recv_dev_);
-      e = cudaStreamWaitEvent(recv_stream, done_[1], 0);
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream, done_[0], 0);
+      f = cudaStreamWaitEvent(recv_stream, done_[1], 0);
+      if (f == cudaSuccess) f = cudaStreamWaitEvent(recv_stream, done_[0], 0);
     }
-    if (e == cudaSuccess) {
+    if (f == cudaSuccess) {
       p2p_detail::DeviceGuard g(send_dev_);
-      e = cudaStreamWaitEvent(send_stream, done_[0], 0);
+      f = cudaStreamWaitEvent(send_stream, done_[0], 0);
     }
-    return e;
+    return e != cudaSuccess ? e : f;
   }
 
   /// Both sides' streams.
