@@ -24,7 +24,7 @@ cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTU
   -DZIPCOMM_BUILD_FUZZ=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Catch2=ON ${ZIPCOMM_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
 # -k 0: a target that fails to build is reported, and everything else still builds and runs.
 TARGETS=()
-[ "$MODE" = p2p ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_p2p zipcomm_p2p_pipeline zipcomm_rl_weight_sync zipcomm_probe_split zipcomm_probe_concurrent)
+[ "$MODE" = p2p ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_p2p zipcomm_p2p_pipeline zipcomm_rl_weight_sync zipcomm_probe_split zipcomm_probe_concurrent zipcomm_probe_copy_engines)
 if ! cmake --build $BUILD -j"$(nproc)" "${TARGETS[@]}" -- -k 0 > "$OUT/build.log" 2>&1; then
   log "build had FAILURES (the rest runs)"; grep -E "error|FAILED" "$OUT/build.log" | head -40
   [ -x $BUILD/tests/gpu/zipcomm_gpu_tests ] || exit 1
@@ -54,6 +54,11 @@ fi
 if [ "$MODE" != san ] && [ -x $BUILD/bench/zipcomm_probe_concurrent ]; then
   timeout 120 $BUILD/bench/zipcomm_probe_concurrent > "$OUT/probe_concurrent.txt" 2>&1
   log "probe_concurrent rc=$?: $(tail -1 "$OUT/probe_concurrent.txt")"
+fi
+# What slows stream mode's frame copies (pinned flags and footprint, stream memory operations, SM pollers).
+if [ "$MODE" != san ] && [ -x $BUILD/bench/zipcomm_probe_copy_engines ]; then
+  timeout 90 $BUILD/bench/zipcomm_probe_copy_engines > "$OUT/probe_copy_engines.txt" 2>&1
+  log "probe_copy_engines rc=$?"; tee -a "$OUT/summary.txt" < "$OUT/probe_copy_engines.txt"
 fi
 if [ "$MODE" = full ] || [ "$MODE" = san ]; then
   compute-sanitizer --tool memcheck --error-exitcode 99 $GPU_TESTS "~[large]~[concurrent]" > "$OUT/memcheck.log" 2>&1
