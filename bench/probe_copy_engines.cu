@@ -16,11 +16,31 @@
 #include <vector>
 
 #include <zipcomm/comm/p2p.cuh>
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); std::exit(1);} } while (0)
 
-__device__ __forceinline__ uint64_t gns() { uint64_t t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }
-__device__ __forceinline__ uint64_t ld_sys(const uint64_t* p) { uint64_t v; asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v; }
-__device__ __forceinline__ uint64_t ld_gpu(const uint64_t* p) { uint64_t v; asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v; }
+#define CK(x)                                                                \
+  do {                                                                       \
+    cudaError_t e_ = (x);                                                    \
+    if (e_ != cudaSuccess) {                                                 \
+      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                          \
+    }                                                                        \
+  } while (0)
+
+__device__ __forceinline__ uint64_t gns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ uint64_t ld_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t ld_gpu(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
 
 // Every warp's lane 0 polls `flag` (GPU memory; and host_word, if given) with the receiver's backoff until *stop
 // (GPU memory, set by a kernel once the copies are done) or for 3 s at most.
@@ -76,7 +96,14 @@ int main() {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
-  struct Cfg { std::string name; unsigned flags; uint32_t slots; uint64_t piece; int poll; int memops = 0; };
+  struct Cfg {
+    std::string name;
+    unsigned flags;
+    uint32_t slots;
+    uint64_t piece;
+    int poll;
+    int memops = 0;
+  };
   zipcomm::comm::p2p_detail::StreamMemOps ops;
   if (ops.load(0) != cudaSuccess) {
     std::printf("zipcomm_probe_copy_engines: no 64-bit stream memory operations here; nothing measured.\n");
@@ -97,7 +124,8 @@ int main() {
       {"default pinned, 16 slots", cudaHostAllocDefault, 16, frame, 0},
       {"mapped+portable, 16 slots (the link's ring)", cudaHostAllocMapped | cudaHostAllocPortable, 16, frame, 0},
       {"mapped+portable, 4 slots", cudaHostAllocMapped | cudaHostAllocPortable, 4, frame, 0},
-      {"16 slots, the link's stream ops (gates, landed writes)", cudaHostAllocMapped | cudaHostAllocPortable, 16, frame, 0, 1},
+      {"16 slots, the link's stream ops (gates, landed writes)", cudaHostAllocMapped | cudaHostAllocPortable, 16, frame,
+       0, 1},
       {"default pinned, 4 slots, 4 MiB pieces (raw-like)", cudaHostAllocDefault, 4, 4 * MiB, 0},
       {"16 slots, gpu-scope pollers", cudaHostAllocMapped | cudaHostAllocPortable, 16, frame, 1},
       {"16 slots, sys-scope pollers", cudaHostAllocMapped | cudaHostAllocPortable, 16, frame, 2},
@@ -113,8 +141,10 @@ int main() {
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::vector<std::vector<float>> t(cfgs.size());
-  std::printf("GPU -> pinned -> GPU, %llu MiB each way in frames of 10.75 MiB (stream mode's planes + section B "
-              "of a 16 MiB bf16 frame), median of 3 (min-max):\n", (unsigned long long)(total / MiB));
+  std::printf(
+      "GPU -> pinned -> GPU, %llu MiB each way in frames of 10.75 MiB (stream mode's planes + section B "
+      "of a 16 MiB bf16 frame), median of 3 (min-max):\n",
+      (unsigned long long)(total / MiB));
   for (size_t c = 0; c < cfgs.size(); ++c)
     for (int round = 0; round < 4; ++round) {
       const Cfg& g = cfgs[c];
@@ -163,8 +193,8 @@ int main() {
       if (round == 3) {
         std::sort(t[c].begin(), t[c].end());
         const uint64_t moved = total / g.piece * g.piece;
-        std::printf("  %-55s %8.3f ms  %5.1f GB/s each way (%.1f-%.1f)\n", g.name.c_str(), t[c][1], moved / t[c][1] / 1e6,
-                    moved / t[c].back() / 1e6, moved / t[c].front() / 1e6);
+        std::printf("  %-55s %8.3f ms  %5.1f GB/s each way (%.1f-%.1f)\n", g.name.c_str(), t[c][1],
+                    moved / t[c][1] / 1e6, moved / t[c].back() / 1e6, moved / t[c].front() / 1e6);
         std::fflush(stdout);
       }
     }

@@ -374,7 +374,9 @@ TEST_CASE("p2p host staging link: transfer_many sends a batch as one pipeline, e
     CAPTURE(int(mode), o.stream_raw_head_bytes, o.slots);
     HostStagingLink<DType::bf16> link;
     if (!init_or_skip(link, o, mode)) continue;
-    auto many = [&](const P2PMessage* m, size_t c, cudaStream_t st, cudaStream_t) { return link.transfer_many(m, c, st); };
+    auto many = [&](const P2PMessage* m, size_t c, cudaStream_t st, cudaStream_t) {
+      return link.transfer_many(m, c, st);
+    };
     auto wait = [&] { return link.wait(); };
     const int reps = mode == HostLinkMode::stream ? 10 : 3;
     for (int k = 0; k < reps; ++k) {
@@ -385,7 +387,9 @@ TEST_CASE("p2p host staging link: transfer_many sends a batch as one pipeline, e
       check_batch(batch_sizes(rng, 10), rng, many, wait);
       check_batch(
           batch_sizes(rng, 10), rng,
-          [&](const P2PMessage* m, size_t c, cudaStream_t st, cudaStream_t) { return link.transfer_raw_many(m, c, st); },
+          [&](const P2PMessage* m, size_t c, cudaStream_t st, cudaStream_t) {
+            return link.transfer_raw_many(m, c, st);
+          },
           wait);
     }
     // More messages than the link's status records: it waits for itself once on the way, and stays exact.

@@ -1944,7 +1944,8 @@ class PeerLink {
   cudaError_t check_many(const P2PMessage* msgs, size_t count) const {
     if (!ready_ || broken_ || (count && !msgs)) return cudaErrorInvalidValue;  // after an error: reset() first
     for (size_t i = 0; i < count; ++i)
-      if ((msgs[i].n && (!msgs[i].src || !msgs[i].dst)) || msgs[i].n > (uint64_t(1) << 40)) return cudaErrorInvalidValue;
+      if ((msgs[i].n && (!msgs[i].src || !msgs[i].dst)) || msgs[i].n > (uint64_t(1) << 40))
+        return cudaErrorInvalidValue;
     return cudaSuccess;
   }
   static uint64_t total_bytes(const P2PMessage* msgs, size_t count) {
