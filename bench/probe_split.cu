@@ -1,7 +1,8 @@
 // Probe: how long the P2P sender's plane split of one frame takes, and what bounds it. Each warp splits one
 // 16384-element bf16 item, as the sender's warps do for a transfer's first frame (1056 warps: one 8-warp block
-// per SM; 512 warps: one frame of stream_tuned()). Variants: the sender's split_item_planes; the same with the
-// item check left out; loads only; and U tiles' loads issued before any is written (U = 2, 4, 8).
+// per SM; 512 warps: one frame of stream_tuned()). Variants: the sender's split_item_planes (planes only); a split
+// that also folds the item check (thread::ChunkCheck), and one without; loads only; and U tiles' loads issued
+// before any is written (U = 2, 4, 8).
 // Prints the median kernel time (CUDA events, 30 runs) less an empty kernel's.
 #include <cuda_runtime.h>
 
@@ -30,8 +31,8 @@ __global__ void empty_kernel() {}
 __global__ void __launch_bounds__(256) split_real(uint8_t* dst, const uint16_t* in, uint32_t* sink) {
   const uint64_t w = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const uint64_t item_bytes = comm::item_plane_bytes(DType::bf16, ITEM);
-  const uint32_t c = comm::p2p_detail::split_item_planes<DType::bf16>(dst + w * item_bytes, in, true, w * ITEM, ITEM);
-  if (warp::lane_id() == 0) sink[w] = c;
+  comm::p2p_detail::split_item_planes<DType::bf16>(dst + w * item_bytes, in, true, w * ITEM, ITEM);
+  if (warp::lane_id() == 0) sink[w] = uint32_t(w);
 }
 
 template <int U, bool CHECK, bool STORE>
@@ -39,7 +40,7 @@ __global__ void __launch_bounds__(256) split_unrolled(uint8_t* dst, const uint16
   const uint64_t w = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const uint32_t lane = warp::lane_id();
   uint8_t* plane = dst + w * PLANE_BYTES * 2;
-  uint32_t check = 0;
+  uint32_t check = thread::ChunkCheck::lane_seed(lane);
   for (uint32_t t0 = 0; t0 < ITEM / format::TILE_ELEMS; t0 += U) {
     uint4 v[U];
 #pragma unroll
@@ -58,8 +59,7 @@ __global__ void __launch_bounds__(256) split_unrolled(uint8_t* dst, const uint16
         if (i < 2) lo |= pair << (16 * i);
         else hi |= pair << (16 * (i - 2));
         if (CHECK) {
-          const uint32_t k = (t0 + u) * format::TILE_ELEMS + lane * 8 + 2 * i;
-          check += comm::elem_check(k, a) + comm::elem_check(k + 1, b);
+          check = thread::ChunkCheck::round(check, words[i]);  // a bf16 pair is one check word
         } else {
           check ^= words[i];
         }

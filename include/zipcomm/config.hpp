@@ -29,6 +29,8 @@ enum class Status : uint32_t {
   corrupt_stream = 4,     ///< chunk table or a chunk stream is inconsistent (includes truncation)
   size_mismatch = 5,      ///< element counts of the operands disagree
   timeout = 6,            ///< a bounded wait on a peer expired
+  checksum_mismatch = 7,  ///< a chunk decoded to elements whose check differs from the stored one
+  unsupported_version = 8,  ///< a stream of another format version (v1 streams carry no checksums)
 };
 
 ZIPCOMM_HOST_DEVICE const char* status_string(Status s) {
@@ -40,6 +42,8 @@ ZIPCOMM_HOST_DEVICE const char* status_string(Status s) {
     case Status::corrupt_stream: return "corrupt stream";
     case Status::size_mismatch: return "size mismatch";
     case Status::timeout: return "timeout";
+    case Status::checksum_mismatch: return "checksum mismatch";
+    case Status::unsupported_version: return "unsupported format version";
   }
   return "unknown status";
 }

@@ -1,4 +1,4 @@
-// zipcomm wire format v1: constants, header and layout arithmetic (docs/FORMAT.md is the specification).
+// zipcomm wire format v2: constants, header and layout arithmetic (docs/FORMAT.md is the specification).
 // Everything here is constexpr/host-device so host reference code and device kernels agree by construction.
 #pragma once
 
@@ -21,7 +21,7 @@ ZIPCOMM_HOST_DEVICE bool code_valid(uint8_t c) { return c >= 1 && c <= 2; }
 namespace format {
 
 constexpr uint32_t MAGIC = 0x4D43505Au;  // bytes "ZPCM" in memory order
-constexpr uint8_t VERSION = 1;
+constexpr uint8_t VERSION = 2;  // v2: a check per chunk (v1 streams are refused)
 constexpr uint32_t HEADER_BYTES = 64;
 
 constexpr int LANES = 32;                  // lane streams per chunk (one warp)
@@ -88,6 +88,7 @@ struct Layout {
   uint64_t plane0_offset, plane0_bytes;  // one byte per element
   uint64_t plane1_offset, plane1_bytes;  // fp16: 3 bit-planes per tile; fp32: 2 bytes per element
   uint64_t table_offset;                 // num_chunks x uint64 end offsets into the exponent section
+  uint64_t check_offset;                 // num_chunks x uint32 chunk checks (thread::ChunkCheck), after the ends
   uint64_t exp_offset;                   // exponent section: one 16-byte aligned stream per chunk
 };
 
@@ -101,7 +102,8 @@ ZIPCOMM_HOST_DEVICE Layout layout_for(DType dtype, uint64_t n) {
   l.plane1_offset = align_up(l.plane0_offset + l.plane0_bytes, ALIGN);
   l.plane1_bytes = dtype == DType::fp16 ? l.num_tiles * 96 : dtype == DType::fp32 ? 2 * n : 0;
   l.table_offset = align_up(l.plane1_offset + l.plane1_bytes, ALIGN);
-  l.exp_offset = align_up(l.table_offset + 8 * l.num_chunks, ALIGN);
+  l.check_offset = l.table_offset + 8 * l.num_chunks;
+  l.exp_offset = align_up(l.check_offset + 4 * l.num_chunks, ALIGN);
   return l;
 }
 
@@ -137,6 +139,31 @@ ZIPCOMM_HOST_DEVICE bool chunk_range_valid(DType d, uint64_t n, uint64_t c, uint
          end - start <= raw_chunk_bytes(d, chunk_elems(n, c)) && (!last || end == exp_bytes);
 }
 
+/// The alignment gaps between sections (zero in every stream): [begin, end) of gap g, g < SECTION_GAPS.
+constexpr int SECTION_GAPS = 3;
+ZIPCOMM_HOST_DEVICE void section_gap(const Layout& l, int g, uint64_t& begin, uint64_t& end) {
+  begin = g == 0 ? l.plane0_offset + l.plane0_bytes : g == 1 ? l.plane1_offset + l.plane1_bytes
+                                                              : l.check_offset + 4 * l.num_chunks;
+  end = g == 0 ? l.plane1_offset : g == 1 ? l.table_offset : l.exp_offset;
+}
+
+/// Applies op(byte offset) to the gap bytes first, first + step, ... (a warp splits them by lane): writers
+/// zero them, readers check them, so that no byte of a stream can change unnoticed.
+template <class Op>
+ZIPCOMM_HOST_DEVICE void for_section_gaps(const Layout& l, uint32_t first, uint32_t step, Op&& op) {
+  for (int g = 0; g < SECTION_GAPS; ++g) {
+    uint64_t begin, end;
+    section_gap(l, g, begin, end);
+    for (uint64_t b = begin + first; b < end; b += step) op(b);
+  }
+}
+ZIPCOMM_HOST_DEVICE bool section_gaps_zero(const uint8_t* stream, const Layout& l, uint32_t first = 0,
+                                           uint32_t step = 1) {
+  uint32_t seen = 0;
+  for_section_gaps(l, first, step, [&](uint64_t b) { seen |= stream[b]; });
+  return seen == 0;
+}
+
 /// Upper bound of the compressed size of n elements (every chunk raw).
 ZIPCOMM_HOST_DEVICE uint64_t max_compressed_bytes(DType dtype, uint64_t n) {
   Layout l = layout_for(dtype, n);
@@ -168,13 +195,14 @@ ZIPCOMM_HOST_DEVICE Header make_header(DType dtype, CodeId code, uint64_t n, uin
   return h;
 }
 
-/// Checks everything in a header that can be checked without the rest of the stream.
+/// Checks everything in a header that can be checked without the rest of the stream. A well-formed header of
+/// another version (v1 has the same header) gives unsupported_version, so a reader can say what it saw.
 ZIPCOMM_HOST_DEVICE Status validate_header(const Header& h, uint64_t available_bytes) {
-  if (h.magic != MAGIC || h.version != VERSION || !dtype_valid(h.dtype) || !code_valid(h.code) ||
-      h.chunk_log2 != 14)
-    return Status::bad_header;
+  if (h.magic != MAGIC) return Status::bad_header;
   if (fnv1a(reinterpret_cast<const uint8_t*>(&h), 48) != h.header_check) return Status::bad_header;
-  if (h.reserved0 || h.reserved1 || h.reserved2) return Status::bad_header;  // writers zero them in v1
+  if (h.version != VERSION) return Status::unsupported_version;
+  if (!dtype_valid(h.dtype) || !code_valid(h.code) || h.chunk_log2 != 14) return Status::bad_header;
+  if (h.reserved0 || h.reserved1 || h.reserved2) return Status::bad_header;  // writers zero them
   if (h.num_elements > (uint64_t(1) << 50)) return Status::bad_header;
   Layout l = layout_for(static_cast<DType>(h.dtype), h.num_elements);
   if (h.plane1_offset != l.plane1_offset || h.table_offset != l.table_offset || h.exp_offset != l.exp_offset)
@@ -191,7 +219,8 @@ struct StreamView {
   Layout layout{};
   uint64_t exp_bytes = 0;  // length of the exponent section
 
-  /// Checks the header of a stream of `available` readable bytes, expected to hold dtype/code.
+  /// Checks the header of a stream of `available` readable bytes, expected to hold dtype/code, and the
+  /// alignment gaps between its sections.
   ZIPCOMM_HOST_DEVICE Status open(const uint8_t* in, uint64_t available, DType dtype, CodeId code) {
     if (available < HEADER_BYTES) return Status::corrupt_stream;
     const Header h = *reinterpret_cast<const Header*>(in);
@@ -201,12 +230,16 @@ struct StreamView {
     base = in;
     layout = layout_for(dtype, h.num_elements);
     exp_bytes = h.total_bytes - layout.exp_offset;
-    return Status::ok;
+    return section_gaps_zero(in, layout) ? Status::ok : Status::corrupt_stream;  // at most 45 bytes
   }
   ZIPCOMM_HOST_DEVICE uint64_t total_bytes() const { return layout.exp_offset + exp_bytes; }
   ZIPCOMM_HOST_DEVICE const uint8_t* plane0() const { return base + layout.plane0_offset; }
   ZIPCOMM_HOST_DEVICE const uint8_t* plane1() const { return base + layout.plane1_offset; }
   ZIPCOMM_HOST_DEVICE const uint64_t* table() const { return reinterpret_cast<const uint64_t*>(base + layout.table_offset); }
+  /// The stored check of chunk c (the decoder compares it with the check of what it decoded).
+  ZIPCOMM_HOST_DEVICE uint32_t check(uint64_t c) const {
+    return reinterpret_cast<const uint32_t*>(base + layout.check_offset)[c];
+  }
   /// Chunk c's stream; false (and bytes = 0) when its table entries are inconsistent.
   ZIPCOMM_HOST_DEVICE bool chunk(DType dtype, uint64_t c, const uint8_t*& p, uint32_t& bytes) const {
     const uint64_t start = c ? table()[c - 1] : 0, end = table()[c];

@@ -322,7 +322,8 @@ void block_level_case(std::mt19937_64& rng, bool corrupt) {
 
 // ---- warp level: one warp per chunk, decode + reduce + encode into per-chunk slots ----------------------------
 __global__ void warp_reduce_encode(const uint8_t* in, uint64_t in_bytes, const uint8_t* local, ReduceOp op,
-                                   uint8_t* out_stream, uint8_t* slots, uint32_t* slot_bytes, Status* status) {
+                                   uint8_t* out_stream, uint8_t* slots, uint32_t* slot_bytes, uint32_t* checks,
+                                   Status* status) {
   using Fused = warp::WarpChunkDecodeReduceEncode<DType::bf16>;
   extern __shared__ __align__(16) unsigned char smem[];
   Fused::TempStorage& temp = reinterpret_cast<Fused::TempStorage*>(smem)[threadIdx.x / 32];
@@ -337,11 +338,11 @@ __global__ void warp_reduce_encode(const uint8_t* in, uint64_t in_bytes, const u
   Status s;
   const format::Layout L = view.layout;
   const warp::ChunkInfo info =
-      fused.Encode(chunk, bytes, format::chunk_elems(L.n, c), c * format::CHUNK_TILES,
+      fused.Encode(chunk, bytes, view.check(c), format::chunk_elems(L.n, c), c * format::CHUNK_TILES,
                    warp::ConstPlanes{view.plane0(), view.plane1()},
                    warp::Planes{out_stream + L.plane0_offset, out_stream + L.plane1_offset}, s);
   fused.Store(slots + c * format::raw_chunk_bytes(DType::bf16, format::CHUNK_ELEMS), info);
-  if (warp::lane_id() == 0) slot_bytes[c] = info.bytes, status[c] = s;
+  if (warp::lane_id() == 0) slot_bytes[c] = info.bytes, checks[c] = info.check, status[c] = s;
 }
 
 }  // namespace
@@ -397,7 +398,8 @@ TEST_CASE("warp-level decode + reduce + encode: chunk streams and planes equal t
   const format::Layout L = format::layout_for(DType::bf16, n);
   const uint32_t slot = format::raw_chunk_bytes(DType::bf16, format::CHUNK_ELEMS);
   DeviceBuffer d_in(stream.size()), d_local(2 * n), d_out(format::max_compressed_bytes(DType::bf16, n)),
-      d_slots(uint64_t(slot) * L.num_chunks), d_sizes(4 * L.num_chunks), d_status(4 * L.num_chunks);
+      d_slots(uint64_t(slot) * L.num_chunks), d_sizes(4 * L.num_chunks), d_checks(4 * L.num_chunks),
+      d_status(4 * L.num_chunks);
   CUDA_OK(cudaMemcpy(d_in.ptr, stream.data(), stream.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(d_local.ptr, b.data(), 2 * n, cudaMemcpyHostToDevice));
   for (const ReduceOp& op : kOps) {
@@ -406,12 +408,13 @@ TEST_CASE("warp-level decode + reduce + encode: chunk streams and planes equal t
     CUDA_OK(cudaFuncSetAttribute(warp_reduce_encode, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     warp_reduce_encode<<<unsigned((L.num_chunks + 1) / 2), 64, smem>>>(d_in.as(), stream.size(), d_local.as(), op,
                                                                       d_out.as(), d_slots.as(), d_sizes.as<uint32_t>(),
-                                                                      d_status.as<Status>());
+                                                                      d_checks.as<uint32_t>(), d_status.as<Status>());
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<uint8_t> want(2 * n);
     REQUIRE(host::reduce(DType::bf16, op, a.data(), b.data(), want.data(), n) == Status::ok);
     const auto want_stream = host_compress(DType::bf16, want, n);
     auto sizes = download<uint32_t>(d_sizes, 4 * L.num_chunks);
+    auto checks = download<uint32_t>(d_checks, 4 * L.num_chunks);
     auto statuses = download<Status>(d_status, 4 * L.num_chunks);
     auto slots = download<uint8_t>(d_slots, d_slots.bytes);
     auto planes = download<uint8_t>(d_out, L.table_offset);
@@ -424,6 +427,9 @@ TEST_CASE("warp-level decode + reduce + encode: chunk streams and planes equal t
       uint64_t end;
       std::memcpy(&end, &want_stream[L.table_offset + 8 * c], 8);
       REQUIRE(sizes[c] == end - start);
+      uint32_t want_check;
+      std::memcpy(&want_check, &want_stream[L.check_offset + 4 * c], 4);
+      REQUIRE(checks[c] == want_check);
       REQUIRE(std::equal(slots.begin() + c * slot, slots.begin() + c * slot + sizes[c],
                          want_stream.begin() + L.exp_offset + start));
       start = end;

@@ -23,7 +23,8 @@ void check_layout(DType d, uint64_t n) {
   REQUIRE(l.plane1_bytes == p1);
   REQUIRE(l.plane1_offset == au16(64 + n));
   REQUIRE(l.table_offset == au16(l.plane1_offset + p1));
-  REQUIRE(l.exp_offset == au16(l.table_offset + 8 * chunks));
+  REQUIRE(l.check_offset == l.table_offset + 8 * chunks);
+  REQUIRE(l.exp_offset == au16(l.table_offset + 12 * chunks));
   // alignment, order, disjointness, no gap of a whole alignment unit
   for (uint64_t off : {l.plane0_offset, l.plane1_offset, l.table_offset, l.exp_offset}) REQUIRE(off % 16 == 0);
   REQUIRE(l.plane0_offset >= format::HEADER_BYTES);
@@ -31,8 +32,8 @@ void check_layout(DType d, uint64_t n) {
   REQUIRE(l.plane1_offset - (l.plane0_offset + l.plane0_bytes) < 16);
   REQUIRE(l.plane1_offset + l.plane1_bytes <= l.table_offset);
   REQUIRE(l.table_offset - (l.plane1_offset + l.plane1_bytes) < 16);
-  REQUIRE(l.table_offset + 8 * l.num_chunks <= l.exp_offset);
-  REQUIRE(l.exp_offset - (l.table_offset + 8 * l.num_chunks) < 16);
+  REQUIRE(l.check_offset + 4 * l.num_chunks <= l.exp_offset);
+  REQUIRE(l.exp_offset - (l.check_offset + 4 * l.num_chunks) < 16);
   // chunk sizes sum to n; raw bound
   const uint32_t eb = d == DType::fp16 ? 5 : 8;
   const uint64_t full = n / 16384, tail = n % 16384;
@@ -114,7 +115,7 @@ TEST_CASE("header make/validate", "[format]") {
     Header h = format::make_header(d, c, n, total);
     REQUIRE(h.magic == format::MAGIC);
     REQUIRE(std::memcmp(&h.magic, "ZPCM", 4) == 0);
-    REQUIRE(h.version == 1);
+    REQUIRE(h.version == 2);
     REQUIRE(h.chunk_log2 == 14);
     REQUIRE(h.num_elements == n);
     REQUIRE(h.total_bytes == total);
@@ -141,8 +142,10 @@ TEST_CASE("header make/validate", "[format]") {
     b.magic ^= 1u << (rng() % 32);
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     b = h;
-    b.version = uint8_t(1 + 1 + rng() % 255);
-    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    b.version = uint8_t(h.version + 1 + rng() % 255);  // v1 (no chunk checks) among them
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::unsupported_version);
+    b.version = 1;
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::unsupported_version);
     b = h;
     b.dtype = uint8_t(rng() % 2 ? 0 : 4 + rng() % 252);
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
@@ -206,4 +209,18 @@ TEST_CASE("every single-bit flip in a valid header is rejected", "[format]") {
       REQUIRE(format::validate_header(b, ~0ull) == Status::bad_header);
     }
   }
+}
+
+TEST_CASE("a stream of format v1 (no chunk checks) is refused as unsupported_version", "[format]") {
+  ZT_RNG("v1 refused");
+  const zt::Tensor t = zt::gaussian(DType::bf16, 40000, rng);
+  auto s = zt::compress_ok(CodeId::gaussian, t);
+  Header h;
+  std::memcpy(&h, s.data(), sizeof h);
+  h.version = 1;
+  h.header_check = format::fnv1a(reinterpret_cast<const uint8_t*>(&h), 48);
+  std::memcpy(s.data(), &h, sizeof h);
+  std::vector<uint8_t> out(t.bytes.size());
+  REQUIRE(host::decompress(s.data(), s.size(), out.data(), out.size()) == Status::unsupported_version);
+  REQUIRE(std::string(status_string(Status::unsupported_version)) == "unsupported format version");
 }

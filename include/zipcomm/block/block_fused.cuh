@@ -1,4 +1,4 @@
-// Block level: the fused steps of a compressed collective on whole v1 streams, inside the caller's kernel.
+// Block level: the fused steps of a compressed collective on whole streams, inside the caller's kernel.
 //
 //   BlockDecodeReduce        out[0, n) = op(decode(in), local)        (ring: the last reduce-scatter hop)
 //   BlockDecodeReduceEncode  out stream = encode(op(decode(in), local)) (ring: a reduce-scatter hop)
@@ -96,8 +96,8 @@ class BlockDecodeReduce {
       const uint8_t* chunk;
       uint32_t bytes;
       const bool range_ok = view.chunk(D, c, chunk, bytes);
-      Status s = fused.DecodeReduce(chunk, bytes, format::chunk_elems(n, c), c * format::CHUNK_TILES, planes, local,
-                                    out, op);
+      Status s = fused.DecodeReduce(chunk, bytes, format::chunk_elems(n, c), c * format::CHUNK_TILES, planes,
+                                    view.check(c), local, out, op);
       if (!range_ok) s = Status::corrupt_stream;
       if (warp::lane_id() == 0) temp_.status.report(s);
     }
@@ -141,9 +141,8 @@ class BlockDecodeForward {
     if (warp_id == 0) {
       // Header, the alignment gaps and the chunk table: everything but planes and chunk streams.
       for (uint64_t b = lane; b < L.plane0_offset; b += 32) fwd[b] = in[b];
-      for (uint64_t b = L.plane0_offset + L.plane0_bytes + lane; b < L.plane1_offset; b += 32) fwd[b] = in[b];
-      for (uint64_t b = L.plane1_offset + L.plane1_bytes + lane; b < L.table_offset; b += 32) fwd[b] = in[b];
-      // table and its padding: 16-byte aligned at both ends
+      format::for_section_gaps(L, lane, 32, [&](uint64_t b) { fwd[b] = in[b]; });
+      // chunk ends, checks and their padding: 16-byte aligned at both ends
       const uint4* src = reinterpret_cast<const uint4*>(in + L.table_offset);
       uint4* dst = reinterpret_cast<uint4*>(fwd + L.table_offset);
       for (uint64_t i = lane; i < (L.exp_offset - L.table_offset) / 16; i += 32) dst[i] = src[i];
@@ -156,8 +155,8 @@ class BlockDecodeForward {
       uint32_t bytes;
       const bool range_ok = view.chunk(D, c, chunk, bytes);
       uint8_t* fwd_chunk = range_ok ? fwd + (chunk - in) : nullptr;
-      Status s = fused.DecodeForward(chunk, bytes, format::chunk_elems(n, c), c * format::CHUNK_TILES, planes, out,
-                                     fwd_chunk, fwd_planes);
+      Status s = fused.DecodeForward(chunk, bytes, format::chunk_elems(n, c), c * format::CHUNK_TILES, planes,
+                                     view.check(c), out, fwd_chunk, fwd_planes);
       if (!range_ok) s = Status::corrupt_stream;
       if (lane == 0) temp_.status.report(s);
     }
@@ -193,7 +192,8 @@ class BlockDecodeReduceEncode {
       const uint8_t* chunk;
       uint32_t bytes;
       if (!view->chunk(D, c, chunk, bytes)) bytes = 0;  // decoder reports corrupt_stream and reads nothing
-      tiles.set_chunk(chunk, bytes, elems, first_tile, warp::ConstPlanes{view->plane0(), view->plane1()});
+      tiles.set_chunk(chunk, bytes, elems, first_tile, warp::ConstPlanes{view->plane0(), view->plane1()},
+                      view->check(c));
       pending = true;
     }
     ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[warp::ITEMS]) { tiles(t, x); }

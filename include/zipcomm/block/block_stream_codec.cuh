@@ -1,4 +1,4 @@
-// Block level: a group of WARPS warps encodes or decodes a whole v1 stream (header, planes, table, chunks)
+// Block level: a group of WARPS warps encodes or decodes a whole stream (header, planes, table, chunks)
 // inside the caller's kernel. Synchronization goes only through the group type, so the same code runs in a
 // plain kernel (cooperative_groups::thread_block), in a persistent communication kernel, and in an NCCL
 // device-API kernel (ncclCoopCta): the group needs sync(), thread_rank() and size().
@@ -64,20 +64,19 @@ class BlockStreamEncoder {
     const uint32_t lane = warp::lane_id();
     const format::Layout L = format::layout_for(D, n);
     if (warp_id == 0) {
-      for (uint64_t b = L.plane0_offset + L.plane0_bytes + lane; b < L.plane1_offset; b += 32) out[b] = 0;
-      for (uint64_t b = L.plane1_offset + L.plane1_bytes + lane; b < L.table_offset; b += 32) out[b] = 0;
-      for (uint64_t b = L.table_offset + 8 * L.num_chunks + lane; b < L.exp_offset; b += 32) out[b] = 0;
+      format::for_section_gaps(L, lane, 32, [&](uint64_t b) { out[b] = 0; });
     }
     WarpEnc enc(temp_.warp[warp_id]);
     const warp::Planes planes{out + L.plane0_offset, out + L.plane1_offset};
     uint64_t* table = reinterpret_cast<uint64_t*>(out + L.table_offset);
+    uint32_t* checks = reinterpret_cast<uint32_t*>(out + L.check_offset);
     uint64_t base = 0;
     for (uint64_t round = 0; round * WARPS < L.num_chunks; ++round) {
       const uint64_t c = round * WARPS + warp_id;
       const bool mine = c < L.num_chunks;
       const uint32_t elems = mine ? format::chunk_elems(n, c) : 0;
       const uint64_t first_tile = c * format::CHUNK_TILES;
-      warp::ChunkInfo info{0, 0, false};
+      warp::ChunkInfo info{0, 0, false, 0};
       if (mine) {
         source.begin(c, elems, first_tile);
         info = enc.Encode(elems, first_tile, source, planes);
@@ -92,7 +91,10 @@ class BlockStreamEncoder {
       }
       if (mine) {
         enc.Store(out + L.exp_offset + exclusive, elems, info, source);
-        if (lane == 0) table[c] = exclusive + info.bytes;
+        if (lane == 0) {
+          table[c] = exclusive + info.bytes;
+          checks[c] = info.check;
+        }
       }
       base += round_total;
       group.sync();  // sizes are rewritten next round
@@ -136,6 +138,8 @@ class BlockStreamDecoder {
     Status s = format::validate_header(h, in_bytes);
     if (s == Status::ok && (h.dtype != uint8_t(D) || h.code != uint8_t(Code::ID))) s = Status::bad_header;
     if (s == Status::ok && h.num_elements > max_elems) s = Status::buffer_too_small;
+    if (s == Status::ok && !format::section_gaps_zero(in, format::layout_for(D, h.num_elements)))
+      s = Status::corrupt_stream;
     if (s == Status::ok) n = h.num_elements;
     return s;
   }
@@ -152,6 +156,7 @@ class BlockStreamDecoder {
       const format::Layout L = format::layout_for(D, n);
       const uint64_t exp_bytes = reinterpret_cast<const format::Header*>(in)->total_bytes - L.exp_offset;
       const uint64_t* table = reinterpret_cast<const uint64_t*>(in + L.table_offset);
+      const uint32_t* checks = reinterpret_cast<const uint32_t*>(in + L.check_offset);
       const warp::ConstPlanes planes{in + L.plane0_offset, in + L.plane1_offset};
       WarpDec dec(temp_.warp[warp_id]);
       for (uint64_t c = warp_id; c < L.num_chunks; c += WARPS) {
@@ -165,7 +170,8 @@ class BlockStreamDecoder {
           auto chunk_sink = [&](uint32_t t, const uint32_t (&x)[warp::ITEMS], uint32_t cnt) {
             sink(first_tile + t, x, cnt);
           };
-          s = dec.Decode(in + L.exp_offset + start, uint32_t(end - start), elems, first_tile, planes, chunk_sink);
+          s = dec.Decode(in + L.exp_offset + start, uint32_t(end - start), elems, first_tile, planes, checks[c],
+                         chunk_sink);
         }
         if (s != Status::ok && lane == 0) atomicCAS(&temp_.status, 0u, uint32_t(s));
       }

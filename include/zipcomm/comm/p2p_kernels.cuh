@@ -20,6 +20,7 @@
 
 #include "../config.hpp"
 #include "../format.hpp"
+#include "../thread/chunk_check.hpp"
 #include "../thread/chunk_schedule.hpp"
 #include "../thread/exponent_code.hpp"
 #include "../warp/lane_io.cuh"
@@ -277,32 +278,27 @@ ZIPCOMM_DEVICE void warp_zero(uint8_t* dst, uint64_t from, uint64_t to) {
   for (uint64_t b = from + warp::lane_id(); b < to; b += 32) dst[b] = 0;
 }
 
-ZIPCOMM_DEVICE uint32_t warp_sum32(uint32_t v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(warp::FULL_MASK, v, o);
-  return v;
-}
-
-/// A lane's share of an item's check (elem_check summed over its valid items of tile t).
-ZIPCOMM_DEVICE uint32_t lane_tile_check(uint32_t t, uint32_t cnt, const uint32_t (&x)[warp::ITEMS]) {
-  const uint32_t k0 = t * format::TILE_ELEMS + warp::lane_id() * warp::ITEMS;
-  uint32_t sum = 0;
-#pragma unroll
-  for (int i = 0; i < warp::ITEMS; ++i)
-    if (uint32_t(i) < cnt) sum += elem_check(k0 + i, x[i]);
-  return sum;
-}
-
-/// Writes the planes section of one item (the v1 bytes [64, table_offset) of a stream of these elements);
-/// returns the item's check (same value in every lane).
+/// The item check of a warp's tiles, folded lane by lane in tile order (thread::ChunkCheck).
 template <DType D>
-ZIPCOMM_DEVICE uint32_t split_item_planes(uint8_t* dst, const void* in, bool vector, uint64_t elem0, uint32_t elems) {
+struct WarpItemCheck {
+  uint32_t acc = thread::ChunkCheck::lane_seed(warp::lane_id());
+  ZIPCOMM_DEVICE void add(const uint32_t (&x)[warp::ITEMS], uint32_t cnt) {
+    acc = thread::ChunkCheck::add_items<D>(acc, x, cnt);
+  }
+  ZIPCOMM_DEVICE uint32_t result() const {
+    return __reduce_add_sync(warp::FULL_MASK, thread::ChunkCheck::lane_final(acc));
+  }
+};
+
+/// Writes the planes section of one item (the stream bytes [64, table_offset) of a stream of these elements).
+/// The item's check comes from the encoder, which reads the same elements.
+template <DType D>
+ZIPCOMM_DEVICE void split_item_planes(uint8_t* dst, const void* in, bool vector, uint64_t elem0, uint32_t elems) {
   const format::Layout L = format::layout_for(D, elems);
   const uint64_t p1 = L.plane1_offset - format::HEADER_BYTES;
   const warp::Planes planes{dst, dst + p1};
   const uint32_t lane = warp::lane_id();
   const uint32_t tiles = format::chunk_tiles(elems);
-  uint32_t check = 0;
   // Whole tiles of an aligned input: SPLIT_TILES tiles' loads in flight before any is used. One tile at a time
   // the split is a chain of memory round trips (bench/probe_split.cu on the H200, 1056 warps of 16384 elements:
   // 54 us, 24 us with 4 tiles in flight; the first frame's planes wait for it). The loads are unconditional
@@ -319,7 +315,6 @@ ZIPCOMM_DEVICE uint32_t split_item_planes(uint8_t* dst, const void* in, bool vec
     for (uint32_t u = 0; u < SPLIT_TILES; ++u) {
       const uint64_t at = uint64_t(t0 + u) * format::TILE_ELEMS + lane * warp::ITEMS;
       warp::write_planes<D>(planes, t0 + u, at, warp::ITEMS, x[u]);
-      check += lane_tile_check(t0 + u, warp::ITEMS, x[u]);
     }
   }
   for (uint32_t t = whole; t < tiles; ++t) {  // the rest: partial tiles, or any alignment
@@ -331,18 +326,16 @@ ZIPCOMM_DEVICE uint32_t split_item_planes(uint8_t* dst, const void* in, bool vec
     else
       warp::load_items<D, false>(in, elem0 + at, cnt, x);
     warp::write_planes<D>(planes, t, at, cnt, x);
-    check += lane_tile_check(t, cnt, x);
   }
-  warp_zero(dst, elems, p1);  // v1 padding is zero
+  warp_zero(dst, elems, p1);  // the stream's gaps are zero
   warp_zero(dst, p1 + L.plane1_bytes, L.table_offset - format::HEADER_BYTES);
-  return warp_sum32(check);
 }
 
 /// Check of an item read from the (read-only) input.
 template <DType D>
 ZIPCOMM_DEVICE uint32_t input_item_check(const void* in, bool vector, uint64_t elem0, uint32_t elems) {
   const uint32_t lane = warp::lane_id();
-  uint32_t check = 0;
+  WarpItemCheck<D> check;
   for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
     const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
     uint32_t x[warp::ITEMS];
@@ -351,23 +344,23 @@ ZIPCOMM_DEVICE uint32_t input_item_check(const void* in, bool vector, uint64_t e
       warp::load_items<D, true>(in, at, cnt, x);
     else
       warp::load_items<D, false>(in, at, cnt, x);
-    check += lane_tile_check(t, cnt, x);
+    check.add(x, cnt);
   }
-  return warp_sum32(check);
+  return check.result();
 }
 
-/// Check of `elems` elements this warp just wrote at p (plain loads: coherent with its own stores).
+/// Check of `elems` elements this warp just wrote at p (plain byte loads: coherent with its own stores).
 template <DType D>
 ZIPCOMM_DEVICE uint32_t written_item_check(const uint8_t* p, uint32_t elems) {
-  constexpr uint32_t EB = format::Traits<D>::ELEM_BYTES;
-  uint32_t check = 0;
-  for (uint32_t k = warp::lane_id(); k < elems; k += 32) {
-    uint32_t bits = 0;
-#pragma unroll
-    for (uint32_t b = 0; b < EB; ++b) bits |= uint32_t(p[uint64_t(k) * EB + b]) << (8 * b);
-    check += elem_check(k, bits);
+  const uint32_t lane = warp::lane_id();
+  WarpItemCheck<D> check;
+  for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
+    const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+    uint32_t x[warp::ITEMS];
+    warp::load_items<D, false>(p, uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS, cnt, x);
+    check.add(x, cnt);
   }
-  return warp_sum32(check);
+  return check.result();
 }
 
 }  // namespace p2p_detail
@@ -508,7 +501,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
     uint8_t* planes = frame + item_planes_offset(a.plan, fi, j);
     uint32_t check = 0;
     if (coded) {
-      check = p2p_detail::split_item_planes<D>(planes, a.in, vector, elem0, elems);
+      p2p_detail::split_item_planes<D>(planes, a.in, vector, elem0, elems);
     } else {
       p2p_detail::warp_copy<false>(planes, static_cast<const uint8_t*>(a.in) + elem0 * eb, uint64_t(elems) * eb);
       if (j + 1 == fi.items) p2p_detail::warp_zero(frame, fi.elems * eb, fi.planes_bytes);
@@ -548,7 +541,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
         break;
       }
       enc.Store(section_b + FRAME_HEADER_BYTES + table_bytes + exclusive, elems, info, load);
-      if (lane == 0) *reinterpret_cast<uint2*>(entry) = make_uint2(exclusive + info.bytes, check);
+      if (lane == 0) *reinterpret_cast<uint2*>(entry) = make_uint2(exclusive + info.bytes, info.check);
     }
 
     // 4. The frame's last item closes it: table padding, header, exponents flag.
@@ -726,7 +719,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
       } else if (!coded) {
         p2p_detail::warp_copy<true>(out_bytes, src + planes_at, uint64_t(elems) * eb);
         __syncwarp();
-        if (p2p_detail::written_item_check<D>(out_bytes, elems) != expected) fail(Status::corrupt_stream, false);
+        if (p2p_detail::written_item_check<D>(out_bytes, elems) != expected) fail(Status::checksum_mismatch, false);
       } else {
         const uint32_t start = j ? item_end(table, j - 1) : 0u;
         const uint32_t end = item_end(table, j);
@@ -744,17 +737,14 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
         __threadfence();  // the warp's own staging writes, before the decoder's loads
         const format::Layout L = format::layout_for(D, elems);
         const warp::ConstPlanes planes{base + planes_at, base + planes_at + (L.plane1_offset - format::HEADER_BYTES)};
-        uint32_t check = 0;
         auto sink = [&](uint32_t t, const uint32_t(&x)[warp::ITEMS], uint32_t cnt) {
           const uint64_t at = uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
           if (vector)
             warp::store_items<D, true>(out_bytes, at, cnt, x);
           else
             warp::store_items<D, false>(out_bytes, at, cnt, x);
-          check += p2p_detail::lane_tile_check(t, cnt, x);
         };
-        Status ds = dec.Decode(base + chunk_at, end - start, elems, 0, planes, sink);
-        if (ds == Status::ok && p2p_detail::warp_sum32(check) != expected) ds = Status::corrupt_stream;
+        const Status ds = dec.Decode(base + chunk_at, end - start, elems, 0, planes, expected, sink);
         if (ds != Status::ok) fail(ds, false);
       }
     }

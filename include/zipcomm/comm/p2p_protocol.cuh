@@ -13,7 +13,7 @@ namespace zipcomm {
 namespace comm {
 
 constexpr uint32_t FRAME_MAGIC = 0x4650435Au;  // bytes "ZCPF"
-constexpr uint8_t FRAME_VERSION = 1;
+constexpr uint8_t FRAME_VERSION = 2;  // v2: item checks are the codec's chunk checks (thread::ChunkCheck)
 constexpr uint32_t FRAME_HEADER_BYTES = 64;
 constexpr uint32_t MAX_FRAME_ITEMS = 1024;  // bounds the item table and the sender's look-back window
 constexpr int MAX_PIPELINE_TIERS = 3;
@@ -23,7 +23,7 @@ constexpr int EXPS_BUDGET_CLASSES = MAX_PLAN_PARTS;     // section-B budgets: on
 /// What a frame carries: coded items (planes raw, exponents coded) or the elements' bytes as they are.
 enum class FrameKind : uint8_t { coded = 1, raw = 2 };
 
-/// One tier of the cut: items of `item_elems` elements (one warp codes one item: one v1 chunk stream),
+/// One tier of the cut: items of `item_elems` elements (one warp codes one item: one chunk stream),
 /// grouped `frame_items` to a frame (the unit of the ring: one slot, one pair of sequence flags).
 /// PipelineTier 0 takes the body of the message; tiers 1.. take the last `region_elems` elements, in order, so the
 /// end of a message is cut finer: small items decode fast, which keeps the pipeline's drain short.
@@ -59,7 +59,7 @@ ZIPCOMM_HOST_DEVICE bool tier_valid(const PipelineTier& t) {
 }  // namespace p2p_detail
 
 /// Item sizes are whole tiles (so every item but a message's last starts 16-byte aligned) and at most
-/// one v1 chunk; frames hold 1..MAX_FRAME_ITEMS items. The head is checked only when it is on.
+/// one chunk; frames hold 1..MAX_FRAME_ITEMS items. The head is checked only when it is on.
 ZIPCOMM_HOST_DEVICE bool shape_valid(const PipelineShape& s) {
   if (s.num_tiers < 1 || s.num_tiers > uint32_t(MAX_PIPELINE_TIERS)) return false;
   for (uint32_t k = 0; k < s.num_tiers; ++k)
@@ -75,25 +75,15 @@ ZIPCOMM_HOST_DEVICE uint32_t largest_item_elems(const PipelineShape& s) {
   return most;
 }
 
-/// Bytes of one item's planes section: the v1 stream bytes [64, table_offset) of an item of `elems`.
+/// Bytes of one item's planes section: the stream bytes [64, table_offset) of an item of `elems`.
 ZIPCOMM_HOST_DEVICE uint64_t item_plane_bytes(DType d, uint64_t elems) {
   return format::layout_for(d, elems).table_offset - format::HEADER_BYTES;
 }
-/// Item table: per item {u32 end offset of its chunk stream (coded frames; 0 in raw ones), u32 check}.
+/// Item table: per item {u32 end offset of its chunk stream (coded frames; 0 in raw ones), u32 check: the
+/// item's elements' thread::chunk_check, as a one-chunk stream stores it}.
 constexpr uint32_t ITEM_ENTRY_BYTES = 8;
 ZIPCOMM_HOST_DEVICE uint64_t item_table_bytes(uint32_t items) {
   return format::align_up(uint64_t(ITEM_ENTRY_BYTES) * items, format::ALIGN);
-}
-
-/// End-to-end check of an item: the sum (mod 2^32) of elem_check(k, bits) over its elements, k = element
-/// index in the item. Each term is a bijection of the bits for a fixed k, so any single changed element
-/// changes the sum; the receiver recomputes it from what it decoded. (v1 streams carry no payload checksum,
-/// and a damaged plane byte decodes to a valid but wrong element.)
-ZIPCOMM_HOST_DEVICE uint32_t elem_check(uint32_t index, uint32_t bits) {
-  uint32_t x = (bits ^ (index * 0x9E3779B9u)) * 0x85EBCA6Bu;
-  x ^= x >> 13;
-  x *= 0xC2B2AE35u;
-  return x ^ (x >> 16);
 }
 
 /// Where one frame sits in the message and how it is laid out.

@@ -1,6 +1,6 @@
 // Host reference for P2P frames (plain C++17, no CUDA needed): builds the exact bytes a sender writes for one
 // frame and reads a frame back, through the public host codec only (host::compress / host::decompress on each
-// item as a one-chunk v1 stream). Tests compare the GPU's frames with it; a host-side peer could use it.
+// item as a one-chunk stream). Tests compare the GPU's frames with it; a host-side peer could use it.
 #pragma once
 
 #include <cstdint>
@@ -9,20 +9,21 @@
 
 #include "../format.hpp"
 #include "../host/reference_codec.hpp"
+#include "../thread/chunk_check.hpp"
 #include "p2p_protocol.cuh"
 
 namespace zipcomm {
 namespace comm {
 
-/// The end-to-end check of `elems` elements (raw bits at p, little-endian).
+/// The check of an item of `elems` (<= one chunk) elements (raw bits at p, little-endian): its chunk check.
 inline uint32_t host_item_check(DType dtype, const uint8_t* p, uint32_t elems) {
-  uint32_t sum = 0;
+  std::vector<uint32_t> bits(elems);
   for (uint32_t k = 0; k < elems; ++k) {
-    uint32_t bits = 0;
-    std::memcpy(&bits, p + uint64_t(k) * format::elem_bytes(dtype), format::elem_bytes(dtype));
-    sum += elem_check(k, bits);
+    uint32_t b = 0;
+    std::memcpy(&b, p + uint64_t(k) * format::elem_bytes(dtype), format::elem_bytes(dtype));
+    bits[k] = b;
   }
-  return sum;
+  return thread::chunk_check(dtype, bits.data(), elems);
 }
 
 /// Bytes of frame fi of `plan` for `message` (plan.n elements of plan.dtype): the planes section, then
@@ -87,7 +88,7 @@ inline Status host_decode_frame(const FramePlan& plan, const FrameInfo& fi, Code
   if (plan.kind == FrameKind::raw) {
     std::memcpy(message + fi.first_elem * eb, frame, fi.elems * eb);
     for (uint32_t j = 0; j < fi.items; ++j)
-      if (!checked(j)) return Status::corrupt_stream;
+      if (!checked(j)) return Status::checksum_mismatch;
     return Status::ok;
   }
   const uint8_t* chunks = table + item_table_bytes(fi.items);
@@ -97,7 +98,7 @@ inline Status host_decode_frame(const FramePlan& plan, const FrameInfo& fi, Code
     const uint32_t end = item_end(table, j);
     const uint32_t elems = fi.item_elems_at(j);
     const format::Layout L = format::layout_for(plan.dtype, elems);
-    // Rebuild the item's one-chunk v1 stream and let the reference decoder check and decode it.
+    // Rebuild the item's one-chunk stream and let the reference decoder check and decode it.
     stream.assign(L.exp_offset + (end - start), 0);
     const format::Header vh = format::make_header(plan.dtype, code, elems, stream.size());
     std::memcpy(stream.data(), &vh, sizeof vh);
@@ -105,11 +106,12 @@ inline Status host_decode_frame(const FramePlan& plan, const FrameInfo& fi, Code
                 L.table_offset - format::HEADER_BYTES);
     const uint64_t chunk_end = end - start;
     std::memcpy(stream.data() + L.table_offset, &chunk_end, 8);
+    const uint32_t check = item_check(table, j);
+    std::memcpy(stream.data() + L.check_offset, &check, 4);
     std::memcpy(stream.data() + L.exp_offset, chunks + start, end - start);
     const uint64_t first = fi.first_elem + uint64_t(j) * fi.item_elems;
     s = host::decompress(stream.data(), stream.size(), message + first * eb, uint64_t(elems) * eb);
     if (s != Status::ok) return s;
-    if (!checked(j)) return Status::corrupt_stream;
     start = end;
   }
   return Status::ok;

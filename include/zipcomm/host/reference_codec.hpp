@@ -1,4 +1,4 @@
-// Host reference encoder and decoder for wire format v1 (plain C++; no CUDA needed).
+// Host reference encoder and decoder for wire format v2 (plain C++; no CUDA needed).
 //
 // It replays the warp's lane-by-lane schedule one lane at a time, so it writes exactly the bytes the device
 // code writes. Tests use it as the oracle, and it lets a CPU read what a GPU wrote.
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../format.hpp"
+#include "../thread/chunk_check.hpp"
 #include "../thread/chunk_schedule.hpp"
 #include "../thread/exponent_code.hpp"
 #include "../thread/float_bits.hpp"
@@ -292,6 +293,9 @@ inline Status decode_chunk(const uint8_t* in, uint32_t bytes, uint32_t elems, ui
     if ((tile_max >> FB::MANT_BITS) != a || thread::fraction_of<D>(tile_max) != f) return Status::corrupt_stream;
   }
   if (overrun || format::coded_chunk_bytes(tiles, base) != bytes) return Status::corrupt_stream;
+  // What each lane fetched and did not read (the tail of its last word, rare unread words) is zero.
+  for (uint32_t l = 0; l < format::LANES; ++l)
+    if (buf[l] != 0) return Status::corrupt_stream;
   for (uint32_t b = hdr + 4 * base; b < bytes; ++b)
     if (in[b]) return Status::corrupt_stream;
   return Status::ok;
@@ -350,6 +354,7 @@ inline Status compress_typed(const uint8_t* src, uint64_t n, uint8_t* dst, uint6
     split_planes<D>(src, n, dst, l, chunk_bits, c * format::CHUNK_ELEMS, elems);
     exp_pos += encode_chunk<D, Code>(chunk_bits.data(), elems, dst + l.exp_offset + exp_pos);
     std::memcpy(dst + l.table_offset + 8 * c, &exp_pos, 8);
+    put_u32(dst + l.check_offset + 4 * c, thread::chunk_check<D>(chunk_bits.data(), elems));
   }
   const uint64_t total = l.exp_offset + exp_pos;
   Header h = format::make_header(D, Code::ID, n, total);
@@ -358,11 +363,27 @@ inline Status compress_typed(const uint8_t* src, uint64_t n, uint8_t* dst, uint6
   return Status::ok;
 }
 
+/// fp16: the plane-1 bits of positions past n in the last tile are zero (no element owns them).
+template <DType D>
+inline bool fp16_tail_bits_zero(const uint8_t* stream, const Layout& l) {
+  if (D != DType::fp16 || l.n % format::TILE_ELEMS == 0) return true;
+  const uint64_t tile = l.num_tiles - 1;
+  const uint8_t* t = stream + l.plane1_offset + tile * 96;
+  for (uint32_t lane = 0; lane < format::LANES; ++lane) {
+    const uint32_t cnt = thread::lane_valid_count(uint32_t(l.n - tile * format::TILE_ELEMS), 0, lane);
+    const uint32_t unused = 0xFFu & ~((1u << cnt) - 1u);
+    for (uint32_t k3 = 0; k3 < 3; ++k3)
+      if (t[k3 * 32 + lane] & unused) return false;
+  }
+  return true;
+}
+
 template <DType D, class Code>
 inline Status decompress_typed(const uint8_t* src, const Header& h, uint8_t* dst) {
   const uint64_t n = h.num_elements;
   const Layout l = format::layout_for(D, n);
   const uint64_t exp_bytes = h.total_bytes - l.exp_offset;
+  if (!format::section_gaps_zero(src, l) || !fp16_tail_bits_zero<D>(src, l)) return Status::corrupt_stream;
   std::vector<uint32_t> chunk_bits(format::CHUNK_ELEMS);
   uint64_t start = 0;
   for (uint64_t c = 0; c < l.num_chunks; ++c) {
@@ -373,6 +394,8 @@ inline Status decompress_typed(const uint8_t* src, const Header& h, uint8_t* dst
     uint64_t len = end - start;
     Status s = decode_chunk<D, Code>(src + l.exp_offset + start, uint32_t(len), elems, chunk_bits.data());
     if (s != Status::ok) return s;
+    if (thread::chunk_check<D>(chunk_bits.data(), elems) != get_u32(src + l.check_offset + 4 * c))
+      return Status::checksum_mismatch;
     for (uint32_t k = 0; k < elems; ++k) store_bits<D>(dst, c * format::CHUNK_ELEMS + k, chunk_bits[k]);
     start = end;
   }

@@ -9,6 +9,7 @@
 
 #include "../config.hpp"
 #include "../format.hpp"
+#include "../thread/chunk_check.hpp"
 #include "../thread/chunk_schedule.hpp"
 #include "../thread/exponent_code.hpp"
 #include "../thread/float_bits.hpp"
@@ -28,8 +29,10 @@ struct ChunkForward {
 ///
 /// The lane words of the chunk are first copied into the caller's TempStorage with coalesced loads (the
 /// lanes then read them in an order only known while decoding). Every tile is checked against its anchor
-/// and fraction, every escape for canonical form, and the word count against the stream size, so a corrupt
-/// or truncated stream yields Status::corrupt_stream; nothing is read outside [stream, stream + bytes).
+/// and fraction, every escape for canonical form, the word count against the stream size and every bit a lane
+/// fetched and did not read for zero, so a corrupt or truncated stream yields Status::corrupt_stream; the
+/// elements decoded are then checked against the chunk's stored check (thread::ChunkCheck), which gives
+/// Status::checksum_mismatch. Nothing is read outside [stream, stream + bytes).
 ///
 /// Two ways to drive it:
 /// \code
@@ -37,10 +40,10 @@ struct ChunkForward {
 /// __shared__ Dec::TempStorage temp[WARPS];
 /// // push: the decoder hands every tile to a sink
 /// auto sink = [&](uint32_t tile, const uint32_t (&x)[8], uint32_t count) { /* lane's items */ };
-/// zipcomm::Status s = Dec(temp[warp]).Decode(chunk, chunk_bytes, elems, first_tile, planes, sink);
+/// zipcomm::Status s = Dec(temp[warp]).Decode(chunk, chunk_bytes, elems, first_tile, planes, check, sink);
 /// // pull: the caller asks for tiles in order (what an encoder's loader does in decode + reduce + encode)
 /// Dec dec(temp[warp]);
-/// dec.Begin(chunk, chunk_bytes, elems, first_tile, planes);
+/// dec.Begin(chunk, chunk_bytes, elems, first_tile, planes, check);
 /// for (uint32_t t = 0; t < dec.tiles(); ++t) { uint32_t x[8]; uint32_t count = dec.DecodeTile(t, x); ... }
 /// zipcomm::Status s = dec.Finish();
 /// \endcode
@@ -79,8 +82,8 @@ class WarpChunkDecoder {
 
   template <class Sink>
   ZIPCOMM_DEVICE Status Decode(const uint8_t* stream, uint32_t bytes, uint32_t elems, uint64_t first_tile,
-                               const ConstPlanes& planes, Sink& sink) {
-    Begin(stream, bytes, elems, first_tile, planes);
+                               const ConstPlanes& planes, uint32_t check, Sink& sink) {
+    Begin(stream, bytes, elems, first_tile, planes, check);
     for (uint32_t t = 0; t < tiles_; ++t) {
       uint32_t x[ITEMS];
       const uint32_t cnt = DecodeTile(t, x);
@@ -90,11 +93,13 @@ class WarpChunkDecoder {
   }
 
   /// Starts chunk `stream` (16-byte aligned, `bytes` long) of `elems` elements whose first tile has global
-  /// index first_tile. With `forward`, the chunk's exponent stream and its share of the planes are also
-  /// copied, unchanged, to the forward stream (decode + forward).
+  /// index first_tile; `check` is the chunk's stored check. With `forward`, the chunk's exponent stream and
+  /// its share of the planes are also copied, unchanged, to the forward stream (decode + forward).
   ZIPCOMM_DEVICE void Begin(const uint8_t* stream, uint32_t bytes, uint32_t elems, uint64_t first_tile,
-                            const ConstPlanes& planes, const ChunkForward* forward = nullptr) {
+                            const ConstPlanes& planes, uint32_t check, const ChunkForward* forward = nullptr) {
     const uint32_t lane = lane_id();
+    expected_check_ = check;
+    check_acc_ = thread::ChunkCheck::lane_seed(lane);
     stream_ = stream;
     bytes_ = bytes;
     elems_ = elems;
@@ -202,7 +207,9 @@ class WarpChunkDecoder {
 
   /// Decodes tile t (tiles come in order, 0 first) into x (raw element bits); returns the lane's item count.
   ZIPCOMM_DEVICE uint32_t DecodeTile(uint32_t t, uint32_t (&x)[ITEMS]) {
-    return raw_ ? RawTile(t, x) : CodedTile(t, x);
+    const uint32_t cnt = raw_ ? RawTile(t, x) : CodedTile(t, x);
+    check_acc_ = thread::ChunkCheck::add_items<D>(check_acc_, x, cnt);
+    return cnt;
   }
 
   /// Outcome of the chunk, once every tile was decoded.
@@ -212,9 +219,12 @@ class WarpChunkDecoder {
       bad_ |= impossible_ != 0;
       if (!bad_ && (base_ > max_words_ || format::coded_chunk_bytes(tiles_, base_) != bytes_)) bad_ = 1u;
       for (uint32_t i = base_ + lane; !bad_ && i < max_words_; i += 32) bad_ |= word(i) != 0;
+      bad_ |= (hi_ | lo_) != 0;  // fetched, never read: the tail of the lane's last word, rare whole words
     }
     __syncwarp();
-    return __any_sync(FULL_MASK, bad_) ? Status::corrupt_stream : Status::ok;
+    if (__any_sync(FULL_MASK, bad_)) return Status::corrupt_stream;
+    const uint32_t check = __reduce_add_sync(FULL_MASK, thread::ChunkCheck::lane_final(check_acc_));
+    return check == expected_check_ ? Status::ok : Status::checksum_mismatch;
   }
 
  private:
@@ -240,7 +250,9 @@ class WarpChunkDecoder {
   ZIPCOMM_DEVICE uint32_t RawTile(uint32_t t, uint32_t (&x)[ITEMS]) {
     const uint32_t lane = lane_id();
     const uint32_t cnt = thread::lane_valid_count(elems_, t, lane);
-    read_planes<D>(planes_, first_tile_ + t, lane_first_ + uint64_t(t) * format::TILE_ELEMS, cnt, x);
+    const LanePlanes<D> planes = load_planes<D>(planes_, first_tile_ + t, lane_first_ + uint64_t(t) * format::TILE_ELEMS, cnt);
+    check_unused_plane_bits(planes, cnt);
+    unpack_planes<D>(planes, x);
     const uint32_t at = (t * format::TILE_ELEMS + lane * ITEMS) * EXP_BITS / 8;
     uint64_t packed = 0;
     if (EXP_BITS == 8) {
@@ -262,6 +274,15 @@ class WarpChunkDecoder {
         bad_ |= e != 0;  // padding must be zero
     }
     return cnt;
+  }
+
+  // fp16's bit-planes hold a bit for every position of a tile: those of positions past the stream's end are
+  // zero (the other dtypes load no byte past the end).
+  ZIPCOMM_DEVICE void check_unused_plane_bits(const LanePlanes<D>& planes, uint32_t cnt) {
+    if constexpr (D == DType::fp16) {
+      const uint32_t unused = (0xFFu << cnt) & 0xFFu;
+      bad_ |= (planes.p1[0] & (unused | unused << 8 | unused << 16)) != 0;
+    }
   }
 
   // Lane word i of the chunk: from the staged copy, or from global memory (0 past the chunk's words).
@@ -415,6 +436,7 @@ class WarpChunkDecoder {
       // met an escape is decoded again on the general path, from the same state.
       if (!(FAST_TILES && t < fast_tiles_ && FastTile(rank_exp, exps))) GeneralTile(t, cnt, a, rank_exp, exps);
     }
+    if (cnt < ITEMS) check_unused_plane_bits(planes, cnt);
     unpack_planes<D>(planes, x);
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) x[i] |= exps[i];
@@ -442,6 +464,7 @@ class WarpChunkDecoder {
   uint32_t bytes_ = 0, elems_ = 0, tiles_ = 0, full_tiles_ = 0, fast_tiles_ = 0, max_words_ = 0;
   bool raw_ = false;
   uint32_t bad_ = 0, impossible_ = 0;
+  uint32_t check_acc_ = 0, expected_check_ = 0;  // this lane's ChunkCheck word; the chunk's stored check
   int32_t final_pair_ = 0;
   uint32_t anchor_lo_ = 0, anchor_hi_ = 0, frac_byte_ = 0, rank_syms_ = 0;
   uint32_t smem_words_ = 0;                          // shared-window address of temp_.words

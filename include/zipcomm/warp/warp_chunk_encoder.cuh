@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "../format.hpp"
+#include "../thread/chunk_check.hpp"
 #include "../thread/chunk_schedule.hpp"
 #include "../thread/exponent_code.hpp"
 #include "../thread/float_bits.hpp"
@@ -45,6 +46,7 @@ struct ChunkInfo {
   uint32_t bytes;  ///< bytes of the chunk stream (16-byte multiple)
   uint32_t words;  ///< lane words of a coded chunk
   bool coded;      ///< false: exponents stored raw (coding did not pay)
+  uint32_t check;  ///< thread::chunk_check of the elements coded (the chunk table's check entry)
 };
 
 /// \brief Encodes the exponents of one chunk; all 32 lanes of the warp call every member together.
@@ -139,6 +141,7 @@ class WarpChunkEncoder {
         sym_code_f[fo] = b | (l << 16);
       }
     const uint32_t full_tiles = elems / format::TILE_ELEMS;
+    uint32_t check = thread::ChunkCheck::lane_seed(lane);
 
     uint32_t x[ITEMS], next[ITEMS];
     load(0, next);
@@ -149,6 +152,7 @@ class WarpChunkEncoder {
       const uint32_t cnt = t < full_tiles ? uint32_t(ITEMS) : thread::lane_valid_count(elems, t, lane);
       const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * ITEMS;
       write_planes<D>(planes, first_tile + t, first, cnt, x);
+      check = thread::ChunkCheck::add_items<D>(check, x, cnt);
 
       uint32_t mag = 0;
 #pragma unroll
@@ -224,6 +228,7 @@ class WarpChunkEncoder {
     info.words = base;
     info.coded = format::chunk_stays_coded(D, elems, base);
     info.bytes = info.coded ? format::coded_chunk_bytes(tiles, base) : format::raw_chunk_bytes(D, elems);
+    info.check = __reduce_add_sync(FULL_MASK, thread::ChunkCheck::lane_final(check));
     return info;
   }
 

@@ -27,7 +27,7 @@ namespace warp {
 /// \code
 /// using Fused = zipcomm::warp::WarpChunkDecodeReduce<zipcomm::DType::bf16>;
 /// __shared__ Fused::TempStorage temp[WARPS];                 // 8 KB per warp
-/// zipcomm::Status s = Fused(temp[warp]).DecodeReduce(chunk, bytes, elems, first_tile, planes,
+/// zipcomm::Status s = Fused(temp[warp]).DecodeReduce(chunk, bytes, elems, first_tile, planes, check,
 ///                                                      local, out, zipcomm::ReduceOp::sum());
 /// \endcode
 template <DType D, class Code = thread::GaussianCode>
@@ -40,11 +40,12 @@ class WarpChunkDecodeReduce {
   ZIPCOMM_DEVICE explicit WarpChunkDecodeReduce(TempStorage& temp) : temp_(temp) {}
 
   ZIPCOMM_DEVICE Status DecodeReduce(const uint8_t* chunk, uint32_t bytes, uint32_t elems, uint64_t first_tile,
-                                     const ConstPlanes& planes, const void* local, void* out, const ReduceOp& op) {
+                                     const ConstPlanes& planes, uint32_t check, const void* local, void* out,
+                                     const ReduceOp& op) {
     const bool vector = aligned16(local) && aligned16(out);
     const uint64_t lane_first = first_tile * format::TILE_ELEMS + lane_id() * ITEMS;
     Dec dec(temp_);
-    dec.Begin(chunk, bytes, elems, first_tile, planes);
+    dec.Begin(chunk, bytes, elems, first_tile, planes, check);
     // The local operand of tile t + 1 loads while tile t decodes.
     uint32_t y_next[ITEMS];
     load_items_any<D>(local, vector, lane_first, thread::lane_valid_count(elems, 0, lane_id()), y_next);
@@ -80,7 +81,7 @@ class WarpChunkDecodeForward {
 
   /// fwd_chunk: 16-byte aligned, `bytes` long (nullptr: the caller forwards the exponent stream itself).
   ZIPCOMM_DEVICE Status DecodeForward(const uint8_t* chunk, uint32_t bytes, uint32_t elems, uint64_t first_tile,
-                                      const ConstPlanes& planes, void* out, uint8_t* fwd_chunk,
+                                      const ConstPlanes& planes, uint32_t check, void* out, uint8_t* fwd_chunk,
                                       const Planes& fwd_planes) {
     const bool vector = aligned16(out);
     const uint64_t lane_first = first_tile * format::TILE_ELEMS + lane_id() * ITEMS;
@@ -88,7 +89,7 @@ class WarpChunkDecodeForward {
     ChunkForward forward;
     forward.chunk = fwd_chunk;
     forward.planes = fwd_planes;
-    dec.Begin(chunk, bytes, elems, first_tile, planes, &forward);  // copies the chunk's bytes on
+    dec.Begin(chunk, bytes, elems, first_tile, planes, check, &forward);  // copies the chunk's bytes on
     for (uint32_t t = 0; t < dec.tiles(); ++t) {
       uint32_t x[ITEMS];
       const uint32_t cnt = dec.DecodeTile(t, x);
@@ -113,10 +114,11 @@ class ReducedTileSource {
   ZIPCOMM_DEVICE ReducedTileSource(typename Dec::TempStorage& temp, const void* local, const ReduceOp& op)
       : dec_(temp), local_(local), op_(op), vector_(aligned16(local)) {}
 
-  /// The incoming chunk (bytes = 0: known to be corrupt; only its planes are read).
+  /// The incoming chunk and its stored check (bytes = 0: known to be corrupt; only its planes are read).
   ZIPCOMM_DEVICE void set_chunk(const uint8_t* chunk, uint32_t bytes, uint32_t elems, uint64_t first_tile,
-                                const ConstPlanes& planes) {
+                                const ConstPlanes& planes, uint32_t check) {
     chunk_ = chunk;
+    check_ = check;
     bytes_ = bytes;
     elems_ = elems;
     first_tile_ = first_tile;
@@ -127,7 +129,7 @@ class ReducedTileSource {
 
   ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[ITEMS]) {
     if (t == 0) {
-      dec_.Begin(chunk_, bytes_, elems_, first_tile_, planes_);
+      dec_.Begin(chunk_, bytes_, elems_, first_tile_, planes_, check_);
       ++passes_;
       load_local(0, y_next_);
     }
@@ -154,7 +156,7 @@ class ReducedTileSource {
   ReduceOp op_;
   bool vector_;
   const uint8_t* chunk_ = nullptr;
-  uint32_t bytes_ = 0, elems_ = 0, passes_ = 0;
+  uint32_t bytes_ = 0, elems_ = 0, passes_ = 0, check_ = 0;
   uint64_t first_tile_ = 0;
   ConstPlanes planes_{};
   Status status_ = Status::ok;
@@ -169,7 +171,7 @@ class ReducedTileSource {
 /// __shared__ Fused::TempStorage temp[WARPS];                 // 8.3 KB per warp
 /// Fused f(temp[warp], local, zipcomm::ReduceOp::sum());
 /// zipcomm::Status s;
-/// zipcomm::warp::ChunkInfo info = f.Encode(chunk, bytes, elems, first_tile, in_planes, out_planes, s);
+/// zipcomm::warp::ChunkInfo info = f.Encode(chunk, bytes, check, elems, first_tile, in_planes, out_planes, s);
 /// f.Store(out_chunk, info);                                   // 16-byte aligned, info.bytes long
 /// \endcode
 /// `bytes` = 0 marks an incoming chunk already known to be corrupt: nothing of it is read but its planes,
@@ -189,9 +191,10 @@ class WarpChunkDecodeReduceEncode {
   ZIPCOMM_DEVICE WarpChunkDecodeReduceEncode(TempStorage& temp, const void* local, const ReduceOp& op)
       : source_(temp.dec, local, op), enc_(temp.enc) {}
 
-  ZIPCOMM_DEVICE ChunkInfo Encode(const uint8_t* chunk, uint32_t bytes, uint32_t elems, uint64_t first_tile,
-                                  const ConstPlanes& in_planes, const Planes& out_planes, Status& status) {
-    source_.set_chunk(chunk, bytes, elems, first_tile, in_planes);
+  ZIPCOMM_DEVICE ChunkInfo Encode(const uint8_t* chunk, uint32_t bytes, uint32_t check, uint32_t elems,
+                                  uint64_t first_tile, const ConstPlanes& in_planes, const Planes& out_planes,
+                                  Status& status) {
+    source_.set_chunk(chunk, bytes, elems, first_tile, in_planes, check);
     elems_ = elems;
     const ChunkInfo info = enc_.Encode(elems, first_tile, source_, out_planes);
     status = source_.status();

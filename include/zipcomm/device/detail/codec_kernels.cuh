@@ -107,9 +107,7 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
 
   // Alignment gaps between sections are part of the stream: zero them (block 0, one warp).
   if (blockIdx.x == 0 && threadIdx.x < 32) {
-    for (uint64_t b = L.plane0_offset + L.plane0_bytes + lane; b < L.plane1_offset; b += 32) args.out[b] = 0;
-    for (uint64_t b = L.plane1_offset + L.plane1_bytes + lane; b < L.table_offset; b += 32) args.out[b] = 0;
-    for (uint64_t b = L.table_offset + 8 * L.num_chunks + lane; b < L.exp_offset; b += 32) args.out[b] = 0;
+    format::for_section_gaps(L, lane, 32, [&](uint64_t b) { args.out[b] = 0; });
     if (L.num_chunks == 0 && lane == 0) {
       *reinterpret_cast<format::Header*>(args.out) = format::make_header(D, Code::ID, 0, L.exp_offset);
       *args.out_bytes = L.exp_offset;
@@ -119,6 +117,7 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
   warp::WarpChunkEncoder<D, Code> enc(temp);
   const warp::Planes planes{args.out + L.plane0_offset, args.out + L.plane1_offset};
   uint64_t* table = reinterpret_cast<uint64_t*>(args.out + L.table_offset);
+  uint32_t* checks = reinterpret_cast<uint32_t*>(args.out + L.check_offset);
   uint8_t* exp_section = args.out + L.exp_offset;
 
   for (uint64_t c = next_chunk(args.chunk_counter); c < L.num_chunks; c = next_chunk(args.chunk_counter)) {
@@ -137,6 +136,7 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
     const Status s = source.status();
     if (lane == 0) {
       table[c] = exclusive + info.bytes;
+      checks[c] = info.check;
       report(args.status, s);
       if (timed_out) report(args.status, Status::timeout);
       if (c + 1 == L.num_chunks) {
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_kernel(Decomp
       warp::store_items_any<D>(args.out, vector, lane_first + uint64_t(t) * format::TILE_ELEMS, cnt, x);
     };
     return dec.Decode(chunk, bytes, format::chunk_elems(view.layout.n, c), first_tile,
-                      warp::ConstPlanes{view.plane0(), view.plane1()}, sink);
+                      warp::ConstPlanes{view.plane0(), view.plane1()}, view.check(c), sink);
   };
   HeaderOnly check;
   decode_chunks<D, Code>(args.in, args.in_bytes, args.out_capacity, false, args.status, args.chunk_counter, check,

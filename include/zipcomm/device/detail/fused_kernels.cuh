@@ -46,23 +46,24 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS, 3) decompress_reduce_ker
   Fused fused(reinterpret_cast<typename Fused::TempStorage*>(smem_raw)[threadIdx.x / 32]);
   auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
     return fused.DecodeReduce(chunk, bytes, format::chunk_elems(args.n, c), c * format::CHUNK_TILES,
-                              warp::ConstPlanes{view.plane0(), view.plane1()}, args.local, args.out, args.op);
+                              warp::ConstPlanes{view.plane0(), view.plane1()}, view.check(c), args.local, args.out,
+                              args.op);
   };
   HeaderOnly check;
   decode_chunks<D, Code>(args.in, args.in_bytes, args.n, true, args.status, args.chunk_counter, check, chunk_op);
 }
 
 /// The part of a forwarded stream that is neither planes nor chunk streams, spread over the chunks' warps:
-/// chunk c's table entry, and for chunk 0 the header and the alignment gaps between sections.
+/// chunk c's table entry and check, and for chunk 0 the header and the alignment gaps between sections.
 ZIPCOMM_DEVICE void forward_stream_frame(const uint8_t* in, uint8_t* fwd, const format::Layout& L, uint64_t c) {
   const uint32_t lane = warp::lane_id();
-  if (lane == 0)
+  if (lane == 0) {
     reinterpret_cast<uint64_t*>(fwd + L.table_offset)[c] = reinterpret_cast<const uint64_t*>(in + L.table_offset)[c];
+    reinterpret_cast<uint32_t*>(fwd + L.check_offset)[c] = reinterpret_cast<const uint32_t*>(in + L.check_offset)[c];
+  }
   if (c != 0) return;
   for (uint64_t b = lane; b < L.plane0_offset; b += 32) fwd[b] = in[b];
-  for (uint64_t b = L.plane0_offset + L.plane0_bytes + lane; b < L.plane1_offset; b += 32) fwd[b] = in[b];
-  for (uint64_t b = L.plane1_offset + L.plane1_bytes + lane; b < L.table_offset; b += 32) fwd[b] = in[b];
-  for (uint64_t b = L.table_offset + 8 * L.num_chunks + lane; b < L.exp_offset; b += 32) fwd[b] = in[b];
+  format::for_section_gaps(L, lane, 32, [&](uint64_t b) { fwd[b] = in[b]; });
 }
 
 template <DType D, class Code>
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_forward_kerne
     forward_stream_frame(args.in, args.fwd, L, c);
     uint8_t* fwd_chunk = bytes ? args.fwd + (chunk - args.in) : nullptr;
     return fused.DecodeForward(chunk, bytes, format::chunk_elems(args.n, c), c * format::CHUNK_TILES,
-                               warp::ConstPlanes{view.plane0(), view.plane1()}, args.out, fwd_chunk,
+                               warp::ConstPlanes{view.plane0(), view.plane1()}, view.check(c), args.out, fwd_chunk,
                                warp::Planes{args.fwd + L.plane0_offset, args.fwd + L.plane1_offset});
   };
   const bool ok =
@@ -96,7 +97,7 @@ struct StreamReducedSource {
     const uint8_t* chunk;
     uint32_t bytes;
     view.chunk(D, c, chunk, bytes);  // bytes = 0 when inconsistent: the decoder reports it, reading nothing
-    tiles.set_chunk(chunk, bytes, elems, first_tile, warp::ConstPlanes{view.plane0(), view.plane1()});
+    tiles.set_chunk(chunk, bytes, elems, first_tile, warp::ConstPlanes{view.plane0(), view.plane1()}, view.check(c));
   }
   ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[warp::ITEMS]) { tiles(t, x); }
   ZIPCOMM_DEVICE Status status() const { return tiles.status(); }

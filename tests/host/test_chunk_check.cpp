@@ -1,0 +1,108 @@
+// The per-chunk check of wire format v2 (thread::ChunkCheck): what it always catches, and that it is the
+// value the encoder stores.
+#include "test_util.hpp"
+
+#include <zipcomm/thread/chunk_check.hpp>
+
+#include <algorithm>
+
+using namespace zipcomm;
+
+namespace {
+
+std::vector<uint32_t> random_elements(DType d, uint32_t n, std::mt19937_64& rng) {
+  std::vector<uint32_t> v(n);
+  const uint32_t mask = d == DType::fp32 ? 0xFFFFFFFFu : 0xFFFFu;
+  for (auto& x : v) x = uint32_t(rng()) & mask;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("chunk check: a round is a bijection of the word and of the running value", "[check]") {
+  ZT_RNG("check round");
+  // Exhaustive over the 16-bit words for random running values (the round is injective in the word), and
+  // inverted explicitly for random words (rotation and odd multipliers are invertible mod 2^32).
+  for (int trial = 0; trial < 8; ++trial) {
+    const uint32_t acc = uint32_t(rng()), shift = trial % 2 ? 16 : 0;  // low or high half of the word
+    std::vector<uint32_t> out(1u << 16);
+    for (uint32_t w = 0; w < (1u << 16); ++w) out[w] = thread::ChunkCheck::round(acc, w << shift);
+    std::sort(out.begin(), out.end());
+    REQUIRE(std::adjacent_find(out.begin(), out.end()) == out.end());
+  }
+  for (int trial = 0; trial < 100000; ++trial) {
+    const uint32_t a = uint32_t(rng()), b = uint32_t(rng()), w = uint32_t(rng());
+    if (a != b) REQUIRE(thread::ChunkCheck::round(a, w) != thread::ChunkCheck::round(b, w));
+    if (a != b) REQUIRE(thread::ChunkCheck::lane_final(a) != thread::ChunkCheck::lane_final(b));
+  }
+}
+
+TEST_CASE("chunk check: every change confined to one lane's elements changes it", "[check]") {
+  ZT_RNG("check lane");
+  for (DType d : zt::kDTypes) {
+    INFO("dtype " << dtype_name(d));
+    const uint32_t mask = d == DType::fp32 ? 0xFFFFFFFFu : 0xFFFFu;
+    for (int trial = 0; trial < 3000; ++trial) {
+      const uint32_t n = 1 + uint32_t(rng() % format::CHUNK_ELEMS);
+      const auto orig = random_elements(d, n, rng);
+      auto v = orig;
+      // 1..4 changes among the elements of one lane (lane l owns elements 256 t + 8 l .. + 7 of tile t)
+      const uint32_t lane = (uint32_t(rng() % n) % format::TILE_ELEMS) / format::ITEMS_PER_LANE;
+      const int changes = 1 + int(rng() % 4);
+      for (int c = 0; c < changes; ++c) {
+        const uint32_t at = uint32_t(rng() % format::chunk_tiles(n)) * format::TILE_ELEMS +
+                            lane * format::ITEMS_PER_LANE + uint32_t(rng() % format::ITEMS_PER_LANE);
+        if (at < n) v[at] ^= (c % 2 ? 1u << (rng() % 16) : uint32_t(rng())) & mask;
+      }
+      if (v == orig) continue;
+      REQUIRE(thread::chunk_check(d, v.data(), n) != thread::chunk_check(d, orig.data(), n));
+    }
+  }
+}
+
+TEST_CASE("chunk check: swapped or shifted elements change it; random changes across lanes are caught", "[check]") {
+  ZT_RNG("check spread");
+  for (DType d : zt::kDTypes) {
+    INFO("dtype " << dtype_name(d));
+    uint64_t caught = 0, tried = 0;
+    for (int trial = 0; trial < 2000; ++trial) {
+      const uint32_t n = 2 + uint32_t(rng() % format::CHUNK_ELEMS - 1);
+      const auto orig = random_elements(d, n, rng);
+      auto v = orig;
+      const uint32_t i = uint32_t(rng() % n), j = uint32_t(rng() % n);
+      std::swap(v[i], v[j]);
+      if (v != orig) REQUIRE(thread::chunk_check(d, v.data(), n) != thread::chunk_check(d, orig.data(), n));
+      // a shift by one element (a misplaced copy)
+      std::vector<uint32_t> s(orig.begin() + 1, orig.end());
+      s.push_back(orig[0]);
+      if (s != orig) REQUIRE(thread::chunk_check(d, s.data(), n) != thread::chunk_check(d, orig.data(), n));
+      // many elements changed anywhere: missed with probability ~2^-32
+      auto m = orig;
+      for (int c = 0; c < 64; ++c) m[rng() % n] = uint32_t(rng()) & (d == DType::fp32 ? 0xFFFFFFFFu : 0xFFFFu);
+      if (m == orig) continue;
+      ++tried;
+      caught += thread::chunk_check(d, m.data(), n) != thread::chunk_check(d, orig.data(), n);
+    }
+    REQUIRE(caught == tried);
+  }
+}
+
+TEST_CASE("chunk check: the encoder stores each chunk's check of its elements", "[check]") {
+  ZT_RNG("check stored");
+  for (DType d : zt::kDTypes)
+    for (CodeId c : zt::kCodes) {
+      INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
+      const uint64_t n = 2 * format::CHUNK_ELEMS + 1 + rng() % 5000;
+      const zt::Tensor t = zt::gaussian(d, n, rng);
+      const auto s = zt::compress_ok(c, t);
+      const format::Layout l = format::layout_for(d, n);
+      for (uint64_t ch = 0; ch < l.num_chunks; ++ch) {
+        const uint32_t elems = format::chunk_elems(n, ch);
+        std::vector<uint32_t> bits(elems);
+        for (uint32_t k = 0; k < elems; ++k) bits[k] = t.get(ch * format::CHUNK_ELEMS + k);
+        uint32_t stored;
+        std::memcpy(&stored, s.data() + l.check_offset + 4 * ch, 4);
+        REQUIRE(stored == thread::chunk_check(d, bits.data(), elems));
+      }
+    }
+}
