@@ -3,15 +3,19 @@
 
 usage: smoke.py EXE WORKDIR roundtrip FILE DTYPE [CODE]
        smoke.py EXE WORKDIR stats FILE DTYPE MAX_RATIO
-       smoke.py EXE WORKDIR safetensors
-       smoke.py EXE WORKDIR malformed
+       smoke.py EXE WORKDIR install_deps SCRIPT
+       smoke.py EXE WORKDIR TEST    (TEST: one of the other functions named in TESTS below)
+WORKDIR is emptied first.
 """
 import filecmp
 import json
 import math
 import os
 import random
+import re
 import shutil
+import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -30,6 +34,48 @@ def same_file(a, b):
     if shutil.which("cmp"):
         return subprocess.run(["cmp", a, b]).returncode == 0
     return filecmp.cmp(a, b, shallow=False)
+
+
+def run_bytes(exe, *args, stdin=b"", expect=0, **kw):
+    """Runs with binary stdin/stdout; returns (stdout bytes, stderr text)."""
+    p = subprocess.run([exe, *args], input=stdin, capture_output=True, **kw)
+    err = p.stderr.decode(errors="replace")
+    if p.returncode != expect:
+        sys.exit(f"FAIL: zipcomm-file {' '.join(args)}: exit {p.returncode}, expected {expect}\nstderr: {err}")
+    return p.stdout, err
+
+
+def temp_files(folder):
+    return [f for f in os.listdir(folder) if ".zipcomm-tmp." in f]
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def expect_fail(exe, *args, code=1, needle=""):
+    p = run(exe, *args, expect=code)
+    if needle.lower() not in p.stderr.lower():
+        sys.exit(f"FAIL: zipcomm-file {' '.join(args)}: stderr lacks '{needle}': {p.stderr}")
+    return p
+
+
+def gaussian_bf16(n, seed=5, scale=0.02):
+    return bf16_bytes(gauss_f32(random.Random(seed), n, scale))
+
+
+def format_version(exe):
+    m = re.search(r"stream format version (\d+)", run(exe, "--version").stdout)
+    if not m:
+        sys.exit("FAIL: --version does not name the stream format version")
+    return int(m.group(1))
 
 
 def roundtrip(exe, work, path, dtype, code="gaussian"):
@@ -133,8 +179,8 @@ def safetensors(exe, work):
     # A file with gaps between tensors and an unpadded header round-trips too; --format forces the parser.
     src2 = os.path.join(work, "gaps.bin")
     make_safetensors(src2, pad_header=False, gap=3)
-    run(exe, "compress", "--format", "safetensors", "--code", "window3", src2, z)
-    run(exe, "decompress", z, back)
+    run(exe, "compress", "-f", "--format", "safetensors", "--code", "window3", src2, z)
+    run(exe, "decompress", "-f", z, back)
     if not same_file(src2, back):
         sys.exit("FAIL: safetensors (gaps, window3) round trip differs")
     # Header-only file with no tensors at all.
@@ -142,8 +188,8 @@ def safetensors(exe, work):
     text = b"{}      "
     with open(src3, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text)
-    run(exe, "compress", src3, z)
-    run(exe, "decompress", z, back)
+    run(exe, "compress", "-f", src3, z)
+    run(exe, "decompress", "-f", z, back)
     if not same_file(src3, back):
         sys.exit("FAIL: empty safetensors round trip differs")
     print("ok: safetensors round trips")
@@ -259,19 +305,426 @@ def malformed(exe, work):
     for desc, args, code in cases:
         p = subprocess.run([exe, *args], capture_output=True, text=True)
         msg = p.stderr.strip().splitlines()[0] if p.stderr.strip() else "(no message)"
-        ok = p.returncode == code and p.stderr.strip() != ""
+        ok = p.returncode == code and p.stderr.strip() != "" and not os.path.exists(out) and not temp_files(work)
         failed += not ok
         print(f"{'ok  ' if ok else 'FAIL'} [{p.returncode}] {desc}: {msg}")
     if failed:
-        sys.exit(f"FAIL: {failed} malformed-input case(s) misbehaved")
+        sys.exit(f"FAIL: {failed} malformed-input case(s) misbehaved (or left an output behind)")
+
+
+# ------------------------------------------------------------------------------------- never lose a file
+
+def same_path(exe, work):
+    """Output == input (same path, or the same file through another path) is refused, the input intact."""
+    src = write(os.path.join(work, "x.bf16"), gaussian_bf16(20000))
+    original = read(src)
+    os.makedirs(os.path.join(work, "sub"))
+    os.link(src, os.path.join(work, "hard.bf16"))
+    os.symlink(src, os.path.join(work, "link.bf16"))
+    for out in (src, os.path.join(work, "sub", "..", "x.bf16"), os.path.join(work, "hard.bf16"),
+                os.path.join(work, "link.bf16")):
+        expect_fail(exe, "compress", "-f", "--dtype", "bf16", src, out, needle="same file")
+        if read(src) != original:
+            sys.exit(f"FAIL: compress onto {out} changed the input")
+    z = os.path.join(work, "x.zc")
+    run(exe, "compress", "--dtype", "bf16", src, z)
+    zbytes = read(z)
+    expect_fail(exe, "decompress", "-f", z, z, needle="same file")
+    expect_fail(exe, "decompress", "-f", z, os.path.join(work, "sub", "..", "x.zc"), needle="same file")
+    # Standard input redirected from the output file is the same file too.
+    with open(z, "rb") as f:
+        p = subprocess.run([exe, "decompress", "-f", "-", z], stdin=f, capture_output=True, text=True)
+    if p.returncode != 1 or "same file" not in p.stderr or read(z) != zbytes:
+        sys.exit(f"FAIL: decompress - OUT < OUT was not refused: {p.returncode} {p.stderr}")
+    if temp_files(work):
+        sys.exit(f"FAIL: temporary files left: {temp_files(work)}")
+    print("ok: output == input refused (path, ../ path, hard link, symlink, stdin), inputs intact")
+
+
+def existing_output(exe, work):
+    """An existing output is replaced only with -f."""
+    src = write(os.path.join(work, "x.bf16"), gaussian_bf16(20000))
+    out = write(os.path.join(work, "out.zc"), b"precious\n")
+    expect_fail(exe, "compress", "--dtype", "bf16", src, out, needle="-f")
+    if read(out) != b"precious\n":
+        sys.exit("FAIL: an existing output was changed without -f")
+    run(exe, "compress", "--dtype", "bf16", "-f", src, out)
+    back = write(os.path.join(work, "back.bf16"), b"also precious\n")
+    expect_fail(exe, "decompress", out, back, needle="already exists")
+    if read(back) != b"also precious\n":
+        sys.exit("FAIL: decompress changed an existing output without -f")
+    run(exe, "decompress", "--force", out, back)
+    if read(back) != read(src):
+        sys.exit("FAIL: decompress -f did not restore the input")
+    if stat.S_IMODE(os.stat(back).st_mode) & 0o600 != 0o600:
+        sys.exit("FAIL: the output is not readable and writable by its owner")
+    # A device holds nothing to lose: /dev/null needs no -f.
+    run(exe, "decompress", out, os.devnull)
+    if temp_files(work):
+        sys.exit(f"FAIL: temporary files left: {temp_files(work)}")
+    print("ok: existing outputs refused without -f, replaced with -f; /dev/null written directly")
+
+
+def limited_file_size(limit):
+    """preexec_fn: writes past `limit` bytes fail with EFBIG (a full disk, without filling one)."""
+    def apply():
+        import resource
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def no_partial(exe, work):
+    """A failure leaves no output and no temporary file, and an output being replaced survives intact."""
+    original = gaussian_bf16(40000)
+    src = write(os.path.join(work, "x.bf16"), original)
+    z = os.path.join(work, "x.zc")
+    run(exe, "compress", "--dtype", "bf16", src, z)
+    stream = read(z)
+    cut = write(os.path.join(work, "cut.zc"), read(z)[: os.path.getsize(z) // 2])
+    out = os.path.join(work, "out.bf16")
+    expect_fail(exe, "decompress", cut, out, needle="truncated")
+    if os.path.exists(out) or temp_files(work):
+        sys.exit("FAIL: a failed decompress left a file behind")
+    write(out, b"old contents\n")
+    expect_fail(exe, "decompress", "-f", cut, out, needle="truncated")
+    if read(out) != b"old contents\n" or temp_files(work):
+        sys.exit("FAIL: a failed decompress -f damaged the output it was to replace")
+    # A write that fails half way (file size limit): the output being replaced and the input survive.
+    if hasattr(os, "fork"):
+        for args in (["compress", "-f", "--dtype", "bf16", src, out], ["decompress", "-f", z, out]):
+            p = subprocess.run([exe, *args], capture_output=True, text=True, preexec_fn=limited_file_size(4096))
+            if p.returncode != 1 or read(out) != b"old contents\n" or temp_files(work) or not p.stderr:
+                sys.exit(f"FAIL: {args[0]} with a failing write: exit {p.returncode}, {p.stderr}")
+            print(f"ok: {args[0]} with a failing write: {p.stderr.strip()}")
+    if os.path.exists("/dev/full"):
+        full = os.path.join(work, "full.out")
+        os.symlink("/dev/full", full)
+        expect_fail(exe, "decompress", z, full, needle="space")
+    if read(src) != original or read(z) != stream:
+        sys.exit("FAIL: an input changed")
+    # A folder the program cannot write to (root can write anywhere, so only checked for other users).
+    if os.geteuid() != 0:
+        locked = os.path.join(work, "locked")
+        os.makedirs(locked)
+        os.chmod(locked, 0o555)
+        try:
+            expect_fail(exe, "decompress", z, os.path.join(locked, "out.bf16"), needle="temporary file")
+            if os.listdir(locked):
+                sys.exit("FAIL: a file appeared in a read-only folder")
+        finally:
+            os.chmod(locked, 0o755)
+    print("ok: no partial output after a truncated stream, a failing write, /dev/full")
+
+
+# ------------------------------------------------------------------------------------- info and stats
+
+def info_stream(exe, work):
+    raw = gaussian_bf16(40000)
+    src = write(os.path.join(work, "x.bf16"), raw)
+    z = os.path.join(work, "x.zc")
+    run(exe, "compress", "--dtype", "bf16", "--code", "window3", src, z)
+    doc = json.loads(run(exe, "info", "--json", z).stdout)
+    want = {"kind": "stream", "format_version": format_version(exe), "dtype": "bf16", "code": "window3",
+            "elements": 40000, "original_bytes": len(raw), "compressed_bytes": os.path.getsize(z), "chunks": 3}
+    for k, v in want.items():
+        if doc.get(k) != v:
+            sys.exit(f"FAIL: info --json {k} = {doc.get(k)}, expected {v}: {doc}")
+    if abs(doc["ratio"] - os.path.getsize(z) / len(raw)) > 1e-5:
+        sys.exit(f"FAIL: info ratio {doc['ratio']}")
+    text = run(exe, "info", z).stdout
+    for needle in ("zipcomm stream, format version", "bf16 / window3", "40000", "chunks:"):
+        if needle not in text:
+            sys.exit(f"FAIL: info lacks '{needle}':\n{text}")
+    # stats on a stream says it is compressed and describes it, instead of measuring its bytes as bf16.
+    p = run(exe, "stats", "--dtype", "bf16", z)
+    if "already compressed" not in p.stdout or "bf16 / window3" not in p.stdout:
+        sys.exit(f"FAIL: stats on a stream:\n{p.stdout}")
+    doc = json.loads(run(exe, "stats", "--json", "--dtype", "bf16", z).stdout)
+    if not doc.get("already_compressed") or doc.get("original_bytes") != len(raw):
+        sys.exit(f"FAIL: stats --json on a stream: {doc}")
+    # A stream of another (older) format version is named as such, by version and status.
+    cur = format_version(exe)
+    old = bytearray(read(z))
+    old[4] = cur - 1
+    h = 2166136261
+    for b in old[:48]:
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    struct.pack_into("<I", old, 48, h)
+    oldz = write(os.path.join(work, "old.zc"), bytes(old))
+    for args in (["info", oldz], ["decompress", oldz, os.path.join(work, "old.out")], ["stats", oldz]):
+        p = expect_fail(exe, *args, needle=f"format version {cur - 1}; this build reads version {cur}")
+        print(f"ok: {args[0]} of a version-{cur - 1} stream: {p.stderr.strip().splitlines()[-1]}")
+    expect_fail(exe, "info", write(os.path.join(work, "trail.zc"), read(z) + b"\0" * 16), needle="after the end")
+    expect_fail(exe, "info", src, needle="neither")
+    print(text)
+
+
+def info_container(exe, work):
+    src = os.path.join(work, "model.safetensors")
+    make_safetensors(src)
+    z = os.path.join(work, "model.zcf")
+    run(exe, "compress", src, z)
+    doc = json.loads(run(exe, "info", "--json", z).stdout)
+    if doc["kind"] != "container" or doc["container_version"] != 2 or doc["original_bytes"] != os.path.getsize(src) \
+            or doc["compressed_bytes"] != os.path.getsize(z):
+        sys.exit(f"FAIL: info --json on a container: {doc}")
+    entries = doc["entries"]
+    if sum(e["original_bytes"] for e in entries) != os.path.getsize(src) or entries[0]["kind"] != "raw_bytes":
+        sys.exit(f"FAIL: container entries do not tile the file: {entries}")
+    streams = [e for e in entries if e["kind"] == "stream"]
+    if not streams or any(e["format_version"] != format_version(exe) or e["code"] != "gaussian" for e in streams):
+        sys.exit(f"FAIL: container stream entries: {streams}")
+    if doc["chunks"] != sum(e["chunks"] for e in streams):
+        sys.exit("FAIL: container chunk count")
+    text = run(exe, "info", z).stdout
+    for needle in ("zipcomm-file container, version 2", "entries:", "raw bytes", "stream", "fnv1a64"):
+        if needle not in text:
+            sys.exit(f"FAIL: info lacks '{needle}':\n{text}")
+    p = run(exe, "stats", z)
+    if "already compressed" not in p.stdout or "container" not in p.stdout:
+        sys.exit(f"FAIL: stats on a container:\n{p.stdout}")
+    # --format raw still measures the bytes, as the user asked.
+    if "already compressed" in run(exe, "stats", "--format", "raw", "--dtype", "bf16", "-q", z).stdout:
+        sys.exit("FAIL: --format raw did not force raw stats")
+    print(text)
+
+
+# ------------------------------------------------------------------------------------- command line
+
+def help_text(exe, work):
+    general = run(exe, "--help").stdout
+    for cmd in ("compress", "decompress", "info", "stats"):
+        if cmd not in general:
+            sys.exit(f"FAIL: --help lacks {cmd}")
+    options = {"compress": ["--dtype", "--force", "--no-roundtrip-check", "--progress", "--quiet"],
+               "decompress": ["--force", "--quiet"], "info": ["--json"], "stats": ["--dtype", "--json", "--format"]}
+    for cmd, opts in options.items():
+        for form in ([cmd, "--help"], [cmd, "-h"], ["help", cmd], [cmd, "--dtype", "bf16", "a", "b", "--help"]):
+            p = run(exe, *form)
+            if not p.stdout.startswith("usage:") or f"zipcomm-file {cmd}" not in p.stdout:
+                sys.exit(f"FAIL: {' '.join(form)}:\n{p.stdout}")
+            for o in opts:
+                if o not in p.stdout:
+                    sys.exit(f"FAIL: {' '.join(form)} lacks {o}")
+    p = expect_fail(exe, "decompress", "--dtype", "bf16", "a", "b", code=2, needle="does not apply")
+    if "zipcomm-file decompress --help" not in p.stderr:
+        sys.exit(f"FAIL: a usage error does not point at the command's help: {p.stderr}")
+    expect_fail(exe, "compress", "--fast", "a", "b", code=2, needle="unknown option")
+    print(run(exe, "compress", "--help").stdout)
+
+
+def version(exe, work):
+    for form in (["--version"], ["-V"], ["info", "--version"]):
+        out = run(exe, *form).stdout
+        if not re.match(r"zipcomm-file \S+ \(zipcomm stream format version \d+, container version 2, ", out):
+            sys.exit(f"FAIL: {' '.join(form)}: {out}")
+    print(out.strip())
+
+
+def stdio(exe, work):
+    raw = gaussian_bf16(30000)
+    z, _ = run_bytes(exe, "compress", "--dtype", "bf16", "-", "-", stdin=raw)
+    back, _ = run_bytes(exe, "decompress", "-", "-", stdin=z)
+    if back != raw or z[:4] != b"ZPCM":
+        sys.exit("FAIL: raw stdin/stdout round trip")
+    src = os.path.join(work, "model.safetensors")
+    make_safetensors(src)
+    c, _ = run_bytes(exe, "compress", "--format", "safetensors", "-", "-", stdin=read(src))
+    out = os.path.join(work, "back.safetensors")
+    run_bytes(exe, "decompress", "-", out, stdin=c)
+    if read(out) != read(src) or c[:4] != b"ZPCF":
+        sys.exit("FAIL: safetensors stdin round trip")
+    # A file to stdout, and info on stdin.
+    from_file, _ = run_bytes(exe, "compress", "--format", "safetensors", src, "-")
+    if from_file != c:
+        sys.exit("FAIL: compress FILE - differs from compress - -")
+    doc = json.loads(run_bytes(exe, "info", "--json", "-", stdin=c)[0])
+    if doc["kind"] != "container":
+        sys.exit("FAIL: info - on a container")
+    print("ok: stdin/stdout round trips (raw and safetensors), info on stdin")
+
+
+def summary(exe, work):
+    src = write(os.path.join(work, "x.bf16"), gaussian_bf16(40000))
+    z = os.path.join(work, "x.zc")
+    line = re.compile(r"zipcomm-file: (compressed|decompressed) \S+ -> \S+: (\d+) -> (\d+) bytes "
+                      r"\(ratio [0-9.]+\), [0-9.]+ GB/s \((host|gpu)\)")
+    p = run(exe, "compress", "--dtype", "bf16", src, z)
+    m = line.search(p.stderr)
+    if not m or int(m.group(2)) != os.path.getsize(src) or int(m.group(3)) != os.path.getsize(z):
+        sys.exit(f"FAIL: compress summary line: {p.stderr}")
+    p = run(exe, "decompress", z, os.path.join(work, "back"))
+    m = line.search(p.stderr)
+    if not m or m.group(1) != "decompressed" or int(m.group(3)) != os.path.getsize(src):
+        sys.exit(f"FAIL: decompress summary line: {p.stderr}")
+    if run(exe, "decompress", "-q", z, os.devnull).stderr:
+        sys.exit("FAIL: -q still prints")
+    # The progress line (automatic above 256 MiB) is forced here; each phase gets a line when stderr is a file.
+    p = run(exe, "compress", "--progress", "-f", "--dtype", "bf16", src, z)
+    for phase in ("reading", "coding", "checking", "writing"):
+        if f": {phase} " not in p.stderr:
+            sys.exit(f"FAIL: --progress lacks the {phase} phase: {p.stderr}")
+    print(p.stderr)
+
+
+def dtype_warning(exe, work):
+    rng = random.Random(11)
+    vals = gauss_f32(rng, 40000, 0.02)
+    f32 = write(os.path.join(work, "x.f32"), f32_bytes(vals))
+    bf16 = write(os.path.join(work, "x.bf16"), bf16_bytes(vals))
+    checks = [(f32, "bf16", "fp32"), (bf16, "fp32", "bf16"), (bf16, "fp16", "bf16")]
+    for path, given, suggested in checks:
+        p = run(exe, "compress", "--dtype", given, path, os.path.join(work, f"out.{given}.zc"))
+        if "zipcomm-file: warning:" not in p.stderr or f"use --dtype {suggested}" not in p.stderr:
+            sys.exit(f"FAIL: no wrong-dtype warning for {os.path.basename(path)} as {given}: {p.stderr}")
+        print(p.stderr.strip().splitlines()[-1])
+    for path, dt in ((f32, "fp32"), (bf16, "bf16")):
+        p = run(exe, "compress", "--dtype", dt, path, os.path.join(work, f"right.{dt}.zc"))
+        if "zipcomm-file: warning:" in p.stderr:
+            sys.exit(f"FAIL: a warning for the right dtype: {p.stderr}")
+    # Data that is not floats at all (random bytes): a high ratio on its own is suspect.
+    noise = write(os.path.join(work, "noise.bin"), bytes(random.Random(3).getrandbits(8) for _ in range(1 << 17)))
+    p = run(exe, "compress", "--dtype", "bf16", noise, os.path.join(work, "noise.zc"))
+    if "do not look like bf16" not in p.stderr:
+        sys.exit(f"FAIL: no warning for random bytes: {p.stderr}")
+    print("ok: wrong --dtype warnings")
+
+
+# ------------------------------------------------------------------------------------- container kinds
+
+def tiny_safetensors(path, tensors):
+    """tensors: [(name, dtype, shape, bytes)] in data order."""
+    header, data = {}, b""
+    for name, dt, shape, raw in tensors:
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    write(path, struct.pack("<Q", len(text)) + text + data)
+
+
+def container_raw(exe, work):
+    """Tensors that coding would grow are stored as-is (entry kind 2)."""
+    src = os.path.join(work, "tiny.safetensors")
+    tiny_safetensors(src, [("t", "BF16", [3], bf16_bytes([1.0, -2.5, 3.0]))])
+    z, back = os.path.join(work, "tiny.zcf"), os.path.join(work, "tiny.back")
+    run(exe, "compress", src, z)
+    run(exe, "decompress", z, back)
+    if read(back) != read(src):
+        sys.exit("FAIL: tiny container round trip")
+    doc = json.loads(run(exe, "info", "--json", z).stdout)
+    kinds = [e["kind"] for e in doc["entries"]]
+    if kinds != ["raw_bytes", "raw_tensor"] or doc["entries"][1]["stored_bytes"] != 6:
+        sys.exit(f"FAIL: the 3-element tensor was not stored raw: {doc}")
+    # Only the container's own header, entries and alignment padding may be added (a stream would add 100+ bytes).
+    limit = os.path.getsize(src) + 32 + len(kinds) * (32 + 15)
+    if os.path.getsize(z) > limit:
+        sys.exit(f"FAIL: container of {os.path.getsize(z)} bytes for a {os.path.getsize(src)}-byte file "
+                 f"(limit {limit})")
+    print(f"ok: 3-element bf16 tensor: {os.path.getsize(src)} -> {os.path.getsize(z)} bytes, tensor stored raw")
+    # A LayerNorm weight (all ones) and a large tensor: the first raw, the second coded.
+    norm = os.path.join(work, "norm.safetensors")
+    tiny_safetensors(norm, [("ln.weight", "BF16", [2048], bf16_bytes([1.0] * 2048)),
+                            ("w", "BF16", [20000], gaussian_bf16(20000))])
+    zn = os.path.join(work, "norm.zcf")
+    run(exe, "compress", norm, zn)
+    doc = json.loads(run(exe, "info", "--json", zn).stdout)
+    if [e["kind"] for e in doc["entries"]] != ["raw_bytes", "raw_tensor", "stream"]:
+        sys.exit(f"FAIL: LayerNorm weight entries: {doc['entries']}")
+    st = json.loads(run(exe, "stats", "--json", norm).stdout)
+    ln = [t for t in st["tensors"] if t["name"] == "ln.weight"][0]
+    if ln["stored"] != "raw" or ln["compressed_bytes"] != 4096 or not ln["stream_bytes"] >= 4096:
+        sys.exit(f"FAIL: stats of the LayerNorm weight: {ln}")
+    run(exe, "decompress", zn, os.path.join(work, "norm.back"))
+    if read(os.path.join(work, "norm.back")) != read(norm):
+        sys.exit("FAIL: LayerNorm container round trip")
+    # Version 1 containers (kinds 0 and 1 only) are still read; kind 2 needs version 2.
+    big = os.path.join(work, "model.safetensors")
+    make_safetensors(big)
+    zb = os.path.join(work, "model.zcf")
+    run(exe, "compress", big, zb)
+    v1 = bytearray(read(zb))
+    if 2 in [v1[32 + 32 * i] for i in range(struct.unpack_from("<I", v1, 16)[0])]:
+        sys.exit("FAIL: the test file is expected to have no raw tensor entry")
+    struct.pack_into("<I", v1, 4, 1)
+    run(exe, "decompress", write(os.path.join(work, "v1.zcf"), bytes(v1)), os.path.join(work, "v1.back"))
+    if read(os.path.join(work, "v1.back")) != read(big):
+        sys.exit("FAIL: a version-1 container was not read")
+    bad = bytearray(read(z))
+    struct.pack_into("<I", bad, 4, 1)
+    expect_fail(exe, "decompress", write(os.path.join(work, "v1k2.zcf"), bytes(bad)), os.path.join(work, "o"),
+                needle="unknown kind 2")
+    bad = bytearray(read(z))
+    struct.pack_into("<I", bad, 4, 3)
+    expect_fail(exe, "info", write(os.path.join(work, "v3.zcf"), bytes(bad)), needle="container version 3")
+    print("ok: raw tensor entries, version-1 containers read, version 3 refused")
+
+
+# ------------------------------------------------------------------------------------- install-deps.sh
+
+def install_deps(exe, work, script):
+    """scripts/install-deps.sh on a machine without apt-get: only missing required tools are an error."""
+    root = os.path.join(work, "repo")
+    os.makedirs(os.path.join(root, "scripts"))
+    os.makedirs(os.path.join(root, ".deps", "catch2"))
+    shutil.copy(script, os.path.join(root, "scripts", "install-deps.sh"))
+    write(os.path.join(root, ".deps", "catch2", "catch.hpp"), b"")
+    bindir = os.path.join(work, "bin")
+    os.makedirs(bindir)
+    # PATH holds the utilities the script uses and stand-ins for the build tools; no apt-get, sudo or clang++.
+    for tool in ("sort", "head", "sed", "mktemp", "rm", "id", "dirname", "grep", "tail", "timeout", "cat"):
+        where = shutil.which(tool)
+        if where:
+            os.symlink(where, os.path.join(bindir, tool))
+
+    def stub(name, body):
+        path = os.path.join(bindir, name)
+        write(path, ("#!/bin/sh\n" + body).encode())
+        os.chmod(path, 0o755)
+        return path
+
+    cmake = stub("cmake", 'echo "cmake version 3.28.3"\n')
+    for name in ("g++", "ninja", "python3"):
+        stub(name, "exit 0\n")
+    bash = shutil.which("bash")
+
+    def deps():
+        p = subprocess.run([bash, os.path.join(root, "scripts", "install-deps.sh")], capture_output=True, text=True,
+                           env={"PATH": bindir, "HOME": work, "LC_ALL": "C"})
+        return p.returncode, p.stdout + p.stderr
+
+    rc, out = deps()
+    if rc != 0 or "WARNING" not in out or "fuzz" not in out:
+        sys.exit(f"FAIL: only libFuzzer missing, no apt-get: exit {rc}, expected 0 with a warning:\n{out}")
+    print(f"ok: only the optional clang/libFuzzer missing: exit 0\n{out}")
+    os.remove(cmake)
+    rc, out = deps()
+    if rc != 1 or "ERROR" not in out or "cmake" not in out:
+        sys.exit(f"FAIL: cmake missing, no apt-get: exit {rc}, expected 1 naming cmake:\n{out}")
+    print(f"ok: required cmake missing: exit 1\n{out}")
+    stub("cmake", 'echo "cmake version 3.28.3"\n')
+    stub("clang++", "exit 0\n")  # "links" the libFuzzer probe
+    rc, out = deps()
+    if rc != 0 or "all dependencies present" not in out:
+        sys.exit(f"FAIL: everything present: exit {rc}:\n{out}")
+    print(f"ok: everything present: exit 0\n{out}")
+
+
+TESTS = {"roundtrip": roundtrip, "stats": stats, "safetensors": safetensors, "malformed": malformed,
+         "same_path": same_path, "existing_output": existing_output, "no_partial": no_partial,
+         "info_stream": info_stream, "info_container": info_container, "help": help_text, "version": version,
+         "stdio": stdio, "summary": summary, "dtype_warning": dtype_warning, "container_raw": container_raw,
+         "install_deps": install_deps}
 
 
 def main():
-    if len(sys.argv) < 4:
+    if len(sys.argv) < 4 or sys.argv[3] not in TESTS:
         sys.exit(__doc__)
     exe, work, what, rest = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-    os.makedirs(work, exist_ok=True)
-    {"roundtrip": roundtrip, "stats": stats, "safetensors": safetensors, "malformed": malformed}[what](exe, work, *rest)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    TESTS[what](exe, work, *rest)
 
 
 if __name__ == "__main__":
