@@ -4,6 +4,12 @@
 // Throughput counts UNCOMPRESSED bytes per second (../shared/TARGETS.md). Each data set is a real sample
 // tiled to --mib MiB (the codec keeps no dictionary, so repetition does not help it; 256 MiB is > 4x L2).
 // Usage: zipcomm_bench [--data DIR] [--mib 256] [--reps 20] [--json FILE]
+//
+// nvCOMP, the closed library a user would pick instead, runs next to zipcomm on the same data when the build
+// found it (nvcomp_peer.cuh: batched ANS at 64 KiB and 1 MiB chunks, Bitcomp at 64 KiB). To get it:
+//   bash scripts/fetch-nvcomp.sh    # PyPI wheel nvidia-libnvcomp-cu13 -> .deps/nvcomp/{include,lib}
+//   cmake -S . -B build             # ZIPCOMM_BENCH_NVCOMP=AUTO finds .deps/nvcomp, NVCOMP_ROOT or pip's copy
+// The binary finds libnvcomp through its RPATH. Without nvCOMP the table says "nvCOMP: not found".
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -22,6 +28,10 @@
 #include <zipcomm/device/device_codec.cuh>
 #include <zipcomm/host/reference_codec.hpp>
 
+#if ZIPCOMM_BENCH_WITH_NVCOMP
+#include "nvcomp_peer.cuh"
+#endif
+
 using namespace zipcomm;
 namespace cg = cooperative_groups;
 
@@ -30,6 +40,7 @@ namespace {
 struct Row {
   std::string data, dtype, what;
   double mib, ratio, gbps, roof_pct;
+  std::string library = "zipcomm";
 };
 
 constexpr int BLOCK_WARPS = 8;
@@ -171,6 +182,21 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
     CK(cudaFree(d_slots));
     CK(cudaFree(d_sizes));
   }
+#if ZIPCOMM_BENCH_WITH_NVCOMP
+  // nvCOMP on the same input, once per data set; its ratio counts every byte a receiver needs.
+  if (Code::ID == CodeId::gaussian) {
+    for (const bench::nvcomp_peer::Config& config : bench::nvcomp_peer::kConfigs) {
+      const auto m = bench::nvcomp_peer::measure(config, d_in, d_back, host, int(eb), reps,
+                                                 name + " " + dt + " " + config.name);
+      if (!m) continue;
+      const double e = n * eb / m->encode_ms / 1e6, d = n * eb / m->decode_ms / 1e6;
+      const double roof = copy_tbps * 1e3 / (1.0 + m->ratio);
+      const std::string op = config.name;
+      rows.push_back({name, dt, op + " encode", double(mib), m->ratio, e, 100.0 * e / roof, "nvcomp"});
+      rows.push_back({name, dt, op + " decode", double(mib), m->ratio, d, 100.0 * d / roof, "nvcomp"});
+    }
+  }
+#endif
   CK(cudaFree(d_in));
   CK(cudaFree(d_back));
   CK(cudaFree(d_out));
@@ -221,24 +247,46 @@ int main(int argc, char** argv) {
 
   std::printf("\nzipcomm codec benchmark on %s (%d SMs); %llu MiB per data set, median of %d\n", prop.name,
               prop.multiProcessorCount, (unsigned long long)mib, reps);
-  std::printf("device copy roofline: %.2f TB/s (read + write)\n\n", copy_tbps);
+  std::printf("device copy roofline: %.2f TB/s (read + write)\n", copy_tbps);
+#if ZIPCOMM_BENCH_WITH_NVCOMP
+  const std::string nvcomp_version = bench::nvcomp_peer::version_string();
+  std::printf("nvCOMP: %s\n\n", nvcomp_version.c_str());
+#else
+  std::printf("nvCOMP: not found (scripts/fetch-nvcomp.sh)\n\n");
+#endif
   std::printf("%-20s %-5s %-40s %7s %10s %9s\n", "data", "dtype", "operation", "ratio", "GB/s", "%roof");
   for (const Row& r : rows)
     std::printf("%-20s %-5s %-40s %7.4f %10.1f %8.1f%%\n", r.data.c_str(), r.dtype.c_str(), r.what.c_str(), r.ratio,
                 r.gbps, r.roof_pct);
   std::printf("\nGB/s counts uncompressed bytes; %%roof = GB/s over the roofline of the bytes the operation\n"
               "moves: copy TB/s (read + write) / (1 + ratio).\n");
+#if ZIPCOMM_BENCH_WITH_NVCOMP
+  std::printf("nvCOMP ratio: compressed chunks + %d bytes per chunk (its size, which a receiver needs).\n",
+              int(bench::nvcomp_peer::kChunkSizeBytes));
+#endif
   if (!json.empty()) {
     std::ofstream o(json);
     o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"copy_tbps\": " << copy_tbps << ",\n  \"mib\": " << mib
-      << ",\n  \"reps\": " << reps << ",\n  \"rows\": [\n";
+      << ",\n  \"reps\": " << reps << ",\n  \"nvcomp\": ";
+#if ZIPCOMM_BENCH_WITH_NVCOMP
+    o << "\"" << nvcomp_version << "\"";
+#else
+    o << "null";
+#endif
+    o << ",\n  \"rows\": [\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      o << "    {\"data\": \"" << r.data << "\", \"dtype\": \"" << r.dtype << "\", \"operation\": \"" << r.what
-        << "\", \"ratio\": " << r.ratio << ", \"gbps\": " << r.gbps << ", \"roof_pct\": " << r.roof_pct << "}"
-        << (i + 1 < rows.size() ? ",\n" : "\n");
+      o << "    {\"library\": \"" << r.library << "\", \"data\": \"" << r.data << "\", \"dtype\": \"" << r.dtype
+        << "\", \"operation\": \"" << r.what << "\", \"ratio\": " << r.ratio << ", \"gbps\": " << r.gbps
+        << ", \"roof_pct\": " << r.roof_pct << "}" << (i + 1 < rows.size() ? ",\n" : "\n");
     }
     o << "  ]\n}\n";
   }
+#if ZIPCOMM_BENCH_WITH_NVCOMP
+  if (const int failed = bench::nvcomp_peer::failed_round_trips()) {
+    std::fprintf(stderr, "zipcomm_bench: %d nvCOMP round trip(s) FAILED (not bit-exact); rows left out\n", failed);
+    return 1;
+  }
+#endif
   return 0;
 }
