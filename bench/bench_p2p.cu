@@ -97,8 +97,9 @@ void trace_batch(HostStagingLink<DType::bf16>& link, const std::vector<P2PMessag
   CK(cudaMalloc(&send_trace, frames_max * TRACE_STAMPS * 8));
   CK(cudaMalloc(&recv_trace, frames_max * TRACE_STAMPS * 8));
   CK(cudaMalloc(&origin, 8));
-  CK(cudaMemset(send_trace, 0, frames_max * TRACE_STAMPS * 8));
-  CK(cudaMemset(recv_trace, 0, frames_max * TRACE_STAMPS * 8));
+  // On `stream`, which the link's work follows: a legacy-stream memset could land after the stamps.
+  CK(cudaMemsetAsync(send_trace, 0, frames_max * TRACE_STAMPS * 8, stream));
+  CK(cudaMemsetAsync(recv_trace, 0, frames_max * TRACE_STAMPS * 8, stream));
   std::vector<cudaEvent_t> ev(1 + 8 * frames_max);
   for (cudaEvent_t& e : ev) CK(cudaEventCreate(&e));
   cudaEvent_t o_ev;
@@ -182,6 +183,7 @@ int run_batch(const std::string& data, const std::string& specs, double reps_sca
   for (uint64_t off = 0; off < max_bytes; off += sample.size())
     CK(cudaMemcpy(src + off, sample.data(), std::min<uint64_t>(sample.size(), max_bytes - off),
                   cudaMemcpyHostToDevice));
+  CK(cudaDeviceSynchronize());  // a copy from pageable memory may still be landing; the link's streams do not wait
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaEvent_t a, b;
@@ -783,6 +785,7 @@ int main(int argc, char** argv) {
   for (uint64_t off = 0; off < max_bytes; off += sample.size())
     CK(cudaMemcpy(src + off, sample.data(), std::min<uint64_t>(sample.size(), max_bytes - off),
                   cudaMemcpyHostToDevice));
+  CK(cudaDeviceSynchronize());  // a copy from pageable memory may still be landing; the link's streams do not wait
   cudaStream_t stream, side;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
@@ -1486,8 +1489,8 @@ int main(int argc, char** argv) {
         CK(link.transfer_coded(src, dst, n, stream));
         if (link.wait() != Status::ok) std::fprintf(stderr, "trace %s: transfer failed\n", tv.name.c_str()), std::exit(1);
       }
-      CK(cudaMemset(d_trace, 0, (W + 1) * 8));
-      CK(cudaMemset(d_items, 0, IW * 8));
+      CK(cudaMemsetAsync(d_trace, 0, (W + 1) * 8, stream));  // ordered before the traced transfer
+      CK(cudaMemsetAsync(d_items, 0, IW * 8, stream));
       link.set_trace(d_trace, d_trace + TRACE_STAMPS * F, d_items);
       const bool copies = tv.mode == HostLinkMode::stream && !trace_light;
       if (copies) link.set_copy_trace(marks.data(), marks.size());
@@ -1652,7 +1655,7 @@ int main(int argc, char** argv) {
             nowait);
         if (ms < raw_best) raw_best = ms, raw_chunk = c, raw_best_host = host;
       }
-    CK(cudaMemset(dst, 0, bytes));
+    CK(cudaMemsetAsync(dst, 0, bytes, stream));  // on the copy's stream: a legacy memset could land after it
     CK(StagedRawCopy::run(src, dst, bytes, raw_chunk, raw_best_host, RAW_BUFFERS, raw_events.data(), stream, side));
     CK(cudaStreamSynchronize(stream));
     verify(bytes, "raw");
@@ -1674,7 +1677,7 @@ int main(int argc, char** argv) {
       };
       coded[k] = time_ms(
           reps, [&] { CK(link.transfer_coded(src, dst, n, stream)); }, wait);
-      CK(cudaMemset(dst, 0, bytes));
+      CK(cudaMemsetAsync(dst, 0, bytes, stream));  // on the transfer's stream: a legacy memset could land after it
       CK(link.transfer_coded(src, dst, n, stream));
       wait();
       verify(bytes, links[k].name);
@@ -1715,7 +1718,7 @@ int main(int argc, char** argv) {
                       "host time per transfer() call (ms field)"});
       rows.push_back({bytes, std::string("probe_host_us_raw_") + links[k].name, host_raw[k] / 1e3, 0,
                       "host time per raw transfer's calls (ms field)"});
-      CK(cudaMemset(dst, 0, bytes));
+      CK(cudaMemsetAsync(dst, 0, bytes, stream));
       CK(link.transfer(src, dst, n, stream));
       wait();
       verify(bytes, links[k].name);

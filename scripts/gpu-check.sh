@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: build, run every test (GPU ones included), compute-sanitizer on the GPU tests,
-# then the benchmarks. Logs go to $OUT (the device tool brings them back). Needs Catch2 carried in .deps/.
+# One call on the GPU machine: build, run every test (GPU ones included), the stress run (full mode),
+# compute-sanitizer on the GPU tests, then the benchmarks. Logs go to $OUT (the device tool brings them back). Needs
+# Catch2 carried in .deps/.
 # Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p]    (full: everything; quick: no sanitizers, 64 MiB
 # benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second call;
 # p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples and bench_p2p, no sanitizers - a cheap call
 # for a change confined to the P2P links). Env: ZIPCOMM_BENCHES (subset), ZIPCOMM_P2P_ARGS, ZIPCOMM_P2P_TIMEOUT (s, 300),
 # ZIPCOMM_P2P_DATA (folder with llama_grads.bf16 for bench_p2p; tests/data), ZIPCOMM_P2P_ARGS2 (a second bench_p2p run
 # after the first, e.g. on other data: its output goes to bench_p2p2.*), ZIPCOMM_P2P_BATCH (bench_p2p --batch cases,
-# 16x64,4x256,64x16; its JSON travels in the logs' archive)
+# 16x64,4x256,64x16; its JSON travels in the logs' archive), ZIPCOMM_STRESS_SECONDS (full mode: seconds of transfers
+# under load in scripts/stress.sh, 60)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/zipcomm-out}
@@ -42,12 +44,23 @@ elif [ "$MODE" != san ]; then
 # GPU tests one at a time: some run sender and receiver kernels side by side and need the GPU to themselves.
 ctest --test-dir $BUILD --output-on-failure -j4 -LE gpu > "$OUT/ctest.log" 2>&1
 rc=$?
-ctest --test-dir $BUILD --output-on-failure -L gpu -E '^gpu_codec$' >> "$OUT/ctest.log" 2>&1  # gpu_codec: run below
+# gpu_codec: run below; gpu_stress_links: the stress run below (full mode)
+ctest --test-dir $BUILD --output-on-failure -L gpu -LE stress -E '^gpu_codec$' >> "$OUT/ctest.log" 2>&1
 rc=$(( rc | $? ))
 log "ctest rc=$rc: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
 [ $rc -ne 0 ] && grep -E "FAILED|Failed|REQUIRE|failed" "$OUT/ctest.log" | head -40
 $GPU_TESTS --durations yes > "$OUT/gpu_tests.log" 2>&1
 log "gpu tests rc=$?: $(tail -3 "$OUT/gpu_tests.log" | tr '\n' ' ')"
+fi
+
+# Every link mode, the peer link on GPU 0 and the ring, byte for byte, while another process loads the GPU: rc 1 if a
+# transfer reported ok with wrong bytes (error statuses are counted in the summary, not failed).
+if [ "$MODE" = full ]; then
+  bash scripts/stress.sh --build-dir $BUILD --seconds "${ZIPCOMM_STRESS_SECONDS:-60}" -- --data tests/data \
+    > "$OUT/stress.log" 2>&1
+  log "stress rc=$?: $(grep -E '^stress summary' "$OUT/stress.log")"
+  grep -E 'OK WITH WRONG BYTES|^stress: (FAILED|PASSED)|stress.sh:' "$OUT/stress.log" | head -20 |
+    tee -a "$OUT/summary.txt"
 fi
 
 # Which host calls wait for a kernel that never ends (the links' transfers must not): exit 1 if one of the links' does.

@@ -334,8 +334,10 @@ int main(int argc, char** argv) {
   uint64_t s0;
   CK(cudaMemcpy(&s0, sum, 8, cudaMemcpyDeviceToHost));
   expected.push_back(s0);
-  CK(cudaMemset(stop, 0, 4));
-  CK(cudaMemset(count, 0, 4));
+  // On the reader's stream: a legacy-stream memset does not order against it, and could land after the reader
+  // started (it would read a stale stop word, or have its count overwritten).
+  CK(cudaMemsetAsync(stop, 0, 4, reader_stream));
+  CK(cudaMemsetAsync(count, 0, 4, reader_stream));
   // Lazy loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) loads a kernel at its first launch, and
   // loading one waits for the kernels running on the GPU: with the reader running all along, the first
   // optimizer_step would wait for it forever (bench/probe_concurrent.cu measures which calls wait). So every

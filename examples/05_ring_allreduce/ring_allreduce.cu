@@ -82,7 +82,11 @@ RunResult run(RingCommunicator& comm, const std::vector<int>& rank_device, DType
   RunResult res;
   std::vector<double> times;
   for (int rep = 0; rep < reps && res.status == Status::ok; ++rep) {
-    for (int r = 0; r < R; ++r) CK(cudaMemcpy(buf[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
+    for (int r = 0; r < R; ++r) {
+      CK(cudaSetDevice(rank_device[r]));
+      CK(cudaMemcpy(buf[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
+      CK(cudaDeviceSynchronize());  // the inputs must be there before allreduce(): the ring's streams are non-blocking
+    }
     CK(comm.reset_counters());
     const auto t0 = std::chrono::steady_clock::now();
     CK(comm.allreduce(d, buf.data(), n, op, mode));

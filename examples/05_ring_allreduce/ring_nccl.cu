@@ -403,7 +403,7 @@ int run_rank(int rank, const Config& cfg, Shared* shared) {
   {
     int* d_ch;
     CK(cudaMalloc(&d_ch, sizeof(int)));
-    CK(cudaMemcpy(d_ch, &channels, sizeof(int), cudaMemcpyHostToDevice));
+    CK(cudaMemcpyAsync(d_ch, &channels, sizeof(int), cudaMemcpyHostToDevice, stream));  // `stream` is non-blocking
     NK(ncclAllReduce(d_ch, d_ch, 1, ncclInt32, ncclMin, comm, stream));
     CK(cudaMemcpyAsync(&channels, d_ch, sizeof(int), cudaMemcpyDeviceToHost, stream));
     CK(cudaStreamSynchronize(stream));
@@ -455,7 +455,7 @@ int run_rank(int rank, const Config& cfg, Shared* shared) {
   }
   RingPeers* d_peers;
   CK(cudaMalloc(&d_peers, sizeof(RingPeers)));
-  CK(cudaMemset(d_peers, 0, sizeof(RingPeers)));
+  CK(cudaMemsetAsync(d_peers, 0, sizeof(RingPeers), stream));  // before the setup kernel, on its stream
   ring_nccl_setup<<<1, 32, 0, stream>>>(dev, win, R, d_peers);
   CK(cudaGetLastError());
   RingPeers peers;
@@ -502,7 +502,8 @@ int run_rank(int rank, const Config& cfg, Shared* shared) {
     std::vector<float> times;
     st = Status::ok;
     for (int rep = 0; rep < cfg.reps && st == Status::ok; ++rep) {
-      CK(cudaMemcpy(buf, inputs[rank].data(), bytes, cudaMemcpyHostToDevice));
+      // On the ring's stream (non-blocking): a legacy-stream copy could still be landing when the ring reads buf.
+      CK(cudaMemcpyAsync(buf, inputs[rank].data(), bytes, cudaMemcpyHostToDevice, stream));
       CK(cudaEventRecord(t0, stream));
       if (what == 2) {
         NK(ncclAllReduce(buf, buf, n, nccl_type, nccl_op, comm, stream));

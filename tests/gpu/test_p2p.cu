@@ -16,24 +16,14 @@
 using namespace zipcomm;
 using namespace zipcomm::comm;
 using gpu_test::DeviceBuffer;
+using gpu_test::test_bf16;
+using gpu_test::upload;
 
 namespace {
 
 std::string data_dir() {
   const char* env = std::getenv("ZIPCOMM_TEST_DATA");  // a build carried to another machine
   return env ? env : ZIPCOMM_TEST_DATA_DIR;
-}
-
-/// n bf16 elements: Gaussian with a per-block scale, sprinkled with specials (zeros, -0, inf, NaN payloads,
-/// subnormals), so every path of the codec and of the planes is exercised.
-std::vector<uint8_t> test_bf16(uint64_t n, std::mt19937_64& rng) {
-  std::vector<uint8_t> v = gpu_test::gaussian_bytes(DType::bf16, n, 0.02f, rng);
-  const uint16_t specials[] = {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC1, 0xFFA5, 0x0001, 0x8077};
-  for (uint64_t i = 0; i < n / 97 + (n > 0); ++i) {
-    const uint64_t at = rng() % n;
-    std::memcpy(&v[2 * at], &specials[rng() % 8], 2);
-  }
-  return v;
 }
 
 /// Real gradients (tests/data) tiled to n elements.
@@ -85,10 +75,12 @@ void check_transfer(const std::vector<uint8_t>& host, size_t src_off, size_t dst
   CAPTURE(n, src_off, dst_off);
   const size_t guard = 64;
   DeviceBuffer src(host.size() + src_off + 16), dst(host.size() + dst_off + 2 * guard);
-  if (!host.empty()) CUDA_OK(cudaMemcpy(src.as(src_off), host.data(), host.size(), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(dst.ptr, 0x5A, dst.bytes));
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // On the transfer's stream: a legacy-stream memset or copy may land after the transfer (no order between them).
+  if (!host.empty())
+    CUDA_OK(cudaMemcpyAsync(src.as(src_off), host.data(), host.size(), cudaMemcpyHostToDevice, stream));
+  CUDA_OK(cudaMemsetAsync(dst.ptr, 0x5A, dst.bytes, stream));
   CUDA_OK(move(src.as(src_off), dst.as(guard + dst_off), n, stream));
   // Work enqueued on the caller's stream after the transfer must see dst complete, before any wait().
   DeviceBuffer seen(dst.bytes);
@@ -303,7 +295,7 @@ void check_batch(const std::vector<uint64_t>& sizes, std::mt19937_64& rng, Send 
   cudaStream_t ss, rs;
   CUDA_OK(cudaSetDevice(send_dev));
   DeviceBuffer src(src_bytes);
-  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  upload(src.ptr, host.data(), host.size());  // landed on the send device (the sync below is the receive device's)
   CUDA_OK(cudaStreamCreateWithFlags(&ss, cudaStreamNonBlocking));
   CUDA_OK(cudaSetDevice(recv_dev));
   DeviceBuffer dst(dst_bytes), seen(dst_bytes);
@@ -408,7 +400,7 @@ TEST_CASE("p2p host staging link: transfer_many refuses a bad batch whole, and r
   const uint64_t n = uint64_t(1) << 20;
   const std::vector<uint8_t> host = test_bf16(n, rng);
   DeviceBuffer src(host.size()), dst(2 * host.size());
-  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  upload(src.ptr, host.data(), host.size());
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   P2POptions o = P2POptions::stream_tuned();
@@ -454,7 +446,7 @@ TEST_CASE("p2p host staging link: transfer_many refuses a bad batch whole, and r
   REQUIRE(failing.wait() != Status::ok);
   REQUIRE(std::chrono::steady_clock::now() - t1 < std::chrono::seconds(10));
   CUDA_OK(failing.reset());
-  CUDA_OK(cudaMemset(dst.ptr, 0, dst.bytes));
+  CUDA_OK(cudaMemsetAsync(dst.ptr, 0, dst.bytes, stream));  // ordered before the transfer, as a legacy memset is not
   CUDA_OK(failing.transfer_raw_many(three, 1, stream));
   REQUIRE(failing.wait() == Status::ok);
   std::vector<uint8_t> back(host.size());
@@ -795,6 +787,7 @@ struct Pair {
     CUDA_OK(rx.init(0, slots, 8));
     CUDA_OK(cudaStreamCreateWithFlags(&s_tx, cudaStreamNonBlocking));
     CUDA_OK(cudaStreamCreateWithFlags(&s_rx, cudaStreamNonBlocking));
+    CUDA_OK(cudaDeviceSynchronize());  // init() clears the ring and the state on the legacy stream
   }
   ~Pair() {
     cudaStreamDestroy(s_tx);
@@ -828,9 +821,9 @@ TEST_CASE("p2p sender with a head region writes exactly the host reference's fra
   REQUIRE(plan.part[0].frames == 2);
   REQUIRE(plan.num_frames <= 8);
   DeviceBuffer src(host.size()), dst(host.size());
-  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpyAsync(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice, p.s_tx));
   const FrameRingView ring = p.ring.view();
-  CUDA_OK(cudaMemset(ring.slots, 0xCD, size_t(8) * ring.slot_bytes));
+  CUDA_OK(cudaMemsetAsync(ring.slots, 0xCD, size_t(8) * ring.slot_bytes, p.s_tx));  // before the sender, in order
   const uint64_t base = 13;
   CUDA_OK(p.tx.launch(plan, src.ptr, base, 0, plan.num_frames, ring, false, 1000000000ull, p.s_tx));
   CUDA_OK(cudaStreamSynchronize(p.s_tx));
@@ -866,9 +859,10 @@ TEST_CASE("p2p sender writes exactly the host reference's frames; corrupt frames
   const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n, shape);
   REQUIRE(plan.num_frames <= 8);
   DeviceBuffer src(host.size()), dst(host.size());
-  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpyAsync(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice, p.s_tx));
   const FrameRingView ring = p.ring.view();
-  CUDA_OK(cudaMemset(ring.slots, 0xCD, size_t(8) * ring.slot_bytes));  // poison: every frame byte must be written
+  // poison, on the sender's stream so that it lands first: every frame byte must be written
+  CUDA_OK(cudaMemsetAsync(ring.slots, 0xCD, size_t(8) * ring.slot_bytes, p.s_tx));
   const uint64_t base = 40;  // any sequence base: slots are taken modulo the ring
   CUDA_OK(p.tx.launch(plan, src.ptr, base, 0, plan.num_frames, ring, false, 1000000000ull, p.s_tx));
   CUDA_OK(cudaStreamSynchronize(p.s_tx));
@@ -893,7 +887,7 @@ TEST_CASE("p2p sender writes exactly the host reference's frames; corrupt frames
   auto receive = [&](uint64_t expect_n) {
     const FramePlan rp = make_plan(DType::bf16, FrameKind::coded, expect_n, shape);
     CUDA_OK(p.rx.reset());  // the same sequence numbers again: forget what the last attempt saw
-    CUDA_OK(cudaMemset(dst.ptr, 0, dst.bytes));
+    CUDA_OK(cudaMemsetAsync(dst.ptr, 0, dst.bytes, p.s_rx));
     CUDA_OK(p.rx.launch(rp, dst.ptr, base, 0, std::min(rp.num_frames, plan.num_frames), ring, false, false, false,
                         1000000000ull, p.s_rx));
     CUDA_OK(cudaStreamSynchronize(p.s_rx));
@@ -915,11 +909,11 @@ TEST_CASE("p2p sender writes exactly the host reference's frames; corrupt frames
   };
   const uint64_t b_at = f1.planes_bytes;
   const Spot spots[] = {
-      {"planes", rng() % f1.planes_bytes, Status::corrupt_stream},
+      {"planes", rng() % f1.planes_bytes, Status::checksum_mismatch},
       {"header", b_at + rng() % 60, Status::bad_header},
       {"header check", b_at + 60 + rng() % 4, Status::bad_header},
       {"item table", b_at + FRAME_HEADER_BYTES + 8 * (rng() % f1.items), Status::corrupt_stream},
-      {"item check", b_at + FRAME_HEADER_BYTES + 8 * (rng() % f1.items) + 4, Status::corrupt_stream},
+      {"item check", b_at + FRAME_HEADER_BYTES + 8 * (rng() % f1.items) + 4, Status::checksum_mismatch},
       {"chunk",
        b_at + FRAME_HEADER_BYTES + item_table_bytes(f1.items) +
            rng() % (ref.size() - b_at - FRAME_HEADER_BYTES - item_table_bytes(f1.items)),
@@ -962,7 +956,7 @@ TEST_CASE("p2p peers that disagree on sizes, or never answer, end with an error,
   const uint64_t n = 40 * 16384;  // 10 frames through 4 slots
   const std::vector<uint8_t> host = test_bf16(n, rng);
   DeviceBuffer src(host.size()), dst(host.size() + 1024 * 1024);
-  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  upload(src.ptr, host.data(), host.size());
   const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n, shape);
   const uint64_t timeout = 50000000ull;  // 50 ms
   using clock = std::chrono::steady_clock;
@@ -978,7 +972,7 @@ TEST_CASE("p2p peers that disagree on sizes, or never answer, end with an error,
   SECTION("sender alone, message larger than the ring: timeout; the flags copy streams wait on are released") {
     Pair p(4, shape);
     DeviceBuffer poison(4 * 8);
-    CUDA_OK(cudaMemset(poison.ptr, 0, poison.bytes));
+    CUDA_OK(cudaMemsetAsync(poison.ptr, 0, poison.bytes, p.s_tx));  // before the sender sets them
     P2PLaunchExtras x;
     x.poison = {poison.as<uint64_t>(), 4};
     const auto t0 = clock::now();
@@ -1003,7 +997,7 @@ TEST_CASE("p2p peers that disagree on sizes, or never answer, end with an error,
   SECTION("both right: the same pair completes, and signals completion only after decoding") {
     Pair p(4, shape);
     DeviceBuffer done(8);
-    CUDA_OK(cudaMemset(done.ptr, 0, 8));
+    CUDA_OK(cudaMemsetAsync(done.ptr, 0, 8, p.s_rx));  // before the receiver sets it
     CUDA_OK(p.tx.launch(plan, src.ptr, 0, 0, plan.num_frames, p.ring.view(), true, timeout * 20, p.s_tx));
     CUDA_OK(p.rx.launch(plan, dst.ptr, 0, 0, plan.num_frames, p.ring.view(), true, true, false, timeout * 20, p.s_rx, 0,
                         true, 0, done.as<uint64_t>(), 4242));
@@ -1153,7 +1147,7 @@ TEST_CASE("p2p links: wait() reports the first error of every transfer since the
   const uint64_t n = uint64_t(1) << 21;
   const std::vector<uint8_t> host = test_bf16(n, rng);
   DeviceBuffer src(host.size()), dst(host.size());
-  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  upload(src.ptr, host.data(), host.size());
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto dst_exact = [&] {
@@ -1182,7 +1176,7 @@ TEST_CASE("p2p links: wait() reports the first error of every transfer since the
       REQUIRE(clock::now() - t0 < std::chrono::seconds(5));
       REQUIRE(link.transfer_raw(src.ptr, dst.ptr, n, stream) == cudaErrorInvalidValue);  // until reset()
       CUDA_OK(link.reset());
-      CUDA_OK(cudaMemset(dst.ptr, 0, dst.bytes));
+      CUDA_OK(cudaMemsetAsync(dst.ptr, 0, dst.bytes, stream));
       CUDA_OK(link.transfer_raw(src.ptr, dst.ptr, n, stream));
       REQUIRE(link.wait() == Status::ok);
       REQUIRE(dst_exact());
@@ -1200,7 +1194,7 @@ TEST_CASE("p2p links: wait() reports the first error of every transfer since the
     REQUIRE(s != Status::ok);
     REQUIRE(peer.transfer_raw(src.ptr, dst.ptr, n, stream, stream) == cudaErrorInvalidValue);
     CUDA_OK(peer.reset());
-    CUDA_OK(cudaMemset(dst.ptr, 0, dst.bytes));
+    CUDA_OK(cudaMemsetAsync(dst.ptr, 0, dst.bytes, stream));
     CUDA_OK(peer.transfer_raw(src.ptr, dst.ptr, n, stream, stream));
     REQUIRE(peer.wait() == Status::ok);
     REQUIRE(dst_exact());
@@ -1241,7 +1235,7 @@ TEST_CASE("p2p links: wait() reports the first error of every transfer since the
       HostStagingLink<DType::bf16> link;
       if (!init_or_skip(link, mode == HostLinkMode::stream ? P2POptions::stream_tuned() : small_ring_options(), mode))
         continue;
-      CUDA_OK(cudaMemset(many.ptr, 0, many.bytes));
+      CUDA_OK(cudaMemsetAsync(many.ptr, 0, many.bytes, stream));
       for (uint32_t k = 0; k < count; ++k)
         CUDA_OK(link.transfer_coded(src.ptr, many.as(at[k]), sizes[k], stream));
       REQUIRE(link.wait() == Status::ok);
@@ -1249,7 +1243,7 @@ TEST_CASE("p2p links: wait() reports the first error of every transfer since the
     }
     PeerLink<DType::bf16> peer;
     CUDA_OK(peer.init(0, 0, small_ring_options()));
-    CUDA_OK(cudaMemset(many.ptr, 0, many.bytes));
+    CUDA_OK(cudaMemsetAsync(many.ptr, 0, many.bytes, stream));
     for (uint32_t k = 0; k < count; ++k)
       CUDA_OK(peer.transfer_coded(src.ptr, many.as(at[k]), sizes[k], stream, stream));
     REQUIRE(peer.wait() == Status::ok);
@@ -1460,7 +1454,7 @@ TEST_CASE("p2p peer link: transfer_many refuses a bad batch whole, and reports a
   const uint64_t n = uint64_t(1) << 20;
   const std::vector<uint8_t> host = test_bf16(n, rng);
   DeviceBuffer src(host.size()), dst(2 * host.size());
-  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  upload(src.ptr, host.data(), host.size());
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   P2POptions o = small_ring_options();
@@ -1507,7 +1501,7 @@ TEST_CASE("p2p peer link: transfer_many refuses a bad batch whole, and reports a
   REQUIRE(failing.wait() != Status::ok);
   REQUIRE(std::chrono::steady_clock::now() - t1 < std::chrono::seconds(10));
   CUDA_OK(failing.reset());
-  CUDA_OK(cudaMemset(dst.ptr, 0, dst.bytes));
+  CUDA_OK(cudaMemsetAsync(dst.ptr, 0, dst.bytes, stream));  // ordered before the transfer, as a legacy memset is not
   CUDA_OK(failing.transfer_raw_many(three, 1, stream, stream));
   REQUIRE(failing.wait() == Status::ok);
   std::vector<uint8_t> back(host.size());

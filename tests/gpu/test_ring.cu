@@ -16,33 +16,13 @@
 using namespace zipcomm;
 using namespace zipcomm::comm;
 using gpu_test::DeviceBuffer;
+using gpu_test::ring_data;
 
 namespace {
 
 const ReduceOp kRingOps[] = {ReduceOp::sum(), ReduceOp::prod(), ReduceOp::min(), ReduceOp::max(), ReduceOp::avg(1)};
 constexpr uint8_t kGuard = 0xEE;
 constexpr size_t kGuardBytes = 64;
-
-/// Gaussian data (a scale per rank) with special values: NaN payloads, infinities, signed zeros, subnormals.
-std::vector<uint8_t> ring_data(DType d, uint64_t n, std::mt19937_64& rng) {
-  const float sigma = (d == DType::fp16 ? 0.5f : 0.02f) * float(1 + rng() % 8);
-  std::vector<uint8_t> v = gpu_test::gaussian_bytes(d, n, sigma, rng);
-  const uint32_t sp16[] = {0x7FC1u, 0xFFFFu, 0x7F80u, 0xFF80u, 0x8000u, 0x0000u, 0x0001u, 0x807Fu,
-                           0x7F7Fu, 0x7C00u, 0xFC00u, 0x7E01u, 0x03FFu, 0x7BFFu};
-  const uint32_t sp32[] = {0x7FC00001u, 0xFFFFFFFFu, 0x7F800000u, 0xFF800000u, 0x80000000u, 0u,
-                           1u,          0x807FFFFFu, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F800001u};
-  for (uint64_t i = 0; i < n; ++i) {
-    if (rng() % 100 != 0) continue;
-    if (d == DType::fp32) {
-      const uint32_t x = sp32[rng() % (sizeof sp32 / 4)];
-      std::memcpy(&v[4 * i], &x, 4);
-    } else {
-      const uint16_t x = uint16_t(sp16[rng() % (sizeof sp16 / 4)]);
-      std::memcpy(&v[2 * i], &x, 2);
-    }
-  }
-  return v;
-}
 
 uint32_t elem_at(const std::vector<uint8_t>& v, uint64_t i, uint32_t eb) {
   uint32_t x = 0;
@@ -70,6 +50,7 @@ struct RankBuffer {
         bytes(data.size()) {
     CUDA_OK(cudaMemset(mem->ptr, kGuard, mem->bytes));
     if (bytes) CUDA_OK(cudaMemcpy(mem->as(offset), data.data(), bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize());  // the ring reads it on a non-blocking stream, which does not wait for these
   }
   void* data() const { return mem->as(offset); }
   std::vector<uint8_t> result() const {
@@ -499,6 +480,7 @@ TEST_CASE("ring allreduce: bad arguments give cudaErrorInvalidValue and Status::
   CUDA_OK(cudaMemset(a.ptr, 0, a.bytes));
   CUDA_OK(cudaMemset(b.ptr, 0, b.bytes));
   CUDA_OK(cudaMemset(c.ptr, 0, c.bytes));
+  CUDA_OK(cudaDeviceSynchronize());  // the valid allreduce below reads them on the ring's non-blocking stream
   std::vector<uint8_t> host_mem(2 * n);
   auto expect_invalid = [&](void* const* ptrs, uint64_t count, ReduceOp op) {
     REQUIRE(comm.allreduce<DType::bf16>(ptrs, count, op) == cudaErrorInvalidValue);
@@ -594,6 +576,7 @@ TEST_CASE("ring allreduce: one rank per GPU through peer access", "[gpu][ring][m
         CUDA_OK(cudaSetDevice(r));
         CUDA_OK(cudaMalloc(&bufs[r], n * eb));
         CUDA_OK(cudaMemcpy(bufs[r], inputs[r].data(), n * eb, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaDeviceSynchronize());  // landed before the ring's non-blocking streams read it
       }
       CUDA_OK(cudaSetDevice(0));
       CUDA_OK(comm.allreduce(d, bufs.data(), n, ReduceOp::sum(), mode));

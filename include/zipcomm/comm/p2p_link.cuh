@@ -155,6 +155,9 @@ class Memory {
     if (e == cudaSuccess) e = cudaSetDevice(dev);
     if (e == cudaSuccess) e = cudaMalloc(&ptr_, bytes ? bytes : 1);
     if (e == cudaSuccess) e = cudaMemset(ptr_, 0, bytes ? bytes : 1);
+    // The memset runs on the default stream, which the links' non-blocking streams do not wait for: the memory
+    // is handed out zeroed, whatever stream uses it first (waiting on that stream alone, not the device).
+    if (e == cudaSuccess) e = cudaStreamSynchronize(0);
     cudaSetDevice(prev);
     host_ = false;
     return e;
@@ -958,6 +961,7 @@ class HostStagingLink {
     if (e == cudaSuccess) e = sender_.reset();
     if (e == cudaSuccess) e = receiver_.reset();
     if (e == cudaSuccess && mode_ == HostLinkMode::stream) e = cudaMemset(stream_flags_.get(), 0, size_t(opt_.slots) * 32);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();  // the memset above is not ordered before the link's streams
     next_seq_ = 0;
     broken_ = false;
     relay_status_ = Status::ok;
@@ -978,6 +982,7 @@ class HostStagingLink {
     if (e == cudaSuccess) e = dst.device(device_, max_bytes);
     for (uint64_t off = 0; off < max_bytes && e == cudaSuccess; off += sample_elems * eb)
       e = cudaMemcpy(src.get() + off, sample, std::min(sample_elems * eb, max_bytes - off), cudaMemcpyDeviceToDevice);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();  // device-to-device copies return before they land
     cudaStream_t st = nullptr;
     cudaEvent_t a = nullptr, b = nullptr;
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
@@ -1925,6 +1930,7 @@ class PeerLink {
     if (e == cudaSuccess) {
       p2p_detail::DeviceGuard g(send_dev_);
       e = cudaMemset(credits_.get(), 0, size_t(opt_.slots) * 8);
+      if (e == cudaSuccess) e = cudaDeviceSynchronize();  // the link's streams do not wait for the legacy stream
     }
     if (e == cudaSuccess) e = sender_.reset();
     if (e == cudaSuccess) e = receiver_.reset();

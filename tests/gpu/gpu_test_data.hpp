@@ -1,0 +1,102 @@
+// Test data of the GPU tests and the stress program: seeds, Gaussian tensors with special values, files. Plain
+// C++17 (no Catch2), so programs outside the Catch2 tests share it.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <zipcomm/format.hpp>
+
+namespace gpu_test {
+
+/// ZIPCOMM_TEST_SEED when set (reproduces a run), else a fresh random seed.
+inline uint64_t fresh_seed() {
+  if (const char* s = std::getenv("ZIPCOMM_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  return (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+}
+
+inline uint16_t to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((u >> 16) | 0x40);
+  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+inline uint16_t to_fp16(float x) {  // round-to-nearest-even conversion, enough for test data
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  float a = std::fabs(x);
+  if (!(a < 65520.0f)) return uint16_t(sign | 0x7C00u);
+  if (a < 6.103515625e-05f) return uint16_t(sign | uint32_t(std::nearbyint(a / 5.9604644775390625e-08f)));
+  int e;
+  float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  uint32_t mant = uint32_t(std::nearbyint((m * 2.0f - 1.0f) * 1024.0f));
+  uint32_t exp = uint32_t(e - 1 + 15);
+  if (mant == 1024) mant = 0, ++exp;
+  return uint16_t(sign | (exp << 10) | mant);
+}
+
+/// n elements of N(0, sigma) in dtype d, as raw little-endian bytes.
+inline std::vector<uint8_t> gaussian_bytes(zipcomm::DType d, uint64_t n, float sigma, std::mt19937_64& rng) {
+  std::normal_distribution<float> nd(0.0f, sigma);
+  std::vector<uint8_t> out(n * zipcomm::format::elem_bytes(d));
+  for (uint64_t i = 0; i < n; ++i) {
+    float x = nd(rng);
+    if (d == zipcomm::DType::fp32) {
+      std::memcpy(&out[4 * i], &x, 4);
+    } else {
+      uint16_t h = d == zipcomm::DType::bf16 ? to_bf16(x) : to_fp16(x * 1024.0f);
+      std::memcpy(&out[2 * i], &h, 2);
+    }
+  }
+  return out;
+}
+
+/// n bf16 elements for the P2P links: Gaussian with a per-block scale, sprinkled with specials (zeros, -0, inf,
+/// NaN payloads, subnormals), so every path of the codec and of the planes is exercised.
+inline std::vector<uint8_t> test_bf16(uint64_t n, std::mt19937_64& rng) {
+  std::vector<uint8_t> v = gaussian_bytes(zipcomm::DType::bf16, n, 0.02f, rng);
+  const uint16_t specials[] = {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC1, 0xFFA5, 0x0001, 0x8077};
+  for (uint64_t i = 0; i < n / 97 + (n > 0); ++i) {
+    const uint64_t at = rng() % n;
+    std::memcpy(&v[2 * at], &specials[rng() % 8], 2);
+  }
+  return v;
+}
+
+/// n elements of dtype d for the ring allreduce: Gaussian (one scale per vector, as per rank) with special values
+/// in about 1% of the elements: NaN payloads, infinities, signed zeros, subnormals.
+inline std::vector<uint8_t> ring_data(zipcomm::DType d, uint64_t n, std::mt19937_64& rng) {
+  const float sigma = (d == zipcomm::DType::fp16 ? 0.5f : 0.02f) * float(1 + rng() % 8);
+  std::vector<uint8_t> v = gaussian_bytes(d, n, sigma, rng);
+  const uint32_t sp16[] = {0x7FC1u, 0xFFFFu, 0x7F80u, 0xFF80u, 0x8000u, 0x0000u, 0x0001u, 0x807Fu,
+                           0x7F7Fu, 0x7C00u, 0xFC00u, 0x7E01u, 0x03FFu, 0x7BFFu};
+  const uint32_t sp32[] = {0x7FC00001u, 0xFFFFFFFFu, 0x7F800000u, 0xFF800000u, 0x80000000u, 0u,
+                           1u,          0x807FFFFFu, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F800001u};
+  for (uint64_t i = 0; i < n; ++i) {
+    if (rng() % 100 != 0) continue;
+    if (d == zipcomm::DType::fp32) {
+      const uint32_t x = sp32[rng() % (sizeof sp32 / 4)];
+      std::memcpy(&v[4 * i], &x, 4);
+    } else {
+      const uint16_t x = uint16_t(sp16[rng() % (sizeof sp16 / 4)]);
+      std::memcpy(&v[2 * i], &x, 2);
+    }
+  }
+  return v;
+}
+
+/// The whole file; empty when it is missing or unreadable.
+inline std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace gpu_test
