@@ -1422,6 +1422,7 @@ class HostStagingLink {
     };
     // The raw head first, before the launches, so its device -> host copy starts at once and ends about when the
     // first frame's planes are split; its host -> device copy fills the time until the first frame's piece lands.
+    if (edges.first) batch_head_bytes_ = head_bytes;  // the batch's raw tail is staged after these bytes
     if (head_bytes && e == cudaSuccess) e = copy_raw(0, head_bytes, raw_buffers_.get());
     P2PLaunchExtras sx = send_extras();
     sx.first_frame_planes_first = sx.first_frame_planes_first && edges.first;
@@ -1524,11 +1525,12 @@ class HostStagingLink {
     }
     // The raw tail last, on the last frame's pair: its device -> host copy follows the last frame's, and its host
     // -> device copy runs while that frame's "landed" flag is seen and its items decode. Through the raw staging
-    // after the head's bytes.
+    // after the bytes of the batch's raw head (its first message's), which may still be on their way out: the
+    // two copies are not ordered against each other.
     const uint64_t tail_bytes = raw_tail * format::elem_bytes(D);
     if (tail_bytes && e == cudaSuccess) {
       if (F) use_pair(F - 1);
-      e = copy_raw((plan.n + raw_head) * format::elem_bytes(D), tail_bytes, raw_buffers_.get() + head_bytes);
+      e = copy_raw((plan.n + raw_head) * format::elem_bytes(D), tail_bytes, raw_buffers_.get() + batch_head_bytes_);
       wire_bytes_ += tail_bytes;
     }
     return e;
@@ -1720,6 +1722,7 @@ class HostStagingLink {
   uint64_t *send_trace_ = nullptr, *recv_trace_ = nullptr, *recv_item_trace_ = nullptr;
   cudaEvent_t* copy_trace_ = nullptr;
   uint64_t trace_frames_before_ = 0, trace_items_before_ = 0;  // a batch's frames and items before this message
+  uint64_t batch_head_bytes_ = 0;  // stream mode: raw staging bytes the batch's raw head holds (its first message's)
   size_t copy_trace_count_ = 0;
   P2PSender<D, Code> sender_;
   P2PReceiver<D, Code> receiver_;
