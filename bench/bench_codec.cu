@@ -3,7 +3,11 @@
 //
 // Throughput counts UNCOMPRESSED bytes per second (../shared/TARGETS.md). Each data set is a real sample
 // tiled to --mib MiB (the codec keeps no dictionary, so repetition does not help it; 256 MiB is > 4x L2).
-// Usage: zipcomm_bench [--data DIR] [--mib 256] [--reps 20] [--json FILE]
+// Usage: zipcomm_bench [--data DIR] [--mib 256] [--reps 20] [--json FILE] [--sms N[,M...]]
+//
+// --sms 16,32 repeats every row (device-wide, block-level, nvCOMP) confined to 16 and then 32 SMs, as a
+// communication kernel's share of the GPU, and reports GB/s per SM. The library's API is unchanged: a CUDA green
+// context holds the SMs (sm_partition.cuh) and the same operations run on a stream of it.
 //
 // nvCOMP, the closed library a user would pick instead, runs next to zipcomm on the same data when the build
 // found it (nvcomp_peer.cuh: batched ANS at 64 KiB and 1 MiB chunks, Bitcomp at 64 KiB). To get it:
@@ -18,11 +22,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench_common.cuh"
+#include "sm_partition.cuh"
 
 #include <zipcomm/block/block_stream_codec.cuh>
 #include <zipcomm/device/device_codec.cuh>
@@ -40,8 +46,29 @@ namespace {
 struct Row {
   std::string data, dtype, what;
   double mib, ratio, gbps, roof_pct;
-  std::string library = "zipcomm";
+  std::string library;
+  int sms;         // SMs the operation could use (the whole GPU's, or its partition's)
+  bool partition;  // confined to an SM partition (--sms)
 };
+
+/// Where the timed operations run: the whole GPU (legacy stream) or an SM partition's stream.
+struct SmTarget {
+  cudaStream_t stream;
+  int sms;
+  bool partition;
+  double copy_tbps;  // the copy roofline of these SMs, read + write
+  std::string suffix() const { return partition ? ", " + std::to_string(sms) + " SMs" : ""; }
+};
+
+/// `text` as a JSON string literal.
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out + "\"";
+}
 
 constexpr int BLOCK_WARPS = 8;
 
@@ -85,7 +112,7 @@ __global__ void __launch_bounds__(BLOCK_WARPS * 32) block_decode_kernel(const ui
 
 template <DType D, class Code>
 void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, uint64_t mib, int reps,
-                   double copy_tbps, std::vector<Row>& rows) {
+                   const std::vector<SmTarget>& targets, std::vector<Row>& rows) {
   const uint64_t eb = format::elem_bytes(D);
   const uint64_t n = mib * 1024 * 1024 / eb;
   std::vector<uint8_t> host(n * eb);
@@ -105,31 +132,50 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   CK(device::compress<D, Code>(nullptr, temp_bytes, d_in, n, d_out, cap, d_bytes, d_status));
   CK(device::decompress<D, Code>(nullptr, dtemp_bytes, d_out, cap, d_back, n, d_status));
   CK(cudaMalloc(&d_temp, std::max(temp_bytes, dtemp_bytes)));
+  // The setup ran on the legacy stream, which a partition's non-blocking stream does not wait for.
+  CK(cudaDeviceSynchronize());
 
-  const double enc_ms = bench::median_ms(reps, [&] {
-    CK(device::compress<D, Code>(d_temp, temp_bytes, d_in, n, d_out, cap, d_bytes, d_status));
-  });
-  uint64_t bytes = 0;
-  Status st;
-  CK(cudaMemcpy(&bytes, d_bytes, 8, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
-  if (st != Status::ok) std::fprintf(stderr, "compress status %s\n", status_string(st)), std::exit(1);
-  const double dec_ms = bench::median_ms(reps, [&] {
-    CK(device::decompress<D, Code>(d_temp, dtemp_bytes, d_out, bytes, d_back, n, d_status));
-  });
-  CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
-  std::vector<uint8_t> back(n * eb);
-  CK(cudaMemcpy(back.data(), d_back, n * eb, cudaMemcpyDeviceToHost));
-  if (st != Status::ok || back != host) std::fprintf(stderr, "%s: round trip FAILED\n", name.c_str()), std::exit(1);
-
-  const double ratio = double(bytes) / double(n * eb);
-  const double enc_gbps = n * eb / enc_ms / 1e6, dec_gbps = n * eb / dec_ms / 1e6;
-  // Roofline of the bytes each direction must move per uncompressed byte: 1 + ratio (read one, write the
-  // other), against the copy's bytes read + written per second.
-  const double enc_roof = copy_tbps * 1e3 / (1.0 + ratio), dec_roof = enc_roof;
   const std::string dt = dtype_name(D), code = Code::ID == CodeId::gaussian ? "gaussian" : "window3";
-  rows.push_back({name, dt, "device encode (" + code + ")", double(mib), ratio, enc_gbps, 100.0 * enc_gbps / enc_roof});
-  rows.push_back({name, dt, "device decode (" + code + ")", double(mib), ratio, dec_gbps, 100.0 * dec_gbps / dec_roof});
+  // Roofline of the bytes each direction must move per uncompressed byte: 1 + ratio (read one, write the
+  // other), against the copy's bytes read + written per second on the same SMs.
+  auto add_row = [&](const SmTarget& t, const std::string& what, double ratio, double gbps, double roof_ratio,
+                     const char* library) {
+    const double roof = t.copy_tbps * 1e3 / (1.0 + roof_ratio);
+    rows.push_back({name, dt, what + t.suffix(), double(mib), ratio, gbps, 100.0 * gbps / roof, library, t.sms,
+                    t.partition});
+  };
+  std::vector<uint8_t> back(n * eb);
+  uint64_t bytes = 0;  // the stream's size: every grid must produce the same stream
+  double ratio = 0;
+  for (const SmTarget& t : targets) {
+    const double enc_ms = bench::median_ms(reps, t.stream, [&] {
+      CK(device::compress<D, Code>(d_temp, temp_bytes, d_in, n, d_out, cap, d_bytes, d_status, t.stream));
+    });
+    uint64_t t_bytes = 0;
+    Status st;
+    CK(cudaMemcpy(&t_bytes, d_bytes, 8, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
+    if (st != Status::ok) std::fprintf(stderr, "compress status %s\n", status_string(st)), std::exit(1);
+    if (bytes != 0 && t_bytes != bytes)
+      std::fprintf(stderr, "%s%s: %llu compressed bytes, %llu on the whole GPU\n", name.c_str(), t.suffix().c_str(),
+                   (unsigned long long)t_bytes, (unsigned long long)bytes),
+          std::exit(1);
+    bytes = t_bytes;
+    // Overwritten first, so that an earlier grid's output cannot pass for this one's.
+    CK(cudaMemsetAsync(d_back, 0xA5, n * eb, t.stream));
+    const double dec_ms = bench::median_ms(reps, t.stream, [&] {
+      CK(device::decompress<D, Code>(d_temp, dtemp_bytes, d_out, bytes, d_back, n, d_status, t.stream));
+    });
+    CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(back.data(), d_back, n * eb, cudaMemcpyDeviceToHost));
+    if (st != Status::ok || back != host)
+      std::fprintf(stderr, "%s%s: round trip FAILED\n", name.c_str(), t.suffix().c_str()), std::exit(1);
+
+    ratio = double(bytes) / double(n * eb);
+    const double enc_gbps = n * eb / enc_ms / 1e6, dec_gbps = n * eb / dec_ms / 1e6;
+    add_row(t, "device encode (" + code + ")", ratio, enc_gbps, ratio, "zipcomm");
+    add_row(t, "device decode (" + code + ")", ratio, dec_gbps, ratio, "zipcomm");
+  }
 
   if (Code::ID == CodeId::gaussian) {
     // Block-level primitives in a user kernel, 256 Ki-element slices (a ring step's share of a large
@@ -145,40 +191,51 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
                             int(sizeof(typename Enc::TempStorage))));
     CK(cudaFuncSetAttribute(block_decode_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             int(sizeof(typename Dec::TempStorage))));
-    int dev = 0, sms = 0, per_sm_e = 0, per_sm_d = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int per_sm_e = 0, per_sm_d = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_e, block_encode_kernel<D>, BLOCK_WARPS * 32,
                                                      sizeof(typename Enc::TempStorage)));
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_d, block_decode_kernel<D>, BLOCK_WARPS * 32,
                                                      sizeof(typename Dec::TempStorage)));
-    // Every block must get work: the grid is one block per slice-round, capped by residency.
-    const int grid_e = int(std::min<uint64_t>(slices, uint64_t(sms) * per_sm_e));
-    const int grid_d = int(std::min<uint64_t>(slices, uint64_t(sms) * per_sm_d));
-    const double benc_ms = bench::median_ms(reps, [&] {
-      block_encode_kernel<D><<<grid_e, BLOCK_WARPS * 32, sizeof(typename Enc::TempStorage)>>>(
-          static_cast<const uint8_t*>(d_in), n, slice, static_cast<uint8_t*>(d_slots), slot,
-          static_cast<uint64_t*>(d_sizes));
-    });
-    CK(cudaMemset(d_status, 0, 4));
-    const double bdec_ms = bench::median_ms(reps, [&] {
-      block_decode_kernel<D><<<grid_d, BLOCK_WARPS * 32, sizeof(typename Dec::TempStorage)>>>(
-          static_cast<const uint8_t*>(d_slots), n, slice, slot, static_cast<const uint64_t*>(d_sizes),
-          static_cast<uint8_t*>(d_back), d_status);
-    });
-    CK(cudaGetLastError());
-    CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(back.data(), d_back, n * eb, cudaMemcpyDeviceToHost));
-    if (st != Status::ok || back != host) std::fprintf(stderr, "%s: block round trip FAILED\n", name.c_str()), std::exit(1);
     std::vector<uint64_t> sizes(slices);
-    CK(cudaMemcpy(sizes.data(), d_sizes, 8 * slices, cudaMemcpyDeviceToHost));
-    uint64_t total = 0;
-    for (uint64_t s : sizes) total += s;
-    const double bratio = double(total) / double(n * eb);
-    rows.push_back({name, dt, "block encode (256Ki slices, " + std::to_string(grid_e) + " CTAs)", double(mib), bratio,
-                    n * eb / benc_ms / 1e6, 100.0 * (n * eb / benc_ms / 1e6) / enc_roof});
-    rows.push_back({name, dt, "block decode (256Ki slices, " + std::to_string(grid_d) + " CTAs)", double(mib), bratio,
-                    n * eb / bdec_ms / 1e6, 100.0 * (n * eb / bdec_ms / 1e6) / dec_roof});
+    uint64_t whole_gpu_total = 0;
+    for (const SmTarget& t : targets) {
+      // Every block must get work: the grid is one block per slice-round, capped by residency on the SMs the
+      // kernel may use (a communication kernel sizes its grid for its SM budget).
+      const int grid_e = int(std::min<uint64_t>(slices, uint64_t(t.sms) * per_sm_e));
+      const int grid_d = int(std::min<uint64_t>(slices, uint64_t(t.sms) * per_sm_d));
+      const double benc_ms = bench::median_ms(reps, t.stream, [&] {
+        block_encode_kernel<D><<<grid_e, BLOCK_WARPS * 32, sizeof(typename Enc::TempStorage), t.stream>>>(
+            static_cast<const uint8_t*>(d_in), n, slice, static_cast<uint8_t*>(d_slots), slot,
+            static_cast<uint64_t*>(d_sizes));
+      });
+      CK(cudaGetLastError());
+      CK(cudaMemsetAsync(d_status, 0, 4, t.stream));
+      CK(cudaMemsetAsync(d_back, 0xA5, n * eb, t.stream));
+      const double bdec_ms = bench::median_ms(reps, t.stream, [&] {
+        block_decode_kernel<D><<<grid_d, BLOCK_WARPS * 32, sizeof(typename Dec::TempStorage), t.stream>>>(
+            static_cast<const uint8_t*>(d_slots), n, slice, slot, static_cast<const uint64_t*>(d_sizes),
+            static_cast<uint8_t*>(d_back), d_status);
+      });
+      CK(cudaGetLastError());
+      Status st;
+      CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(back.data(), d_back, n * eb, cudaMemcpyDeviceToHost));
+      if (st != Status::ok || back != host)
+        std::fprintf(stderr, "%s%s: block round trip FAILED\n", name.c_str(), t.suffix().c_str()), std::exit(1);
+      CK(cudaMemcpy(sizes.data(), d_sizes, 8 * slices, cudaMemcpyDeviceToHost));
+      uint64_t total = 0;
+      for (uint64_t s : sizes) total += s;
+      if (whole_gpu_total != 0 && total != whole_gpu_total)
+        std::fprintf(stderr, "%s%s: block streams differ in size from the whole GPU's\n", name.c_str(),
+                     t.suffix().c_str()),
+            std::exit(1);
+      whole_gpu_total = total;
+      const double bratio = double(total) / double(n * eb);
+      add_row(t, "block encode (256Ki slices, " + std::to_string(grid_e) + " CTAs)", bratio, n * eb / benc_ms / 1e6,
+              ratio, "zipcomm");
+      add_row(t, "block decode (256Ki slices, " + std::to_string(grid_d) + " CTAs)", bratio, n * eb / bdec_ms / 1e6,
+              ratio, "zipcomm");
+    }
     CK(cudaFree(d_slots));
     CK(cudaFree(d_sizes));
   }
@@ -186,14 +243,14 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   // nvCOMP on the same input, once per data set; its ratio counts every byte a receiver needs.
   if (Code::ID == CodeId::gaussian) {
     for (const bench::nvcomp_peer::Config& config : bench::nvcomp_peer::kConfigs) {
-      const auto m = bench::nvcomp_peer::measure(config, d_in, d_back, host, int(eb), reps,
-                                                 name + " " + dt + " " + config.name);
-      if (!m) continue;
-      const double e = n * eb / m->encode_ms / 1e6, d = n * eb / m->decode_ms / 1e6;
-      const double roof = copy_tbps * 1e3 / (1.0 + m->ratio);
-      const std::string op = config.name;
-      rows.push_back({name, dt, op + " encode", double(mib), m->ratio, e, 100.0 * e / roof, "nvcomp"});
-      rows.push_back({name, dt, op + " decode", double(mib), m->ratio, d, 100.0 * d / roof, "nvcomp"});
+      for (const SmTarget& t : targets) {
+        const auto m = bench::nvcomp_peer::measure(config, d_in, d_back, host, int(eb), reps,
+                                                   name + " " + dt + " " + config.name + t.suffix(), t.stream);
+        if (!m) continue;
+        const std::string op = config.name;
+        add_row(t, op + " encode", m->ratio, n * eb / m->encode_ms / 1e6, m->ratio, "nvcomp");
+        add_row(t, op + " decode", m->ratio, n * eb / m->decode_ms / 1e6, m->ratio, "nvcomp");
+      }
     }
   }
 #endif
@@ -207,7 +264,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bench::Options opt = bench::parse_options(argc, argv);
+  const bench::Options opt = bench::parse_options(argc, argv, /*with_sms=*/true);
   const std::string& data = opt.data;
   const std::string& json = opt.json;
   const uint64_t mib = opt.mib;
@@ -223,6 +280,24 @@ int main(int argc, char** argv) {
   // Copy roofline: device-to-device copy, bytes read + written.
   const double copy_tbps = bench::copy_roofline_tbps(mib * 1024 * 1024, reps);
 
+  // --sms: the same operations again on SM partitions (green contexts), each with the copy roofline of its SMs.
+  const int all_sms = prop.multiProcessorCount;
+  std::vector<SmTarget> targets{{0, all_sms, false, copy_tbps}};
+  std::vector<std::unique_ptr<bench::SmPartition>> partitions;
+  std::vector<double> partition_copy_tbps;
+  for (int requested : opt.sms) {
+    partitions.push_back(std::make_unique<bench::SmPartition>(requested));
+    const bench::SmPartition& p = *partitions.back();
+    double tbps = 0;
+    if (p.ok()) {
+      tbps = bench::copy_kernel_tbps(mib * 1024 * 1024, reps, p.stream(), p.sms());
+      targets.push_back({p.stream(), p.sms(), true, tbps});
+    } else {
+      std::fprintf(stderr, "zipcomm_bench: --sms %d skipped: %s\n", requested, p.why().c_str());
+    }
+    partition_copy_tbps.push_back(tbps);
+  }
+
   // Gaussian N(0, 0.02) reference data (bf16), freshly drawn.
   std::mt19937_64 rng(std::random_device{}());
   std::normal_distribution<float> nd(0.0f, 0.02f);
@@ -236,14 +311,15 @@ int main(int argc, char** argv) {
   }
   std::vector<Row> rows;
   auto file = [&](const char* f) { return bench::read_data_file(data, f); };
-  bench_dataset<DType::bf16, thread::GaussianCode>("llama_grads", file("llama_grads.bf16"), mib, reps, copy_tbps, rows);
-  bench_dataset<DType::bf16, thread::Window3Code>("llama_grads", file("llama_grads.bf16"), mib, reps, copy_tbps, rows);
-  bench_dataset<DType::bf16, thread::GaussianCode>("llama_acts", file("llama_acts.bf16"), mib, reps, copy_tbps, rows);
-  bench_dataset<DType::bf16, thread::GaussianCode>("llama_weights", file("llama_weights.bf16"), mib, reps, copy_tbps, rows);
-  bench_dataset<DType::bf16, thread::GaussianCode>("gaussian_0.02", gauss, mib, reps, copy_tbps, rows);
+  bench_dataset<DType::bf16, thread::GaussianCode>("llama_grads", file("llama_grads.bf16"), mib, reps, targets, rows);
+  bench_dataset<DType::bf16, thread::Window3Code>("llama_grads", file("llama_grads.bf16"), mib, reps, targets, rows);
+  bench_dataset<DType::bf16, thread::GaussianCode>("llama_acts", file("llama_acts.bf16"), mib, reps, targets, rows);
+  bench_dataset<DType::bf16, thread::GaussianCode>("llama_weights", file("llama_weights.bf16"), mib, reps, targets,
+                                                   rows);
+  bench_dataset<DType::bf16, thread::GaussianCode>("gaussian_0.02", gauss, mib, reps, targets, rows);
   bench_dataset<DType::fp16, thread::GaussianCode>("llama_grads_scaled", file("llama_grads_scaled.f16"), mib, reps,
-                                                   copy_tbps, rows);
-  bench_dataset<DType::fp32, thread::GaussianCode>("llama_grads", file("llama_grads.f32"), mib, reps, copy_tbps, rows);
+                                                   targets, rows);
+  bench_dataset<DType::fp32, thread::GaussianCode>("llama_grads", file("llama_grads.f32"), mib, reps, targets, rows);
 
   std::printf("\nzipcomm codec benchmark on %s (%d SMs); %llu MiB per data set, median of %d\n", prop.name,
               prop.multiProcessorCount, (unsigned long long)mib, reps);
@@ -254,30 +330,81 @@ int main(int argc, char** argv) {
 #else
   std::printf("nvCOMP: not found (scripts/fetch-nvcomp.sh)\n\n");
 #endif
-  std::printf("%-20s %-5s %-40s %7s %10s %9s\n", "data", "dtype", "operation", "ratio", "GB/s", "%roof");
+  if (!partitions.empty()) {
+    std::printf("SM partitions (--sms: CUDA green contexts; their rows end in \", N SMs\"):\n");
+    for (size_t i = 0; i < partitions.size(); ++i) {
+      const bench::SmPartition& p = *partitions[i];
+      if (!p.ok()) {
+        std::printf("  %d SMs: skipped: %s\n", p.requested(), p.why().c_str());
+        continue;
+      }
+      const std::string reported = p.runtime_reported_sms() >= 0
+                                       ? std::to_string(p.runtime_reported_sms()) + " SMs"
+                                       : std::string("an error");
+      std::printf("  %d SMs requested: green context of %d SMs (%s split); a probe kernel ran on %d distinct SMs\n"
+                  "    copy kernel on them: %.3f TB/s (read + write); cudaDevAttrMultiProcessorCount with the green "
+                  "context current: %s\n",
+                  p.requested(), p.sms(), p.split(), p.observed_sms(), partition_copy_tbps[i], reported.c_str());
+    }
+    std::printf("  device rows: the library sizes its persistent grid for %d SMs x occupancy (cudaGetDevice + "
+                "cudaDevAttrMultiProcessorCount,\n  the primary context current); on a partition the blocks beyond "
+                "what its SMs hold wait and start as SMs free up,\n  finding no chunk left: what a user of the "
+                "unchanged API gets. Block rows size their grid for the SMs they may use.\n  nvCOMP sizes its own "
+                "grids. %%roof of partition rows: against the copy kernel on the same SMs.\n\n",
+                all_sms);
+  }
+  std::printf("%-20s %-5s %-48s %7s %10s %8s %9s\n", "data", "dtype", "operation", "ratio", "GB/s", "GB/s/SM",
+              "%roof");
   for (const Row& r : rows)
-    std::printf("%-20s %-5s %-40s %7.4f %10.1f %8.1f%%\n", r.data.c_str(), r.dtype.c_str(), r.what.c_str(), r.ratio,
-                r.gbps, r.roof_pct);
-  std::printf("\nGB/s counts uncompressed bytes; %%roof = GB/s over the roofline of the bytes the operation\n"
-              "moves: copy TB/s (read + write) / (1 + ratio).\n");
+    std::printf("%-20s %-5s %-48s %7.4f %10.1f %8.2f %8.1f%%\n", r.data.c_str(), r.dtype.c_str(), r.what.c_str(),
+                r.ratio, r.gbps, r.gbps / r.sms, r.roof_pct);
+  std::printf("\nGB/s counts uncompressed bytes; GB/s/SM = GB/s / the SMs the operation could use (all %d on the "
+              "whole GPU);\n%%roof = GB/s over the roofline of the bytes the operation moves: copy TB/s (read + "
+              "write) / (1 + ratio).\n",
+              all_sms);
+  // The slowest device-wide row per partition: the per-SM figure a communication kernel's share would see.
+  for (const SmTarget& t : targets) {
+    if (!t.partition) continue;
+    const Row* slowest = nullptr;
+    for (const Row& r : rows)
+      if (r.partition && r.sms == t.sms && r.library == "zipcomm" && r.what.rfind("device ", 0) == 0 &&
+          (slowest == nullptr || r.gbps < slowest->gbps))
+        slowest = &r;
+    if (slowest != nullptr)
+      std::printf("slowest zipcomm device row on %d SMs: %.2f GB/s per SM (%s %s, %s)\n", t.sms,
+                  slowest->gbps / t.sms, slowest->data.c_str(), slowest->dtype.c_str(), slowest->what.c_str());
+  }
 #if ZIPCOMM_BENCH_WITH_NVCOMP
   std::printf("nvCOMP ratio: compressed chunks + %d bytes per chunk (its size, which a receiver needs).\n",
               int(bench::nvcomp_peer::kChunkSizeBytes));
 #endif
   if (!json.empty()) {
     std::ofstream o(json);
-    o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"copy_tbps\": " << copy_tbps << ",\n  \"mib\": " << mib
-      << ",\n  \"reps\": " << reps << ",\n  \"nvcomp\": ";
+    o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"sm_count\": " << all_sms << ",\n  \"copy_tbps\": " << copy_tbps
+      << ",\n  \"mib\": " << mib << ",\n  \"reps\": " << reps << ",\n  \"nvcomp\": ";
 #if ZIPCOMM_BENCH_WITH_NVCOMP
     o << "\"" << nvcomp_version << "\"";
 #else
     o << "null";
 #endif
-    o << ",\n  \"rows\": [\n";
+    // sms: the partition's SM count, 0 for the whole GPU; copy_tbps: the copy kernel on those SMs.
+    o << ",\n  \"sm_partitions\": [";
+    for (size_t i = 0; i < partitions.size(); ++i) {
+      const bench::SmPartition& p = *partitions[i];
+      o << (i ? ",\n" : "\n") << "    {\"requested\": " << p.requested();
+      if (p.ok())
+        o << ", \"sms\": " << p.sms() << ", \"split\": \"" << p.split() << "\", \"observed_sms\": " << p.observed_sms()
+          << ", \"runtime_reported_sms\": " << p.runtime_reported_sms() << ", \"copy_tbps\": " << partition_copy_tbps[i]
+          << "}";
+      else
+        o << ", \"skipped\": " << json_string(p.why()) << "}";
+    }
+    o << (partitions.empty() ? "]" : "\n  ]") << ",\n  \"rows\": [\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       o << "    {\"library\": \"" << r.library << "\", \"data\": \"" << r.data << "\", \"dtype\": \"" << r.dtype
-        << "\", \"operation\": \"" << r.what << "\", \"ratio\": " << r.ratio << ", \"gbps\": " << r.gbps
+        << "\", \"operation\": \"" << r.what << "\", \"sms\": " << (r.partition ? r.sms : 0)
+        << ", \"ratio\": " << r.ratio << ", \"gbps\": " << r.gbps << ", \"gbps_per_sm\": " << r.gbps / r.sms
         << ", \"roof_pct\": " << r.roof_pct << "}" << (i + 1 < rows.size() ? ",\n" : "\n");
     }
     o << "  ]\n}\n";

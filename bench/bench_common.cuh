@@ -1,9 +1,10 @@
 // Shared pieces of the zipcomm benchmarks: median timing with CUDA events, the copy roofline measured in the same
-// run, the command line every bench takes, and test-data files (checked CUDA calls: example_common.cuh).
+// run, the command line the benches take, and test-data files (checked CUDA calls: example_common.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,12 @@ double median_ms(int reps, F&& f) {
   return examples::median_ms(0, 3, reps, f);
 }
 
+/// The same with the events on `stream` (f enqueues its work there).
+template <class F>
+double median_ms(int reps, cudaStream_t stream, F&& f) {
+  return examples::median_ms(stream, 3, reps, f);
+}
+
 /// Device-to-device copy bandwidth, bytes read + written per second, in TB/s.
 inline double copy_roofline_tbps(uint64_t bytes, int reps) {
   void *a, *b;
@@ -32,24 +39,41 @@ inline double copy_roofline_tbps(uint64_t bytes, int reps) {
   return 2.0 * double(bytes) / ms / 1e9;
 }
 
-/// --data DIR --mib N --reps N --json FILE; exits with a usage line on anything else.
+/// --data DIR --mib N --reps N --json FILE, and --sms N[,M...] where the bench takes it (with_sms); exits with a
+/// usage line on anything else.
 struct Options {
   std::string data = "tests/data", json;
   uint64_t mib = 256;
   int reps = 20;
+  std::vector<int> sms;  // SM counts to confine the timed operations to, besides the whole GPU
 };
-inline Options parse_options(int argc, char** argv) {
+inline Options parse_options(int argc, char** argv, bool with_sms = false) {
   Options o;
+  auto usage = [&] {
+    std::fprintf(stderr, "usage: %s [--data DIR] [--mib 256] [--reps 20] [--json FILE]%s\n", argv[0],
+                 with_sms ? " [--sms N[,M...]]" : "");
+    std::exit(2);
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--data" && i + 1 < argc) o.data = argv[++i];
     else if (a == "--mib" && i + 1 < argc) o.mib = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--reps" && i + 1 < argc) o.reps = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc) o.json = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--mib 256] [--reps 20] [--json FILE]\n", argv[0]);
-      std::exit(2);
-    }
+    else if (with_sms && a == "--sms" && i + 1 < argc) {
+      const std::string list = argv[++i];
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        const std::string item = list.substr(at, comma - at);
+        char* end = nullptr;
+        const long v = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || v <= 0 || v > 1 << 20)
+          std::fprintf(stderr, "--sms takes positive SM counts separated by commas (got \"%s\")\n", list.c_str()),
+              std::exit(2);
+        o.sms.push_back(int(v));
+        at = comma + 1;
+      }
+    } else usage();
   }
   if (o.mib == 0 || o.reps <= 0) std::fprintf(stderr, "--mib and --reps must be positive\n"), std::exit(2);
   return o;

@@ -1,6 +1,6 @@
 // nvCOMP as zipcomm_bench's peer: NVIDIA's closed compression library, through its batched low-level C API (ANS
 // and Bitcomp, nvCOMP >= 6), on the same device buffers as zipcomm and timed the same way (CUDA events on the
-// legacy stream, median of --reps after warm-ups). Built when CMake finds nvCOMP (ZIPCOMM_BENCH_WITH_NVCOMP);
+// stream it runs on, median of --reps after warm-ups). Built when CMake finds nvCOMP (ZIPCOMM_BENCH_WITH_NVCOMP);
 // bash scripts/fetch-nvcomp.sh puts it in .deps/nvcomp.
 #pragma once
 
@@ -143,27 +143,27 @@ class BatchedCodec {
                                                            total_bytes, 0);
   }
 
-  /// Enqueues the batch's compression on the legacy stream.
-  nvcompStatus_t compress(const Batch& b) const {
+  /// Enqueues the batch's compression on `stream`.
+  nvcompStatus_t compress(const Batch& b, cudaStream_t stream) const {
     if (algorithm_ == Algorithm::ans)
       return nvcompBatchedANSCompressAsync(b.d_uncompressed_ptrs, b.d_uncompressed_bytes, b.max_chunk_bytes, b.chunks,
                                            b.d_temp, b.temp_bytes, b.d_compressed_ptrs, b.d_compressed_bytes,
-                                           ans_compress_, b.d_statuses, 0);
+                                           ans_compress_, b.d_statuses, stream);
     return nvcompBatchedBitcompCompressAsync(b.d_uncompressed_ptrs, b.d_uncompressed_bytes, b.max_chunk_bytes,
                                              b.chunks, b.d_temp, b.temp_bytes, b.d_compressed_ptrs,
-                                             b.d_compressed_bytes, bitcomp_compress_, b.d_statuses, 0);
+                                             b.d_compressed_bytes, bitcomp_compress_, b.d_statuses, stream);
   }
 
-  /// Enqueues the batch's decompression on the legacy stream (Bitcomp's synchronizes it first to read the
-  /// chunks' headers: that host wait is part of its cost, so it stays inside the timing).
-  nvcompStatus_t decompress(const Batch& b) const {
+  /// Enqueues the batch's decompression on `stream` (Bitcomp's synchronizes it first to read the chunks'
+  /// headers: that host wait is part of its cost, so it stays inside the timing).
+  nvcompStatus_t decompress(const Batch& b, cudaStream_t stream) const {
     if (algorithm_ == Algorithm::ans)
       return nvcompBatchedANSDecompressAsync(b.d_compressed_ptrs, b.d_compressed_bytes, b.d_uncompressed_bytes,
                                              b.d_decompressed_bytes, b.chunks, b.d_temp, b.temp_bytes,
-                                             b.d_decompressed_ptrs, ans_decompress_, b.d_statuses, 0);
+                                             b.d_decompressed_ptrs, ans_decompress_, b.d_statuses, stream);
     return nvcompBatchedBitcompDecompressAsync(b.d_compressed_ptrs, b.d_compressed_bytes, b.d_uncompressed_bytes,
                                                b.d_decompressed_bytes, b.chunks, b.d_temp, b.temp_bytes,
-                                               b.d_decompressed_ptrs, bitcomp_decompress_, b.d_statuses, 0);
+                                               b.d_decompressed_ptrs, bitcomp_decompress_, b.d_statuses, stream);
   }
 
  private:
@@ -197,11 +197,11 @@ inline size_t first_failed_chunk(const nvcompStatus_t* d_statuses, size_t chunks
 
 /// Compresses the `host.size()` bytes at d_in (elements of elem_bytes, 2 or 4) as a batch of config.chunk_bytes
 /// chunks into buffers of its own, decompresses them into d_back, checks the round trip against `host` once, then
-/// times each direction over `reps`. Empty, after a line on stderr, when nvCOMP reports an error or the round trip
-/// differs (counted in failed_round_trips()).
+/// times each direction over `reps`, all of it on `stream` (an SM partition's, for the --sms rows). Empty, after a
+/// line on stderr, when nvCOMP reports an error or the round trip differs (counted in failed_round_trips()).
 inline std::optional<Measurement> measure(const Config& config, const void* d_in, void* d_back,
                                           const std::vector<uint8_t>& host, int elem_bytes, int reps,
-                                          const std::string& label) {
+                                          const std::string& label, cudaStream_t stream = 0) {
   const BatchedCodec codec(config.algorithm, elem_bytes);
   const size_t total = host.size(), chunk = config.chunk_bytes, chunks = (total + chunk - 1) / chunk;
   nvcompStatus_t s;
@@ -253,6 +253,9 @@ inline std::optional<Measurement> measure(const Config& config, const void* d_in
   batch.d_statuses = statuses.get<nvcompStatus_t>();
   batch.d_temp = temp.get();
   batch.temp_bytes = temp.bytes();
+  // The pageable copies above may still be in flight on the legacy stream, which a non-blocking `stream` does
+  // not wait for.
+  CK(cudaDeviceSynchronize());
 
   // Checks the per-chunk statuses of the last enqueued operation.
   auto chunks_ok = [&](const char* step) {
@@ -265,18 +268,19 @@ inline std::optional<Measurement> measure(const Config& config, const void* d_in
   };
 
   // One checked round trip; d_back is overwritten first so that earlier contents cannot pass for nvCOMP's output.
-  if ((s = codec.compress(batch)) != nvcompSuccess) return detail::report_skip(label, "CompressAsync", s), std::nullopt;
-  CK(cudaStreamSynchronize(0));
+  if ((s = codec.compress(batch, stream)) != nvcompSuccess)
+    return detail::report_skip(label, "CompressAsync", s), std::nullopt;
+  CK(cudaStreamSynchronize(stream));
   if (!chunks_ok("compress")) return std::nullopt;
   std::vector<size_t> compressed_bytes(chunks);
   CK(cudaMemcpy(compressed_bytes.data(), batch.d_compressed_bytes, chunks * sizeof(size_t), cudaMemcpyDeviceToHost));
   uint64_t receiver_bytes = 0;
   for (size_t b : compressed_bytes) receiver_bytes += b + kChunkSizeBytes;
 
-  CK(cudaMemset(d_back, 0xA5, total));
-  if ((s = codec.decompress(batch)) != nvcompSuccess)
+  CK(cudaMemsetAsync(d_back, 0xA5, total, stream));
+  if ((s = codec.decompress(batch, stream)) != nvcompSuccess)
     return detail::report_skip(label, "DecompressAsync", s), std::nullopt;
-  CK(cudaStreamSynchronize(0));
+  CK(cudaStreamSynchronize(stream));
   if (!chunks_ok("decompress")) return std::nullopt;
   std::vector<size_t> decompressed_bytes(chunks);
   CK(cudaMemcpy(decompressed_bytes.data(), batch.d_decompressed_bytes, chunks * sizeof(size_t),
@@ -295,14 +299,14 @@ inline std::optional<Measurement> measure(const Config& config, const void* d_in
 
   // Timed runs: a launch error inside the timing loop is kept and reported after it.
   nvcompStatus_t launch = nvcompSuccess;
-  const double encode_ms = median_ms(reps, [&] {
-    const nvcompStatus_t r = codec.compress(batch);
+  const double encode_ms = median_ms(reps, stream, [&] {
+    const nvcompStatus_t r = codec.compress(batch, stream);
     if (r != nvcompSuccess) launch = r;
   });
   if (launch != nvcompSuccess) return detail::report_skip(label, "CompressAsync (timed)", launch), std::nullopt;
   if (!chunks_ok("compress (timed)")) return std::nullopt;
-  const double decode_ms = median_ms(reps, [&] {
-    const nvcompStatus_t r = codec.decompress(batch);
+  const double decode_ms = median_ms(reps, stream, [&] {
+    const nvcompStatus_t r = codec.decompress(batch, stream);
     if (r != nvcompSuccess) launch = r;
   });
   if (launch != nvcompSuccess) return detail::report_skip(label, "DecompressAsync (timed)", launch), std::nullopt;
