@@ -1,5 +1,6 @@
-// Real tensors (cuts of the LLaMA training run in tests/data, see tests/data/README.md): bit-exact round trip
-// and compression-ratio bounds (stream bytes / raw bytes, all metadata included).
+// Real tensors (cuts of the LLaMA training run and two small fp32 gradient tensors in tests/data, see
+// tests/data/README.md): bit-exact round trip and compression-ratio bounds (stream bytes / raw bytes, all
+// metadata included).
 //
 // Bounds are measured ratio + 0.003. Full-file Gaussian-code figures for reference: grads bf16 0.6674,
 // acts bf16 0.6731, weights bf16 0.6710, fp16 scaled grads 0.8546, fp32 grads 0.8288.
@@ -26,6 +27,10 @@ const RealCase kCases[] = {
     {"llama_weights.bf16",     DType::bf16, 0.66809 + 0.003, 0.72009 + 0.003},  // 0.66809, 0.72009 (full file 0.6710)
     {"llama_grads_scaled.f16", DType::fp16, 0.85803 + 0.003, 0.89709 + 0.003},  // 0.85803, 0.89709 (full file 0.8546)
     {"llama_grads.f32",        DType::fp32, 0.83594 + 0.003, 0.86096 + 0.003},  // 0.83594, 0.86096 (full file 0.8288)
+    // Genuinely fp32 gradients (whole tensors, not cuts; scripts/make_fp32_samples.py): plain fp32 training, and
+    // bf16 autocast (89% of the values bf16 widened to fp32). window3 stores some of their chunks raw.
+    {"tiny_lm_grads_fp32.f32",     DType::fp32, 0.84629 + 0.003, 0.90814 + 0.003},  // 0.84629, 0.90814
+    {"tiny_lm_grads_autocast.f32", DType::fp32, 0.85062 + 0.003, 0.94238 + 0.003},  // 0.85062, 0.94238
 };
 // clang-format on
 
@@ -51,7 +56,7 @@ TEST_CASE("real tensors round trip bit-exactly within ratio bounds", "[real]") {
       const auto s = zt::roundtrip(c, t);
       const double ratio = double(s.size()) / double(t.bytes.size());
       const double bound = c == CodeId::gaussian ? rc.gaussian_bound : rc.window3_bound;
-      std::printf("real data: %-24s %-8s n=%-7llu ratio %.5f (bound %.5f), raw chunks %llu\n", rc.file,
+      std::printf("real data: %-26s %-8s n=%-7llu ratio %.5f (bound %.5f), raw chunks %llu\n", rc.file,
                   zt::code_name(c), static_cast<unsigned long long>(t.n), ratio, bound,
                   static_cast<unsigned long long>(zt::raw_chunks(s)));
       INFO(rc.file << " " << zt::code_name(c) << " ratio " << ratio);
