@@ -1,8 +1,9 @@
 // zipcomm codec benchmark: device-wide and block-level encode/decode throughput against the device copy
 // roofline measured in the same run. Prints a table and writes JSON.
 //
-// Throughput counts UNCOMPRESSED bytes per second (../shared/TARGETS.md). Each data set is a real sample
-// tiled to --mib MiB (the codec keeps no dictionary, so repetition does not help it; 256 MiB is > 4x L2).
+// Throughput counts UNCOMPRESSED bytes per second: original bytes over the median time of --reps stream-ordered
+// calls after 3 warm-ups (CUDA events). Each data set is a real sample tiled to --mib MiB (the codec keeps no
+// dictionary, so repetition does not help it; 256 MiB is > 4x L2).
 // Usage: zipcomm_bench [--data DIR] [--mib 256] [--reps 20] [--json FILE] [--sms N[,M...]]
 //
 // --sms 16,32 repeats every row (device-wide, block-level, nvCOMP) confined to 16 and then 32 SMs, as a

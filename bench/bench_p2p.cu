@@ -822,7 +822,7 @@ int main(int argc, char** argv) {
   // events then time the GPU's work, not the host's calls. Both sides share each blocked window, `batch`
   // transfers each, interleaved (A B A B ..., B A B A ... in the next window), an event before each transfer:
   // on the H200 the GPU time of a whole window of tiny copies is either ~8.3 or ~16.3 us per transfer (one
-  // mode per window, either mode for any host buffer kind; bench/RESULTS.md 2026-12-03, fourth session), so
+  // mode per window, either mode for any host buffer kind; bench_p2p --tiny-probe), so
   // sides timed in windows of their own got medians from different modes (ratios of 0.5 or 2 for the same two
   // copies). host_us gets each side's median host time per transfer (what the calls cost the caller's
   // thread).
@@ -1697,7 +1697,7 @@ int main(int argc, char** argv) {
       host_link[k] = host_us[0], host_raw[k] = host_us[1];
       if (batch > 1 && raw_chunk < bytes) {
         // The sweep picked its chunk by host-paced timing (one transfer per timing); in GPU time one chunk (two
-        // copies on one stream) can beat it (256 KiB: 20 us against 26 for two 128 KiB chunks, 2026-12-03). The
+        // copies on one stream) can beat it (256 KiB: 20 us against 26 for two 128 KiB chunks, H200). The
         // pair is timed again against one chunk, and the stronger raw baseline is kept.
         const auto one = link_vs_raw(bytes, true);
         if (one.second < pair.second) {

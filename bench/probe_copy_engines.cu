@@ -3,7 +3,7 @@
 // allocation flags, pinned footprint, the link's stream memory operations (gate waits, "landed" writes on a
 // signal stream), and SM warps polling a word with the receiver's backoff while the copies run: in GPU memory
 // (GPU or system scope, like the persistent receiver's waiting warps) or, in one case, also in pinned host
-// memory. Prints a table only (2026-12-04, H200: the copies ran at 48 GB/s each way in every case but the
+// memory. Prints a table only (H200: the copies ran at 48 GB/s each way in every case but the
 // last, where ~2,000 warps reading one pinned word about once a microsecond each cut them to 0.1 GB/s).
 #include <cuda_runtime.h>
 

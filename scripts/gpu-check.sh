@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: build, run every test (GPU ones included), the stress run (full mode),
-# compute-sanitizer on the GPU tests, then the benchmarks. Logs go to $OUT (the device tool brings them back). Needs
+# One run on a GPU machine: build, run every test (GPU ones included), the stress run (full mode),
+# compute-sanitizer on the GPU tests, then the benchmarks. Logs go to $OUT. Needs
 # Catch2 carried in .deps/.
 # Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p]    (full: everything; quick: no sanitizers, 64 MiB
-# benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second call;
-# p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples and bench_p2p, no sanitizers - a cheap call
+# benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second run;
+# p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples and bench_p2p, no sanitizers - a short run
 # for a change confined to the P2P links). Env: ZIPCOMM_BENCHES (subset), ZIPCOMM_P2P_ARGS, ZIPCOMM_P2P_TIMEOUT (s, 300),
 # ZIPCOMM_P2P_DATA (folder with llama_grads.bf16 for bench_p2p; tests/data), ZIPCOMM_P2P_ARGS2 (a second bench_p2p run
 # after the first, e.g. on other data: its output goes to bench_p2p2.*), ZIPCOMM_P2P_BATCH (bench_p2p --batch cases,
@@ -83,14 +83,14 @@ if [ "$MODE" = full ] || [ "$MODE" = san ]; then
 fi
 MIB=256
 [ "$MODE" = quick ] && MIB=64
-BENCHES=${ZIPCOMM_BENCHES:-codec p2p fused ring}  # a subset saves device time
+BENCHES=${ZIPCOMM_BENCHES:-codec p2p fused ring}  # a subset runs faster
 [ "$MODE" = san ] && BENCHES=""
 want() { [[ " $BENCHES " == *" $1 "* ]]; }
 if want codec; then
   $BUILD/bench/zipcomm_bench --data tests/data --mib $MIB --reps 20 --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
   log "bench rc=$?"
 fi
-# P2P pipeline over the pinned-host link (issue 4): GB/s vs message size, coded modes vs raw; PNG when matplotlib is there
+# P2P pipeline over the pinned-host link: GB/s vs message size, coded modes vs raw; PNG when matplotlib is there
 P2P_ARGS=${ZIPCOMM_P2P_ARGS:---sweep}; [ "$MODE" = quick ] && P2P_ARGS="--max-mib 256"
 if want p2p; then
   [ -x $BUILD/bench/zipcomm_probe_split ] && timeout 60 $BUILD/bench/zipcomm_probe_split > "$OUT/probe_split.txt" 2>&1
@@ -111,13 +111,13 @@ if want fused; then
   $BUILD/bench/zipcomm_bench_fused --data tests/data --mib $MIB --reps 20 --json "$OUT/bench_fused.json" > "$OUT/bench_fused.txt" 2>&1
   log "bench_fused rc=$?"
 fi
-# Ring allreduce (issue 5): compressed vs raw ring, simulated ranks on GPU 0 (peer GPUs and ncclAllReduce where there are several)
+# Ring allreduce: compressed vs raw ring, simulated ranks on GPU 0 (peer GPUs and ncclAllReduce where there are several)
 if want ring; then
   timeout ${ZIPCOMM_RING_BENCH_S:-300} $BUILD/bench/zipcomm_bench_ring --data tests/data --mib $MIB --json "$OUT/bench_ring.json" > "$OUT/bench_ring.txt" 2>&1
   log "bench_ring rc=$?"
 fi
 cat "$OUT"/bench*.txt "$OUT"/probe*.txt 2>/dev/null
-# The device tool brings back at most 8 files: logs travel in one archive.
+# $OUT is kept to at most 8 files: logs travel in one archive.
 ( cd "$OUT" && tar czf all-logs.tgz *.log *.txt $(ls bench_p2p_batch.json 2>/dev/null) 2>/dev/null &&
   rm -f *.log bench*.txt machine.txt bench_p2p_batch.json )
 cat "$OUT/summary.txt" 2>/dev/null

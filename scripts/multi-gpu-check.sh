@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# One call on a machine with 2, 4 or 8 GPUs (issue 6): build, the multi-GPU tests, then the benches on 2, 4 and 8
+# One run on a machine with 2, 4 or 8 GPUs: build, the multi-GPU tests, then the benches on 2, 4 and 8
 # GPUs (those there are): the compressed ring allreduce through peer access and through NCCL's device API against
 # the uncompressed ring and ncclAllReduce up to 4 GiB per rank, and the P2P pipeline between GPU 0 and GPU 1.
-# Every step has a timeout, and the steps share a time budget (ZIPCOMM_MGPU_BUDGET_S, default 540 s: the device
-# tool allows 600 s per call); a step that would start with too little time left is skipped and said so.
+# Every step has a timeout, and the steps share a time budget (ZIPCOMM_MGPU_BUDGET_S, default 540 s, to finish
+# within 10 minutes); a step that would start with too little time left is skipped and said so.
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 #
-# Results in $OUT (the device tool brings back at most 8 files): summary.txt (machine, topology, the key tables),
+# Results in $OUT, at most 8 files: summary.txt (machine, topology, the key tables),
 # bench_ring.json, ring_nccl.json (each {"ranks_N": <that run's JSON>, ...}), bench_p2p_peer.json, and
 # all-logs.tgz (every log, and the per-run JSON files). Needs Catch2 carried in .deps/.
 # Usage: bash scripts/multi-gpu-check.sh            (env: ZIPCOMM_MGPU_MIB=4096 largest message per rank,
@@ -151,7 +151,7 @@ if [ "$NMAX" -ge 2 ] && have $BENCH_RING; then
     awk '/^automatic switch/,/^automatic ran/' "$OUT/bench_ring_r${NMAX}_c128.log"; } | tee -a "$S"
 fi
 
-# ---- wrap-up: JSON merged per tool (the device tool brings back at most 8 files), logs in one archive -------------
+# ---- wrap-up: JSON merged per tool (at most 8 files in $OUT), logs in one archive ---------------------------------
 merge_json() {  # merge_json OUT KEY=FILE...: {"KEY": <FILE>, ...} over the files that exist
   local out=$1 first=1 kv
   shift

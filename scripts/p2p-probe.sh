@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One short device call for P2P tuning: machine facts (NUMA, topology, nsys), a build of zipcomm_bench_p2p alone,
+# One short GPU run for P2P tuning: machine facts (NUMA, topology, nsys), a build of zipcomm_bench_p2p alone,
 # the bench with the arguments given (default: the copy-chain probe and the stream_tuned() link), and, where nsys
 # is installed, a CUDA trace of one 64 MiB stream-mode variant (every copy's start and duration, as CSV).
 # Usage: bash scripts/p2p-probe.sh [bench arguments...]      Env: ZIPCOMM_NSYS_VARIANT (a --variant spec; "" = none)

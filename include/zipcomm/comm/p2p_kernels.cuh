@@ -754,7 +754,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     // for the observers off the SMs (copy streams, the sender's GPU, the host). Release is cumulative: what
     // the counting warps wrote and read is ordered before the credit and the done word through the counters.
     // (A system fence per item cost its warp ~4-8 us while the copy engines streamed, and the transfer's last
-    // item paid it on the critical path, bench/RESULTS.md 2026-12-03, ninth session.)
+    // item paid it on the critical path: bench_p2p --trace-light, H200.)
     if (item_trace) item_trace[2] = p2p_detail::global_ns();
     __threadfence();
     __syncwarp();
@@ -792,7 +792,7 @@ __global__ void p2p_hold_stream_kernel(const volatile Word* go, Word* timed_out,
 /// a side's state needs before a launch (zeroed counters and control words) and after it (its status words into the
 /// host's record). A kernel rather than cudaMemsetAsync / cudaMemcpyAsync: while a transfer's copy streams keep
 /// the copy engines busy back to back, a memset or copy queued on another stream waited until those streams ran
-/// dry (~1 ms per message of a batch, bench/RESULTS.md 2026-12-04), and the next launch behind it with it. One
+/// dry (~1 ms per message of a batch, bench_p2p --batch-trace, H200), and the next launch behind it with it. One
 /// block of 32 threads: it fits beside the persistent sender and receiver. A template only so that the header
 /// defines it in every translation unit.
 template <class Word = uint64_t>

@@ -95,37 +95,25 @@ struct P2POptions {
   static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
                                                           // piece costs a few microseconds of stream work
 
-  /// Stream mode as measured best on the H200's pinned-host link (bench_p2p, bench/RESULTS.md): frames of 512
-  /// full items (16 MiB of bf16; fewer, larger copies keep the copy engines streaming), the ring's flags in GPU
-  /// memory, one pair of copy streams whose flag waits go through the gate streams (1.134 / 3.974 ms at 64 / 256
-  /// MiB against 1.172 / 4.040 for two pairs waiting on the flags themselves, 2026-12-03; two pairs had beaten one
-  /// pair without the gates), copies in pieces of 1/32 of a transfer's wire bytes but at least 4 MiB (whole
-  /// frames from about 512 MiB), split-send for the first frame only (later frames in one copy per direction:
-  /// 1.6% faster at 256 MiB, the same at 64 MiB), a last tier of 512 items of 512 elements (one item per
-  /// receiver warp), the first frame's planes split before any other frame's (0.3-0.5% at 64 and 128 MiB), a raw
-  /// head of 2 MiB (2.2-2.5% faster at 64 MiB, 1.1-1.3% at 128 MiB, 2026-12-03 sixth session; needs
-  /// raw_chunk_bytes >= 512 KiB), a section-B budget 0.5% (+1 byte per 1024 elements) over the last transfer's
-  /// need instead of 2% (+4): 0.4-0.6% faster at 64 and 128 MiB, every byte of margin crossing the link on every
-  /// frame (2026-12-03, seventh session), and a raw tail of 2 MiB (its copies run while the last frames are
-  /// seen landed and decode: 1.072 / 2.022 ms at 64 / 128 MiB against 1.089-1.092 / 2.035-2.041 without; 0.5-1.5
-  /// MiB in between, 3 MiB slower). Memory: 16 slots of about 24 MiB (bf16) each in pinned host memory, and twice
-  /// that in GPU memory.
+  /// Stream mode as measured best on the H200's pinned-host link (bench_p2p --sweep, real bf16 gradients, ms at
+  /// two message sizes; docs/DECISIONS.md has the alternatives tried). Memory: 16 slots of about 24 MiB (bf16) each
+  /// in pinned host memory, and twice that in GPU memory. The raw head needs raw_chunk_bytes >= 512 KiB.
   static P2POptions stream_tuned() {
     P2POptions o;
-    o.shape.tier[0].frame_items = 512;
-    o.stream_flags_on_device = true;
-    o.copy_stream_pairs = 1;
-    o.gate_flag_waits = true;
-    o.copy_piece_bytes = uint64_t(4) << 20;
-    o.copy_pieces_per_transfer = 32;
-    o.split_send_frames = 1;
+    o.shape.tier[0].frame_items = 512;  // 16 MiB of bf16: 4.176 ms at 256 MiB, 256 items 4.378, 1024 items 4.300
+    o.stream_flags_on_device = true;  // no flag wait crosses PCIe: ~1% faster at 64 and 256 MiB
+    o.copy_stream_pairs = 1;  // with gated waits 1.134 / 3.974 ms at 64 / 256 MiB, 2 pairs 1.172 / 4.040
+    o.gate_flag_waits = true;  // a stream wait on a flag already set cost up to ~20 us, an event ~2 us
+    o.copy_piece_bytes = uint64_t(4) << 20;  // 4 MiB pieces: 1.245 ms at 64 MiB, whole copies 1.322
+    o.copy_pieces_per_transfer = 32;  // 1/32: 0.4-0.8% faster than 1/16 at 256 MiB
+    o.split_send_frames = 1;  // 1.6% faster at 256 MiB than every frame split-sent, the same at 64 MiB
     o.shape.tier[2].item_elems = 512;  // one item per receiver warp: the last frame decodes in one round
-    o.shape.tier[2].frame_items = 512;
-    o.first_frame_planes_first = true;
-    o.stream_raw_head_bytes = uint64_t(2) << 20;
-    o.exps_budget_margin_permille = 5;
+    o.shape.tier[2].frame_items = 512;  // same time as 1024 x 256 elements, wire/raw 0.676365 against 0.676411
+    o.first_frame_planes_first = true;  // 0.3-0.5% faster at 64 and 128 MiB
+    o.stream_raw_head_bytes = uint64_t(2) << 20;  // 2.2-2.5% faster at 64 MiB, 1.1-1.3% at 128 MiB
+    o.exps_budget_margin_permille = 5;  // 0.5% + 1 B per 1024 elements: 0.4-0.6% faster than 2% + 4
     o.exps_budget_margin_per_kelem = 1;
-    o.stream_raw_tail_bytes = uint64_t(2) << 20;
+    o.stream_raw_tail_bytes = uint64_t(2) << 20;  // 1.072 / 2.022 ms at 64 / 128 MiB, none 1.089-1.092 / 2.035-2.041
     return o;
   }
 };
@@ -775,7 +763,7 @@ class HostStagingLink {
     cudaError_t e = ring_.init_pinned(opt.slots, slot_bytes);
     // Plain pinned memory for the raw copies (only copy engines touch it): on the H200 two 64 KiB copies
     // through it take 8.4 us of GPU time, through mapped or write-combined pinned memory 16.2 (bench_p2p's
-    // blocked timing, bench/RESULTS.md 2026-12-03).
+    // blocked timing).
     if (e == cudaSuccess) e = raw_buffers_.pinned(size_t(RAW_BUFFERS) * opt.raw_chunk_bytes, cudaHostAllocDefault);
     if (e == cudaSuccess) e = sender_.init(device, opt.slots, opt.shape, opt.sender_blocks);
     const bool persistent = persistent_receiver(mode);
@@ -1007,7 +995,7 @@ class HostStagingLink {
       // rounds. Each window is queued behind a kernel that holds the stream until the host has issued all of it,
       // so the copies run back to back and GPU time is measured: host-paced, the timing of a transfer of a few
       // tens of microseconds is mostly when the host got its calls in, and picked chunks 1-1.6% slower in GPU
-      // time at 2 MiB than the best (bench/RESULTS.md, 2026-12-03). Should the host stall while queueing, the
+      // time at 2 MiB than the best (bench_p2p, H200). Should the host stall while queueing, the
       // hold gives up after 50 ms and that window is host-paced.
       const int batch = bytes < (uint64_t(4) << 20) ? 8 : 1;
       const size_t K = chunks.size();

@@ -250,7 +250,8 @@ class WarpChunkDecoder {
   ZIPCOMM_DEVICE uint32_t RawTile(uint32_t t, uint32_t (&x)[ITEMS]) {
     const uint32_t lane = lane_id();
     const uint32_t cnt = thread::lane_valid_count(elems_, t, lane);
-    const LanePlanes<D> planes = load_planes<D>(planes_, first_tile_ + t, lane_first_ + uint64_t(t) * format::TILE_ELEMS, cnt);
+    const LanePlanes<D> planes =
+        load_planes<D>(planes_, first_tile_ + t, lane_first_ + uint64_t(t) * format::TILE_ELEMS, cnt);
     check_unused_plane_bits(planes, cnt);
     unpack_planes<D>(planes, x);
     const uint32_t at = (t * format::TILE_ELEMS + lane * ITEMS) * EXP_BITS / 8;
