@@ -1398,7 +1398,7 @@ int main(int argc, char** argv) {
     tuned("stream tuned, 1 copy stream pair", [](P2POptions& o) { o.copy_stream_pairs = 1; });
     tuned("stream tuned, 3 copy stream pairs", [](P2POptions& o) { o.copy_stream_pairs = 3; });
     tuned("stream tuned, 4 copy stream pairs", [](P2POptions& o) { o.copy_stream_pairs = 4; });
-    tuned("stream tuned, 1 pair, flags in pinned memory (the tuning before 2026-12-02 evening)", [](P2POptions& o) {
+    tuned("stream tuned, 1 pair, flags in pinned memory (an earlier tuning)", [](P2POptions& o) {
       o.copy_stream_pairs = 1;
       o.stream_flags_on_device = false;
     });

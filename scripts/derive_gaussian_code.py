@@ -231,7 +231,9 @@ def load_folder(folder):
 def main():
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=os.path.join(repo, "..", "shared", "data"), help="folder of raw tensors")
+    ap.add_argument("--data", default=os.path.join(repo, "tests", "data"),
+                    help="folder of raw tensors (the frozen table was fitted on the full original files of "
+                         "tests/data's cuts, tests/data/README.md; the cuts give a close but not equal fit)")
     ap.add_argument("--header", default=os.path.join(repo, "include", "zipcomm", "thread", "exponent_code.hpp"))
     ap.add_argument("--seed", type=int, default=20240601, help="seed of the synthetic N(0,0.02) tensor")
     ap.add_argument("--gauss-n", type=int, default=1 << 21, help="elements of the synthetic tensor")
