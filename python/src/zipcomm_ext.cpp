@@ -1,0 +1,530 @@
+// Python extension zipcomm._zipcomm_ext: the host codec (include/zipcomm/host/reference_codec.hpp) and, when
+// built with ZIPCOMM_PYTHON_CUDA, the GPU codec (gpu_codec.cu), behind functions taking any DLPack array
+// (nb::ndarray: NumPy, torch, CuPy, ... with no build-time dependency on any of them).
+// zipcomm/__init__.py is the public API; what needs Python objects (ml_dtypes views, wrapping a GPU result
+// in the framework of the input) is done there.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zipcomm/host/reference_codec.hpp>
+
+#include "codec_errors.hpp"
+#if ZIPCOMM_PYTHON_WITH_CUDA
+#include "gpu_codec.hpp"
+#endif
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace zipcomm_python {
+namespace {
+
+using zipcomm::CodeId;
+using zipcomm::DType;
+using zipcomm::Status;
+namespace format = zipcomm::format;
+
+using AnyArray = nb::ndarray<nb::ro>;  // any dtype, shape, strides and device
+using WritableArray = nb::ndarray<>;
+
+// DLPack device types (dlpack.h: DLDeviceType).
+constexpr int DL_CPU = 1, DL_CUDA = 2, DL_CUDA_HOST = 3, DL_CUDA_MANAGED = 13;
+
+std::string dlpack_dtype_name(nb::dlpack::dtype t) {
+  using C = nb::dlpack::dtype_code;
+  std::string base;
+  switch (static_cast<C>(t.code)) {
+    case C::Int: base = "int"; break;
+    case C::UInt: base = "uint"; break;
+    case C::Float: base = "float"; break;
+    case C::Bfloat: base = "bfloat"; break;
+    case C::Complex: base = "complex"; break;
+    case C::Bool: return "bool";
+    default: return "DLPack dtype code " + std::to_string(t.code) + " of " + std::to_string(t.bits) + " bits";
+  }
+  base += std::to_string(t.bits);
+  if (t.lanes != 1) base += "x" + std::to_string(t.lanes);
+  return base;
+}
+
+bool is_integer(nb::dlpack::dtype t) {
+  using C = nb::dlpack::dtype_code;
+  return t.lanes == 1 && (t.code == uint8_t(C::Int) || t.code == uint8_t(C::UInt));
+}
+
+/// The codec's dtype for an element type DLPack can name natively, if any.
+std::optional<DType> native_dtype(nb::dlpack::dtype t) {
+  using C = nb::dlpack::dtype_code;
+  if (t.lanes != 1) return std::nullopt;
+  if (t.code == uint8_t(C::Bfloat) && t.bits == 16) return DType::bf16;
+  if (t.code == uint8_t(C::Float) && t.bits == 16) return DType::fp16;
+  if (t.code == uint8_t(C::Float) && t.bits == 32) return DType::fp32;
+  return std::nullopt;
+}
+
+DType parse_dtype(const std::string& s, const std::string& where) {
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  if (s == "fp16" || s == "float16" || s == "half") return DType::fp16;
+  if (s == "fp32" || s == "float32" || s == "float") return DType::fp32;
+  throw nb::value_error((where + ": unknown dtype '" + s + "' (bf16, fp16 or fp32)").c_str());
+}
+
+CodeId parse_code(const std::string& s, const std::string& where) {
+  if (s == "gaussian") return CodeId::gaussian;
+  if (s == "window3") return CodeId::window3;
+  throw nb::value_error((where + ": unknown code '" + s + "' (gaussian or window3)").c_str());
+}
+
+const char* code_name(uint8_t c) {
+  return c == uint8_t(CodeId::gaussian) ? "gaussian" : c == uint8_t(CodeId::window3) ? "window3" : "?";
+}
+
+/// The element type to code `x` as. `declared` labels integer arrays holding bit patterns (numpy has no
+/// bfloat16); for a float array it must agree with the array's own type.
+DType element_dtype(const AnyArray& x, const std::optional<std::string>& declared, const std::string& where) {
+  const nb::dlpack::dtype t = x.dtype();
+  const std::optional<DType> native = native_dtype(t);
+  const std::string name = dlpack_dtype_name(t);
+  if (declared) {
+    const DType d = parse_dtype(*declared, where);
+    if (native) {
+      if (*native != d)
+        throw nb::type_error((where + ": the array is " + name + " but dtype='" + *declared +
+                              "' was given (dtype= labels integer arrays of bit patterns only)")
+                                 .c_str());
+      return d;
+    }
+    if (is_integer(t) && t.bits == 8 * format::elem_bytes(d)) return d;
+    throw nb::type_error((where + ": dtype='" + *declared + "' needs an array of " +
+                          std::to_string(8 * format::elem_bytes(d)) + "-bit integers (bit patterns), got " + name)
+                             .c_str());
+  }
+  if (native) return *native;
+  std::string hint;
+  if (is_integer(t) && t.bits == 16) hint = "; for bit patterns pass dtype='bf16' or dtype='fp16'";
+  if (is_integer(t) && t.bits == 32) hint = "; for bit patterns pass dtype='fp32'";
+  throw nb::type_error((where + ": unsupported dtype " + name +
+                        " (zipcomm codes bfloat16, float16 and float32" + hint + ")")
+                           .c_str());
+}
+
+/// Row-major with no gaps (dimensions of extent 1 may have any stride, as in NumPy).
+template <class Array>
+void require_c_contiguous(const Array& x, const std::string& where, const char* what) {
+  if (x.size() <= 1) return;
+  int64_t expected = 1;
+  for (size_t i = x.ndim(); i-- > 0;) {
+    if (x.shape(i) != 1 && x.stride(i) != expected)
+      throw nb::value_error((where + ": " + what +
+                             " is not C-contiguous; pass a contiguous copy (numpy.ascontiguousarray(x), "
+                             "x.contiguous())")
+                                .c_str());
+    expected *= int64_t(x.shape(i));
+  }
+}
+
+bool on_host(int device_type) { return device_type == DL_CPU || device_type == DL_CUDA_HOST; }
+bool on_gpu(int device_type) { return device_type == DL_CUDA || device_type == DL_CUDA_MANAGED; }
+
+void require_known_device(int device_type, const std::string& where) {
+  if (!on_host(device_type) && !on_gpu(device_type))
+    throw nb::value_error((where + ": arrays on DLPack device type " + std::to_string(device_type) +
+                           " are not supported (CPU and CUDA are)")
+                              .c_str());
+}
+
+/// A stream argument: bytes of any 8-bit integer array, contiguous.
+void require_stream_bytes(const AnyArray& buf, const std::string& where) {
+  if (!is_integer(buf.dtype()) || buf.dtype().bits != 8)
+    throw nb::type_error((where + ": a compressed stream is bytes (a uint8 array, bytes, bytearray), got " +
+                          dlpack_dtype_name(buf.dtype()))
+                             .c_str());
+  require_c_contiguous(buf, where, "the stream");
+  require_known_device(buf.device_type(), where);
+}
+
+void check_status(Status s, const std::string& where) {
+  if (s != Status::ok) throw StatusError(where, s);
+}
+
+/// The DLPack type of a decoded array: numpy has no bfloat16, so bf16 comes back as its uint16 bits there.
+nb::dlpack::dtype result_dtype(DType d, bool bf16_as_bits) {
+  if (d == DType::fp32) return nb::dtype<float>();
+  if (d == DType::fp16) return nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
+  if (bf16_as_bits) return nb::dtype<uint16_t>();
+  return nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Bfloat), 16, 1};
+}
+
+/// Whether `out` may receive elements of d: the float type itself, or integers of its width.
+void require_out_dtype(const WritableArray& out, DType d, const std::string& where) {
+  const nb::dlpack::dtype t = out.dtype();
+  const std::optional<DType> native = native_dtype(t);
+  if (native ? *native == d : is_integer(t) && t.bits == 8 * format::elem_bytes(d)) return;
+  throw nb::type_error((where + ": out is " + dlpack_dtype_name(t) + " but the stream holds " +
+                        zipcomm::dtype_name(d) + " (out must be " + zipcomm::dtype_name(d) + " or " +
+                        std::to_string(8 * format::elem_bytes(d)) + "-bit integers)")
+                           .c_str());
+}
+
+void require_out_shape(const WritableArray& out, uint64_t n, const std::string& where) {
+  if (out.size() != n)
+    throw nb::value_error((where + ": out has " + std::to_string(out.size()) + " elements, the stream holds " +
+                           std::to_string(n))
+                              .c_str());
+  require_c_contiguous(out, where, "out");
+}
+
+/// A NumPy array of `count` elements of `dtype` that owns `data` (malloc'd).
+nb::object numpy_owning(void* data, size_t count, nb::dlpack::dtype dtype) {
+  nb::capsule owner(data, [](void* p) noexcept { std::free(p); });
+  const size_t shape[1] = {count};
+  return nb::ndarray<nb::numpy>(data, 1, shape, owner, nullptr, dtype).cast();
+}
+
+struct MallocFree {
+  void operator()(void* p) const { std::free(p); }
+};
+using HostBuffer = std::unique_ptr<void, MallocFree>;
+
+HostBuffer host_alloc(uint64_t bytes) {
+  void* p = std::malloc(bytes ? bytes : 1);
+  if (!p) throw std::bad_alloc();
+  return HostBuffer(p);
+}
+
+/// Chunks of a stream stored raw (their exponent section entry has the raw size), from its chunk table.
+uint64_t count_raw_chunks(const uint8_t* table, const format::Header& h) {
+  const DType d = DType(h.dtype);
+  const uint64_t chunks = format::layout_for(d, h.num_elements).num_chunks;
+  uint64_t prev = 0, raw = 0;
+  for (uint64_t c = 0; c < chunks; ++c) {
+    uint64_t end;
+    std::memcpy(&end, table + 8 * c, 8);
+    if (end >= prev && end - prev == format::raw_chunk_bytes(d, format::chunk_elems(h.num_elements, c))) ++raw;
+    prev = end;
+  }
+  return raw;
+}
+
+nb::dict header_info(const format::Header& h, uint64_t raw_chunks) {
+  const DType d = DType(h.dtype);
+  const uint64_t original = h.num_elements * format::elem_bytes(d);
+  nb::dict r;
+  r["version"] = int(h.version);
+  r["dtype"] = zipcomm::dtype_name(d);
+  r["code"] = code_name(h.code);
+  r["elements"] = h.num_elements;
+  r["original_bytes"] = original;
+  r["compressed_bytes"] = h.total_bytes;
+  r["ratio"] = original ? double(h.total_bytes) / double(original) : 0.0;
+  r["chunks"] = format::layout_for(d, h.num_elements).num_chunks;
+  r["raw_chunks"] = raw_chunks;
+  r["chunk_elements"] = uint64_t(1) << h.chunk_log2;
+  r["plane1_offset"] = h.plane1_offset;
+  r["table_offset"] = h.table_offset;
+  r["exp_offset"] = h.exp_offset;
+  r["header_check"] = h.header_check;
+  return r;
+}
+
+#if ZIPCOMM_PYTHON_WITH_CUDA
+struct DeviceOwner {
+  void* ptr;
+  int device;
+};
+
+/// A DLPack-exportable CUDA array that frees `ptr` (from gpu::) when Python lets go of it.
+nb::object cuda_owning(void* ptr, int device, size_t count, nb::dlpack::dtype dtype) {
+  auto* o = new DeviceOwner{ptr, device};
+  nb::capsule owner(o, [](void* p) noexcept {
+    auto* d = static_cast<DeviceOwner*>(p);
+    gpu::free_device_memory(d->device, d->ptr);
+    delete d;
+  });
+  const size_t shape[1] = {count};
+  return nb::ndarray<>(ptr, 1, shape, owner, nullptr, dtype, DL_CUDA, device).cast();
+}
+
+/// The checked header of a stream in device memory (its first 64 bytes are copied to the host).
+format::Header read_device_header(const AnyArray& buf, const std::string& where) {
+  uint8_t header_bytes[format::HEADER_BYTES] = {};
+  const uint64_t in_bytes = buf.size();
+  gpu::copy_to_host(buf.device_id(), header_bytes, buf.data(), std::min<uint64_t>(in_bytes, format::HEADER_BYTES));
+  format::Header h;
+  check_status(zipcomm::host::read_header(header_bytes, in_bytes, &h), where);
+  return h;
+}
+
+struct DeviceFree {
+  int device;
+  void operator()(void* p) const { gpu::free_device_memory(device, p); }
+};
+#else
+[[noreturn]] void no_gpu_codec(const std::string& where) {
+  throw CudaError(where + ": the array is on a CUDA device, but this zipcomm was built without the GPU codec "
+                          "(no nvcc when it was built, or ZIPCOMM_PYTHON_CUDA=OFF); pass a host array, or "
+                          "rebuild with the CUDA Toolkit");
+}
+#endif
+
+// ------------------------------------------------------------------------------------------------ functions
+
+nb::object compress(const AnyArray& x, const std::optional<std::string>& declared, const std::string& code) {
+  const std::string where = "zipcomm.compress";
+  require_known_device(x.device_type(), where);
+  const DType d = element_dtype(x, declared, where);
+  const CodeId c = parse_code(code, where);
+  require_c_contiguous(x, where, "the array");
+  const uint64_t n = x.size();
+  if (on_gpu(x.device_type())) {
+#if ZIPCOMM_PYTHON_WITH_CUDA
+    uint64_t bytes = 0;
+    void* stream;
+    {
+      nb::gil_scoped_release unlocked;
+      stream = gpu::compress(x.device_id(), d, c, x.data(), n, &bytes);
+    }
+    return cuda_owning(stream, x.device_id(), bytes, nb::dtype<uint8_t>());
+#else
+    no_gpu_codec(where);
+#endif
+  }
+  const uint64_t capacity = format::max_compressed_bytes(d, n);
+  HostBuffer out = host_alloc(capacity);
+  uint64_t bytes = 0;
+  Status s;
+  {
+    nb::gil_scoped_release unlocked;
+    s = zipcomm::host::compress(d, c, x.data(), n, out.get(), capacity, &bytes);
+  }
+  check_status(s, where);
+  // Give back the unused tail of the bound (realloc to a smaller size does not move in practice).
+  if (void* shrunk = std::realloc(out.get(), bytes ? bytes : 1)) {
+    (void)out.release();
+    out.reset(shrunk);
+  }
+  return numpy_owning(out.release(), bytes, nb::dtype<uint8_t>());
+}
+
+nb::object decompress(const AnyArray& buf, std::optional<WritableArray> out, bool bf16_as_bits) {
+  const std::string where = "zipcomm.decompress";
+  require_stream_bytes(buf, where);
+  const uint64_t in_bytes = buf.size();
+  const bool gpu_stream = on_gpu(buf.device_type());
+  if (out) {
+    require_known_device(out->device_type(), where);
+    if (on_gpu(out->device_type()) != gpu_stream || (gpu_stream && out->device_id() != buf.device_id()))
+      throw nb::value_error((where + ": the stream and out are on different devices").c_str());
+  }
+  if (gpu_stream) {
+#if ZIPCOMM_PYTHON_WITH_CUDA
+    const int device = buf.device_id();
+    if (reinterpret_cast<uintptr_t>(buf.data()) % format::ALIGN)
+      throw nb::value_error((where + ": a stream on the GPU must start at a 16-byte aligned address (the "
+                                     "device decoder reads 16-byte words); copy it into a new array")
+                                .c_str());
+    const format::Header h = read_device_header(buf, where);
+    const DType d = DType(h.dtype);
+    if (out) {
+      require_out_dtype(*out, d, where);
+      require_out_shape(*out, h.num_elements, where);
+      {
+        nb::gil_scoped_release unlocked;
+        gpu::decompress(device, h, buf.data(), in_bytes, out->data(), h.num_elements);
+      }
+      return nb::none();
+    }
+    std::unique_ptr<void, DeviceFree> dst(gpu::alloc(device, h.num_elements * format::elem_bytes(d)),
+                                          DeviceFree{device});
+    {
+      nb::gil_scoped_release unlocked;
+      gpu::decompress(device, h, buf.data(), in_bytes, dst.get(), h.num_elements);
+    }
+    return cuda_owning(dst.release(), device, h.num_elements, result_dtype(d, bf16_as_bits));
+#else
+    (void)bf16_as_bits;
+    no_gpu_codec(where);
+#endif
+  }
+  format::Header h;
+  check_status(zipcomm::host::read_header(buf.data(), in_bytes, &h), where);
+  const DType d = DType(h.dtype);
+  const uint64_t out_bytes = h.num_elements * format::elem_bytes(d);
+  Status s;
+  if (out) {
+    require_out_dtype(*out, d, where);
+    require_out_shape(*out, h.num_elements, where);
+    {
+      nb::gil_scoped_release unlocked;
+      s = zipcomm::host::decompress(buf.data(), in_bytes, out->data(), out_bytes);
+    }
+    check_status(s, where);
+    return nb::none();
+  }
+  HostBuffer dst = host_alloc(out_bytes);
+  {
+    nb::gil_scoped_release unlocked;
+    s = zipcomm::host::decompress(buf.data(), in_bytes, dst.get(), out_bytes);
+  }
+  check_status(s, where);
+  return numpy_owning(dst.release(), h.num_elements, result_dtype(d, true));
+}
+
+uint64_t max_compressed_bytes(uint64_t n, const std::string& dtype) {
+  return format::max_compressed_bytes(parse_dtype(dtype, "zipcomm.max_compressed_bytes"), n);
+}
+
+nb::dict info(const AnyArray& buf) {
+  const std::string where = "zipcomm.info";
+  require_stream_bytes(buf, where);
+  const uint64_t in_bytes = buf.size();
+  format::Header h;
+  if (on_gpu(buf.device_type())) {
+#if ZIPCOMM_PYTHON_WITH_CUDA
+    const int device = buf.device_id();
+    h = read_device_header(buf, where);
+    const uint64_t chunks = format::layout_for(DType(h.dtype), h.num_elements).num_chunks;
+    std::vector<uint8_t> table(8 * chunks);
+    gpu::copy_to_host(device, table.data(), static_cast<const uint8_t*>(buf.data()) + h.table_offset, table.size());
+    nb::dict r = header_info(h, count_raw_chunks(table.data(), h));
+    r["buffer_bytes"] = in_bytes;
+    return r;
+#else
+    no_gpu_codec(where);
+#endif
+  }
+  check_status(zipcomm::host::read_header(buf.data(), in_bytes, &h), where);
+  const auto* base = static_cast<const uint8_t*>(buf.data());
+  nb::dict r = header_info(h, count_raw_chunks(base + h.table_offset, h));
+  r["buffer_bytes"] = in_bytes;  // a stream may be followed by other bytes; the header says where it ends
+  return r;
+}
+
+/// Order-0 entropy of the exponent field, in bits per element.
+double exponent_entropy_bits(DType d, const uint8_t* src, uint64_t n) {
+  if (n == 0) return 0.0;
+  std::vector<uint64_t> hist(256, 0);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (d == DType::fp32) {
+      uint32_t b;
+      std::memcpy(&b, src + 4 * i, 4);
+      ++hist[(b >> 23) & 0xFFu];
+    } else {
+      uint16_t v;
+      std::memcpy(&v, src + 2 * i, 2);
+      ++hist[d == DType::bf16 ? (v >> 7) & 0xFFu : (v >> 10) & 0x1Fu];
+    }
+  }
+  double h = 0;
+  for (uint64_t c : hist)
+    if (c) {
+      const double p = double(c) / double(n);
+      h -= p * std::log2(p);
+    }
+  return h;
+}
+
+nb::dict stats(const AnyArray& x, const std::optional<std::string>& declared, const std::string& code) {
+  const std::string where = "zipcomm.stats";
+  require_known_device(x.device_type(), where);
+  if (on_gpu(x.device_type()))
+    throw nb::value_error((where + ": measures host arrays; copy the array to the host first (x.cpu(), "
+                                   "cupy.asnumpy(x))")
+                              .c_str());
+  const DType d = element_dtype(x, declared, where);
+  const CodeId c = parse_code(code, where);
+  require_c_contiguous(x, where, "the array");
+  const uint64_t n = x.size();
+  const uint64_t capacity = format::max_compressed_bytes(d, n);
+  std::vector<uint8_t> stream(capacity);
+  uint64_t bytes = 0;
+  Status s;
+  double h0;
+  const auto* src = static_cast<const uint8_t*>(x.data());
+  {
+    nb::gil_scoped_release unlocked;
+    s = zipcomm::host::compress(d, c, src, n, stream.data(), capacity, &bytes);
+    h0 = exponent_entropy_bits(d, src, n);
+  }
+  check_status(s, where);
+  format::Header h;
+  std::memcpy(&h, stream.data(), sizeof h);
+  nb::dict r = header_info(h, count_raw_chunks(stream.data() + h.table_offset, h));
+  const double elem_bits = 8.0 * format::elem_bytes(d);
+  r["bits_per_element"] = n ? 8.0 * double(bytes) / double(n) : 0.0;
+  r["exponent_entropy_bits"] = h0;
+  // What an ideal order-0 coder of the exponents (sign and mantissa stored raw) would reach.
+  r["entropy_bound"] = n ? (elem_bits - format::exp_bits(d) + h0) / elem_bits : 0.0;
+  return r;
+}
+
+nb::tuple cuda_device_count() {
+#if ZIPCOMM_PYTHON_WITH_CUDA
+  std::string why;
+  const int count = gpu::device_count(&why);
+  return nb::make_tuple(count, why);
+#else
+  return nb::make_tuple(0, std::string("built without the GPU codec (no nvcc when it was built, or "
+                                       "ZIPCOMM_PYTHON_CUDA=OFF)"));
+#endif
+}
+
+}  // namespace
+}  // namespace zipcomm_python
+
+NB_MODULE(_zipcomm_ext, m) {
+  using namespace zipcomm_python;
+  m.doc() = "zipcomm C++ codec (private: use the zipcomm package)";
+
+  nb::enum_<Status>(m, "Status", "zipcomm::Status (include/zipcomm/config.hpp): the outcome of a codec operation")
+      .value("ok", Status::ok)
+      .value("invalid_argument", Status::invalid_argument)
+      .value("buffer_too_small", Status::buffer_too_small)
+      .value("bad_header", Status::bad_header)
+      .value("corrupt_stream", Status::corrupt_stream)
+      .value("size_mismatch", Status::size_mismatch)
+      .value("timeout", Status::timeout)
+      .value("checksum_mismatch", Status::checksum_mismatch)
+      .value("unsupported_version", Status::unsupported_version);
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      nb::object cls = nb::module_::import_("zipcomm._errors").attr("ZipcommError");
+      nb::object err = cls(e.what(), nb::cast(e.status));
+      PyErr_SetObject(cls.ptr(), err.ptr());
+    } catch (const CudaError& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  m.def("status_string", [](Status s) { return std::string(zipcomm::status_string(s)); }, "status"_a);
+  m.def("compress", &compress, "x"_a, "dtype"_a.none(), "code"_a);
+  m.def("decompress", &decompress, "buf"_a, "out"_a.none(), "bf16_as_bits"_a);
+  m.def("max_compressed_bytes", &max_compressed_bytes, "n"_a, "dtype"_a);
+  m.def("info", &info, "buf"_a);
+  m.def("stats", &stats, "x"_a, "dtype"_a.none(), "code"_a);
+  m.def("cuda_device_count", &cuda_device_count);
+#if ZIPCOMM_PYTHON_WITH_CUDA
+  m.attr("cuda_compiled") = true;
+#else
+  m.attr("cuda_compiled") = false;
+#endif
+  m.attr("library_version") = std::to_string(ZIPCOMM_VERSION_MAJOR) + "." + std::to_string(ZIPCOMM_VERSION_MINOR) +
+                              "." + std::to_string(ZIPCOMM_VERSION_PATCH);
+  m.attr("FORMAT_VERSION") = int(zipcomm::format::VERSION);
+  m.attr("HEADER_BYTES") = zipcomm::format::HEADER_BYTES;
+  m.attr("CHUNK_ELEMENTS") = zipcomm::format::CHUNK_ELEMS;
+}

@@ -1,0 +1,301 @@
+"""zipcomm: lossless compression of bf16, fp16 and fp32 tensors.
+
+A thin client of the zipcomm C++ library (header-only, include/zipcomm): the host reference codec for arrays
+in host memory, the device-wide GPU codec for arrays on a CUDA device (when the package was built with nvcc).
+Both write the same bytes: wire format v2 (docs/FORMAT.md). Every decoded bit equals the input bit (NaN
+payloads, infinities, subnormals and -0 included).
+
+Arrays are taken through DLPack: NumPy, torch, CuPy and other DLPack arrays, with no dependency on any of them
+except NumPy. NumPy has no bfloat16: pass ``ml_dtypes.bfloat16`` arrays, or bf16 bit patterns as uint16 with
+``dtype="bf16"``.
+
+    >>> import numpy as np, zipcomm
+    >>> x = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
+    >>> buf = zipcomm.compress(x)                  # numpy uint8 array: one wire format v2 stream
+    >>> y = zipcomm.decompress(buf)                # 1-D float32, bit-identical to x.ravel()
+    >>> zipcomm.info(buf)["elements"]
+    100000
+
+Errors of the codec raise ``ZipcommError`` (``.status`` is a ``zipcomm.Status``); wrong argument types raise
+TypeError, wrong shapes, layouts or values ValueError.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _zipcomm_ext as _ext
+from ._errors import ZipcommError
+from ._zipcomm_ext import Status
+
+__all__ = [
+    "Status",
+    "ZipcommError",
+    "build_info",
+    "compress",
+    "cuda_available",
+    "decompress",
+    "info",
+    "max_compressed_bytes",
+    "stats",
+    "status_string",
+    "FORMAT_VERSION",
+    "HEADER_BYTES",
+    "CHUNK_ELEMENTS",
+]
+
+__version__ = "0.1.0"
+
+#: Version of the wire format this package writes and reads (docs/FORMAT.md).
+FORMAT_VERSION: int = _ext.FORMAT_VERSION
+#: Bytes of the stream header.
+HEADER_BYTES: int = _ext.HEADER_BYTES
+#: Elements per chunk, the unit of independent decoding and of the chunk checks.
+CHUNK_ELEMENTS: int = _ext.CHUNK_ELEMENTS
+
+try:  # optional: NumPy's bfloat16
+    from ml_dtypes import bfloat16 as _bfloat16
+except ImportError:  # pragma: no cover - depends on the environment
+    _bfloat16 = None
+
+_DTYPE_NAMES = {
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16",
+    "fp32": "fp32", "float32": "fp32", "float": "fp32",
+}
+
+_STATUS_HELP = """
+    Status values (``zipcomm.Status``, include/zipcomm/config.hpp), raised as ``ZipcommError``:
+        invalid_argument     unknown dtype/code, null pointer, bad alignment
+        buffer_too_small     destination below what the operation needs
+        bad_header           magic, header check, dtype, code, reserved words or sizes of the header are wrong
+        corrupt_stream       truncated stream, or a chunk table / chunk / padding that breaks the format
+        size_mismatch        element counts of operands disagree
+        timeout              a bounded wait on a peer expired (communication only)
+        checksum_mismatch    a chunk decoded to elements whose check differs from the stored one
+        unsupported_version  a stream of another format version (v1 streams are refused)
+    Every single-bit flip of a stream gives bad_header, corrupt_stream or checksum_mismatch, never wrong data
+    (docs/FORMAT.md, section 14)."""
+
+_FORMAT_HELP = """
+    Wire format v2 (docs/FORMAT.md): one self-contained stream per array, little-endian:
+        [0, 64)            header: magic "ZPCM", version 2, dtype (1 bf16, 2 fp16, 3 fp32), code (1 gaussian,
+                           2 window3), chunk_log2 14, element count, total bytes, section offsets, FNV-1a check
+        plane0             one byte per element, stored raw: bf16 sign and 7 mantissa bits, fp16 the low 8
+                           mantissa bits, fp32 sign and the top 7 mantissa bits
+        plane1             stored raw: fp16 sign and mantissa bits 9-8 (3 bit-planes per 256-element tile),
+                           fp32 the low 16 mantissa bits, bf16 nothing
+        chunk table        per chunk of 16384 elements: end offset of its exponent stream, then a 32-bit check
+                           of its elements
+        exponent section   per chunk: the exponents coded with a fixed prefix code on their distance below a
+                           per-tile (256 elements) maximum, or stored raw when that is not smaller
+    Sections are 16-byte aligned and the padding is zero. Only the exponents are coded, so real tensors come
+    to about 0.67 of their size (bf16), 0.86 (fp16), 0.83-0.85 (fp32); random bits come to slightly over 1
+    (max_compressed_bytes is the bound)."""
+
+
+def _canonical_dtype(dtype: Any, where: str) -> Optional[str]:
+    """'bf16' / 'fp16' / 'fp32' from a name, a NumPy dtype or type, or a torch dtype; None stays None."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, str):
+        name = dtype
+    elif type(dtype).__module__.partition(".")[0] == "torch":
+        name = str(dtype).rpartition(".")[2]  # torch.bfloat16 -> bfloat16
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            raise TypeError(f"{where}: dtype must be 'bf16', 'fp16', 'fp32' or a float dtype, got {dtype!r}") from None
+    canonical = _DTYPE_NAMES.get(name.lower())
+    if canonical is None:
+        raise TypeError(f"{where}: unsupported dtype {name!r} (zipcomm codes bf16, fp16 and fp32)")
+    return canonical
+
+
+def _array_argument(x: Any, dtype: Optional[str], where: str) -> tuple[Any, Optional[str]]:
+    """The array as the extension takes it (DLPack), and its declared dtype."""
+    if isinstance(x, np.ndarray):
+        if x.dtype.name == "bfloat16":
+            # ml_dtypes arrays have no DLPack type code: pass their bits.
+            if dtype not in (None, "bf16"):
+                raise TypeError(f"{where}: the array is bfloat16 but dtype={dtype!r} was given")
+            return x.view(np.uint16), "bf16"
+        if not x.dtype.isnative:
+            raise TypeError(f"{where}: the array is {x.dtype.str}, not in native byte order; "
+                            "pass x.astype(x.dtype.newbyteorder('='))")
+        return x, dtype
+    if hasattr(x, "__dlpack__") or isinstance(x, memoryview):
+        return x, dtype
+    raise TypeError(f"{where}: expected an array (NumPy, torch, CuPy or another DLPack array), got {type(x).__name__}")
+
+
+def _stream_argument(buf: Any, where: str) -> Any:
+    if isinstance(buf, (bytes, bytearray, memoryview, np.ndarray)) or hasattr(buf, "__dlpack__"):
+        return buf
+    raise TypeError(f"{where}: expected a compressed stream (uint8 array, bytes, bytearray), got {type(buf).__name__}")
+
+
+def _framework(x: Any) -> str:
+    return type(x).__module__.partition(".")[0]
+
+
+def _in_framework_of(x: Any, result: Any) -> Any:
+    """A GPU result (a DLPack array of the extension) as an array of x's framework, where it is known."""
+    framework = _framework(x)
+    if framework == "torch":
+        import torch  # type: ignore[import-not-found, unused-ignore]
+
+        return torch.from_dlpack(result)
+    if framework == "cupy":
+        import cupy  # type: ignore[import-not-found, unused-ignore]
+
+        return cupy.from_dlpack(result)
+    return result
+
+
+def compress(x: Any, code: str = "gaussian", *, dtype: Any = None) -> Any:
+    """Compresses an array of bf16, fp16 or fp32 elements, losslessly, into one wire format v2 stream.
+
+    Args:
+        x: a C-contiguous array of any shape (its elements are taken in row-major order; the shape is not
+            stored: decompress gives them back as 1-D). bfloat16 (torch.bfloat16, ml_dtypes.bfloat16),
+            float16 or float32; or integer bit patterns with ``dtype``: uint16/int16 with "bf16" or "fp16",
+            uint32/int32 with "fp32". A non-contiguous array raises ValueError (pass a contiguous copy:
+            numpy.ascontiguousarray(x), x.contiguous()); another dtype raises TypeError naming it.
+        code: the exponent code, "gaussian" (default; best on real tensors) or "window3".
+        dtype: what the elements are when x holds bit patterns: "bf16", "fp16", "fp32" (or a NumPy/torch
+            dtype). For a float array it may be given and must agree.
+
+    Returns:
+        For a host array (NumPy, torch CPU, ...): a 1-D numpy.ndarray of uint8, the stream, exactly as the C++
+        host reference (zipcomm::host::compress) writes it. For an array on a CUDA device: the stream in
+        device memory, written by zipcomm::device::compress (the same bytes), as an array of x's framework
+        (torch, CuPy) or a DLPack array; compress waits for the GPU (it runs on the legacy default stream).
+
+    Raises:
+        ZipcommError: the codec failed (see the statuses below).
+        TypeError, ValueError: unsupported dtype, non-contiguous array, unknown code.
+        RuntimeError: a CUDA array, but no usable GPU or no GPU codec in this build (see cuda_available()).
+    """
+    where = "zipcomm.compress"
+    arg, declared = _array_argument(x, _canonical_dtype(dtype, where), where)
+    result = _ext.compress(arg, declared, code)
+    return result if isinstance(result, np.ndarray) else _in_framework_of(x, result)
+
+
+compress.__doc__ += _FORMAT_HELP + "\n" + _STATUS_HELP  # type: ignore[operator]
+
+
+def decompress(buf: Any, out: Any = None) -> Any:
+    """Decompresses one wire format v2 stream, checking all of it (every chunk's check of its elements).
+
+    Args:
+        buf: the stream: a uint8 array (host or CUDA), bytes, bytearray or memoryview. Bytes after the
+            stream's end (the header's total_bytes) are ignored. On a GPU it must start 16-byte aligned.
+        out: optional array to fill, on the same device as buf, C-contiguous, of any shape with exactly the
+            stream's element count, and of its dtype (bf16: bfloat16, uint16 or int16; fp16: float16, uint16 or
+            int16; fp32: float32, uint32 or int32). Its contents are unspecified if an error is raised.
+
+    Returns:
+        out when given. Otherwise a new 1-D array of the stream's dtype and element count: on the host a
+        numpy.ndarray, float16 / float32, and for bf16 ml_dtypes.bfloat16 when ml_dtypes is installed, else
+        uint16 holding the bf16 bits; on a GPU an array of buf's framework (torch.bfloat16 for bf16 in torch;
+        uint16 bits in CuPy).
+
+    Raises:
+        ZipcommError: a corrupt, truncated or foreign stream (bad_header, corrupt_stream, checksum_mismatch,
+            unsupported_version, ...).
+        TypeError, ValueError: buf is not bytes; out has the wrong dtype, size or layout, or another device.
+    """
+    where = "zipcomm.decompress"
+    buf = _stream_argument(buf, where)
+    if out is not None:
+        target = out
+        if isinstance(out, np.ndarray):
+            if not out.flags.writeable:
+                raise ValueError(f"{where}: out is read-only")
+            if out.dtype.name == "bfloat16":
+                target = out.view(np.uint16)
+        _ext.decompress(buf, target, True)
+        return out
+    result = _ext.decompress(buf, None, _framework(buf) == "cupy")
+    if isinstance(result, np.ndarray):
+        if result.dtype == np.uint16 and _bfloat16 is not None:  # uint16 comes back only for bf16 streams
+            result = result.view(_bfloat16)
+        return result
+    return _in_framework_of(buf, result)
+
+
+def max_compressed_bytes(n: int, dtype: Any) -> int:
+    """Upper bound of the stream size of n elements of dtype ("bf16", "fp16", "fp32" or a float dtype).
+
+    Reached when every chunk is stored raw (random bits): the planes, the header and tables, and the raw
+    exponents. compress never writes more.
+    """
+    where = "zipcomm.max_compressed_bytes"
+    canonical = _canonical_dtype(dtype, where)
+    if canonical is None:
+        raise TypeError(f"{where}: dtype is required")
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"{where}: n must be a non-negative integer, got {n!r}")
+    return int(_ext.max_compressed_bytes(int(n), canonical))
+
+
+def info(buf: Any) -> dict[str, Any]:
+    """The header fields of a stream, checked (magic, header check, version, sizes) but without decoding it.
+
+    Returns a dict: version, dtype ("bf16" | "fp16" | "fp32"), code ("gaussian" | "window3"), elements,
+    original_bytes, compressed_bytes (the header's total_bytes), ratio (compressed / original), chunks,
+    raw_chunks (chunks whose exponents are stored raw), chunk_elements, plane1_offset, table_offset,
+    exp_offset, header_check, buffer_bytes (the length of buf; bytes past compressed_bytes are ignored).
+
+    Raises ZipcommError for a header that does not check out (bad_header, unsupported_version) or a buffer
+    shorter than the stream (corrupt_stream).
+    """
+    return _ext.info(_stream_argument(buf, "zipcomm.info"))
+
+
+def stats(x: Any, code: str = "gaussian", *, dtype: Any = None) -> dict[str, Any]:
+    """How well a host array compresses: compresses it (host codec) and measures the stream.
+
+    Takes the same x, code and dtype as compress. Returns a dict: dtype, code, elements, original_bytes,
+    compressed_bytes, ratio (compressed / original, every byte counted), bits_per_element, chunks, raw_chunks,
+    exponent_entropy_bits (order-0 entropy of the exponent field, bits per element), entropy_bound (the ratio
+    of an ideal order-0 exponent coder with sign and mantissa raw), and the header fields of info().
+    """
+    where = "zipcomm.stats"
+    arg, declared = _array_argument(x, _canonical_dtype(dtype, where), where)
+    return _ext.stats(arg, declared, code)
+
+
+def status_string(status: Status) -> str:
+    """The words for a Status (zipcomm::status_string), as ZipcommError messages use them."""
+    return _ext.status_string(status)
+
+
+def cuda_available() -> bool:
+    """True when CUDA arrays can be coded here: this build has the GPU codec and a CUDA GPU is usable.
+
+    False on a host-only build (the package was built without nvcc, or with ZIPCOMM_PYTHON_CUDA=OFF:
+    build_info()["cuda_compiled"] is False), and on a machine without a usable GPU or driver
+    (build_info()["cuda_reason"] says why). Host arrays work either way.
+    """
+    return _ext.cuda_device_count()[0] > 0
+
+
+def build_info() -> dict[str, Any]:
+    """What this build is: package and C++ library versions, wire format version, whether the GPU codec was
+    compiled in (cuda_compiled), how many GPUs it sees now (cuda_devices) and, when none, why (cuda_reason)."""
+    devices, reason = _ext.cuda_device_count()
+    return {
+        "version": __version__,
+        "library_version": _ext.library_version,
+        "format_version": FORMAT_VERSION,
+        "cuda_compiled": bool(_ext.cuda_compiled),
+        "cuda_devices": devices,
+        "cuda_reason": reason,
+    }

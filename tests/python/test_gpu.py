@@ -1,0 +1,107 @@
+"""The GPU path (arrays on a CUDA device, through zipcomm::device): same bytes as the host codec, round
+trips, errors. Needs a GPU, the GPU codec in the build, and torch or CuPy to make CUDA arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import zipcomm
+from conftest import read_data
+
+pytestmark = pytest.mark.gpu
+
+
+def _skip_reason() -> str | None:
+    info = zipcomm.build_info()
+    if not info["cuda_compiled"]:
+        return "zipcomm was built without the GPU codec (no nvcc at build time, or ZIPCOMM_PYTHON_CUDA=OFF)"
+    if info["cuda_devices"] == 0:
+        return f"no usable GPU: {info['cuda_reason']}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cuda() -> object:
+    """A tiny adapter over torch or CuPy: to_gpu(numpy) and to_host(gpu array) as numpy."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    try:
+        import torch
+
+        class Torch:
+            name = "torch"
+
+            @staticmethod
+            def to_gpu(a: np.ndarray) -> object:
+                return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+            @staticmethod
+            def to_host(t: object) -> np.ndarray:
+                return t.cpu().numpy()
+
+        return Torch
+    except ImportError:
+        pass
+    try:
+        import cupy
+
+        class CuPy:
+            name = "cupy"
+            to_gpu = staticmethod(cupy.asarray)
+            to_host = staticmethod(cupy.asnumpy)
+
+        return CuPy
+    except ImportError:
+        pytest.skip("the GPU tests make CUDA arrays with torch or CuPy: neither is installed")
+
+
+@pytest.mark.parametrize("code", ["gaussian", "window3"])
+@pytest.mark.parametrize("name,kind,bits", [("llama_grads.bf16", "bf16", np.uint16),
+                                            ("llama_grads_scaled.f16", "fp16", np.uint16),
+                                            ("tiny_lm_grads_autocast.f32", "fp32", np.uint32)])
+def test_gpu_writes_the_host_bytes_and_round_trips(cuda: object, name: str, kind: str, bits: type, code: str) -> None:
+    x = read_data(name, bits)
+    for n in (0, 1, 257, 40000, x.size):
+        expected = zipcomm.compress(x[:n], code, dtype=kind)
+        stream = zipcomm.compress(cuda.to_gpu(x[:n]), code, dtype=kind)
+        assert bytes(cuda.to_host(stream)) == bytes(expected), (name, n)
+        decoded = zipcomm.decompress(stream)
+        np.testing.assert_array_equal(cuda.to_host(decoded).view(bits), x[:n])
+        # a stream written on the host decodes on the GPU, into a given out
+        out = cuda.to_gpu(np.zeros(n, bits))
+        zipcomm.decompress(cuda.to_gpu(expected), out=out)
+        np.testing.assert_array_equal(cuda.to_host(out), x[:n])
+        assert zipcomm.info(stream)["compressed_bytes"] == len(expected)
+
+
+def test_gpu_bf16_dtype(cuda: object) -> None:
+    if cuda.name != "torch":
+        pytest.skip("bfloat16 arrays on the GPU: torch")
+    import torch
+
+    x = torch.randn(3, 5000, dtype=torch.bfloat16, device="cuda")
+    y = zipcomm.decompress(zipcomm.compress(x))
+    assert y.dtype == torch.bfloat16 and y.device == x.device
+    assert torch.equal(y.view(torch.int16), x.reshape(-1).view(torch.int16))
+
+
+def test_gpu_corrupt_stream(cuda: object) -> None:
+    x = read_data("llama_weights.bf16", np.uint16)
+    stream = zipcomm.compress(x, dtype="bf16")
+    damaged = stream.copy()
+    damaged[1000] ^= 4
+    with pytest.raises(zipcomm.ZipcommError) as caught:
+        zipcomm.decompress(cuda.to_gpu(damaged))
+    assert caught.value.status in {zipcomm.Status.checksum_mismatch, zipcomm.Status.corrupt_stream}
+    with pytest.raises(zipcomm.ZipcommError) as caught:
+        zipcomm.decompress(cuda.to_gpu(stream[: len(stream) - 16]))
+    assert caught.value.status is zipcomm.Status.corrupt_stream
+
+
+def test_gpu_stream_must_be_aligned(cuda: object) -> None:
+    stream = zipcomm.compress(np.ones(1000, np.float32))
+    padded = cuda.to_gpu(np.concatenate([np.zeros(1, np.uint8), stream]))
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        zipcomm.decompress(padded[1:])
