@@ -18,10 +18,14 @@ except NumPy. NumPy has no bfloat16: pass ``ml_dtypes.bfloat16`` arrays, or bf16
 
 Errors of the codec raise ``ZipcommError`` (``.status`` is a ``zipcomm.Status``); wrong argument types raise
 TypeError, wrong shapes, layouts or values ValueError.
+
+``zipcomm.torch`` (loaded on first use, needs PyTorch) holds DDP communication hooks that send gradient
+buckets compressed and reduce them in rank order: ``help(zipcomm.torch)``.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Optional
 
 import numpy as np
@@ -299,3 +303,10 @@ def build_info() -> dict[str, Any]:
         "cuda_devices": devices,
         "cuda_reason": reason,
     }
+
+
+def __getattr__(name: str) -> Any:
+    # zipcomm.torch is imported on first use: it needs PyTorch, the rest of the package does not.
+    if name == "torch":
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pydoc
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,12 @@ def test_imported_from_the_installed_package() -> None:
     package = Path(zipcomm.__file__).resolve().parent
     assert not package.is_relative_to(REPO / "python"), package
     assert (package / "py.typed").exists()
+
+
+def test_import_does_not_load_torch() -> None:
+    # zipcomm.torch (the DDP hooks) is loaded on first use: `import zipcomm` works where torch is not installed.
+    probe = "import sys, zipcomm; assert 'torch' not in sys.modules and 'zipcomm.torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
 
 
 def test_build_info_and_cuda_available() -> None:
