@@ -136,7 +136,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   // The setup ran on the legacy stream, which a partition's non-blocking stream does not wait for.
   CK(cudaDeviceSynchronize());
 
-  const std::string dt = dtype_name(D), code = Code::ID == CodeId::gaussian ? "gaussian" : "window3";
+  const std::string dt = dtype_name(D), code = "pair";
   // Roofline of the bytes each direction must move per uncompressed byte: 1 + ratio (read one, write the
   // other), against the copy's bytes read + written per second on the same SMs.
   auto add_row = [&](const SmTarget& t, const std::string& what, double ratio, double gbps, double roof_ratio,
@@ -178,7 +178,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
     add_row(t, "device decode (" + code + ")", ratio, dec_gbps, ratio, "zipcomm");
   }
 
-  if (Code::ID == CodeId::gaussian) {
+  {
     // Block-level primitives in a user kernel, 256 Ki-element slices (a ring step's share of a large
     // message), one self-contained stream each.
     const uint64_t slice = 256ull << 10, slices = (n + slice - 1) / slice;
@@ -242,7 +242,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   }
 #if ZIPCOMM_BENCH_WITH_NVCOMP
   // nvCOMP on the same input, once per data set; its ratio counts every byte a receiver needs.
-  if (Code::ID == CodeId::gaussian) {
+  {
     for (const bench::nvcomp_peer::Config& config : bench::nvcomp_peer::kConfigs) {
       for (const SmTarget& t : targets) {
         const auto m = bench::nvcomp_peer::measure(config, d_in, d_back, host, int(eb), reps,
@@ -312,15 +312,14 @@ int main(int argc, char** argv) {
   }
   std::vector<Row> rows;
   auto file = [&](const char* f) { return bench::read_data_file(data, f); };
-  bench_dataset<DType::bf16, thread::GaussianCode>("llama_grads", file("llama_grads.bf16"), mib, reps, targets, rows);
-  bench_dataset<DType::bf16, thread::Window3Code>("llama_grads", file("llama_grads.bf16"), mib, reps, targets, rows);
-  bench_dataset<DType::bf16, thread::GaussianCode>("llama_acts", file("llama_acts.bf16"), mib, reps, targets, rows);
-  bench_dataset<DType::bf16, thread::GaussianCode>("llama_weights", file("llama_weights.bf16"), mib, reps, targets,
+  bench_dataset<DType::bf16, thread::PairCode>("llama_grads", file("llama_grads.bf16"), mib, reps, targets, rows);
+  bench_dataset<DType::bf16, thread::PairCode>("llama_acts", file("llama_acts.bf16"), mib, reps, targets, rows);
+  bench_dataset<DType::bf16, thread::PairCode>("llama_weights", file("llama_weights.bf16"), mib, reps, targets,
                                                    rows);
-  bench_dataset<DType::bf16, thread::GaussianCode>("gaussian_0.02", gauss, mib, reps, targets, rows);
-  bench_dataset<DType::fp16, thread::GaussianCode>("llama_grads_scaled", file("llama_grads_scaled.f16"), mib, reps,
+  bench_dataset<DType::bf16, thread::PairCode>("gaussian_0.02", gauss, mib, reps, targets, rows);
+  bench_dataset<DType::fp16, thread::PairCode>("llama_grads_scaled", file("llama_grads_scaled.f16"), mib, reps,
                                                    targets, rows);
-  bench_dataset<DType::fp32, thread::GaussianCode>("llama_grads", file("llama_grads.f32"), mib, reps, targets, rows);
+  bench_dataset<DType::fp32, thread::PairCode>("llama_grads", file("llama_grads.f32"), mib, reps, targets, rows);
 
   std::printf("\nzipcomm codec benchmark on %s (%d SMs); %llu MiB per data set, median of %d\n", prop.name,
               prop.multiProcessorCount, (unsigned long long)mib, reps);

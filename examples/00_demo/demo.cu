@@ -3,8 +3,8 @@
 //   build/examples/zipcomm_demo [FOLDER]        (FOLDER defaults to tests/data)
 //
 // For every raw sample in FOLDER (*.bf16, *.f16/*.fp16, *.f32/*.fp32; little-endian, no header) it shows:
-//   * the compression ratio (compressed bytes / original bytes, everything counted) of wire format v1 with
-//     the Gaussian code, next to the entropy bound (raw sign+mantissa bits + order-0 entropy of the exponent
+//   * the compression ratio (compressed bytes / original bytes, everything counted) of the wire format's
+//     pair code, next to the entropy bound (raw sign+mantissa bits + order-0 entropy of the exponent
 //     field over the whole file) and the gap between them. The code adapts per 256-element tile, so it can
 //     beat this whole-file bound (negative gap) on tensors whose scale changes along the buffer;
 //   * host reference encoder / decoder throughput (MB/s) and whether decompression is bit-exact;
@@ -15,7 +15,7 @@
 // Exit code 0 when every check passed, 1 otherwise.
 //
 // Built as CUDA when ZIPCOMM_WITH_CUDA is defined, as plain C++ (host figures only) otherwise. It instantiates
-// only bf16/fp16/fp32 with the Gaussian code, to keep the build short.
+// only bf16/fp16/fp32 with the pair code, to keep the build short.
 
 #include <algorithm>
 #include <chrono>
@@ -107,7 +107,7 @@ struct GpuResult {
 
 template <DType D>
 GpuResult gpu_run(const Sample& s, const std::vector<uint8_t>& host_stream) {
-  using Code = zipcomm::thread::GaussianCode;
+  using Code = zipcomm::thread::PairCode;
   GpuResult r;
   const uint64_t sample_bytes = s.data.size();
   // Repetitions: enough for >= 256 MiB, a multiple of 8 so the buffer is a whole number of 16-byte words.
@@ -249,8 +249,9 @@ int main(int argc, char** argv) {
   (void)cudaGetLastError();
 #endif
 
-  std::printf("zipcomm %d.%d.%d demo: wire format v1, Gaussian exponent code, samples from %s\n",
-              ZIPCOMM_VERSION_MAJOR, ZIPCOMM_VERSION_MINOR, ZIPCOMM_VERSION_PATCH, folder.c_str());
+  std::printf("zipcomm %d.%d.%d demo: wire format v%d, pair exponent code, samples from %s\n",
+              ZIPCOMM_VERSION_MAJOR, ZIPCOMM_VERSION_MINOR, ZIPCOMM_VERSION_PATCH, int(zipcomm::format::VERSION),
+              folder.c_str());
   std::printf("ratio = compressed / original bytes (header, planes, chunk table counted); bound = raw sign+mantissa +\n"
               "order-0 exponent entropy over the whole file; gap = ratio - bound (the per-tile code can beat it).\n\n");
   std::printf("%-24s %-5s %10s %8s %8s %8s %14s %14s %9s\n", "sample", "dtype", "elements", "ratio", "bound", "gap",
@@ -262,7 +263,7 @@ int main(int argc, char** argv) {
     uint64_t bytes = 0;
     Status st = Status::ok, st2 = Status::ok;
     const double t_enc = best_seconds([&] {
-      st = zipcomm::host::compress(s.dtype, CodeId::gaussian, s.data.data(), s.n, stream.data(), stream.size(),
+      st = zipcomm::host::compress(s.dtype, CodeId::pair, s.data.data(), s.n, stream.data(), stream.size(),
                                    &bytes);
     });
     stream.resize(st == Status::ok ? bytes : 0);

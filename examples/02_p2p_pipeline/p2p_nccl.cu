@@ -165,7 +165,7 @@ int run_rank(int rank, int nranks, ncclUniqueId id, const std::vector<uint8_t>& 
       }
       FrameHeader h;
       CK(cudaMemcpy(&h, rframe + fi.planes_bytes, sizeof h, cudaMemcpyDeviceToHost));
-      status = validate_frame_header(h, plan, fi, CodeId::gaussian, f);
+      status = validate_frame_header(h, plan, fi, CodeId::pair, f);
       if (status != Status::ok) break;
       recv_bytes = h.exps_bytes;
     }

@@ -1,4 +1,4 @@
-// zipcomm wire format v2: constants, header and layout arithmetic (docs/FORMAT.md is the specification).
+// zipcomm wire format v3: constants, header and layout arithmetic (docs/FORMAT.md is the specification).
 // Everything here is constexpr/host-device so host reference code and device kernels agree by construction.
 #pragma once
 
@@ -10,18 +10,19 @@
 namespace zipcomm {
 
 enum class DType : uint8_t { bf16 = 1, fp16 = 2, fp32 = 3 };
-enum class CodeId : uint8_t { gaussian = 1, window3 = 2 };
+/// Exponent code of a stream. Ids 1 and 2 were the per-element codes of format versions 1 and 2.
+enum class CodeId : uint8_t { pair = 3 };
 
 ZIPCOMM_HOST_DEVICE const char* dtype_name(DType d) {
   return d == DType::bf16 ? "bf16" : d == DType::fp16 ? "fp16" : d == DType::fp32 ? "fp32" : "?";
 }
 ZIPCOMM_HOST_DEVICE bool dtype_valid(uint8_t d) { return d >= 1 && d <= 3; }
-ZIPCOMM_HOST_DEVICE bool code_valid(uint8_t c) { return c >= 1 && c <= 2; }
+ZIPCOMM_HOST_DEVICE bool code_valid(uint8_t c) { return c == 3; }
 
 namespace format {
 
 constexpr uint32_t MAGIC = 0x4D43505Au;  // bytes "ZPCM" in memory order
-constexpr uint8_t VERSION = 2;  // v2: a check per chunk (v1 streams are refused)
+constexpr uint8_t VERSION = 3;  // v3: pair code, one contiguous stream per lane (v1, v2 streams are refused)
 constexpr uint32_t HEADER_BYTES = 64;
 
 constexpr int LANES = 32;                  // lane streams per chunk (one warp)
@@ -29,8 +30,8 @@ constexpr int ITEMS_PER_LANE = 8;          // consecutive elements a lane owns i
 constexpr int TILE_ELEMS = LANES * ITEMS_PER_LANE;  // 256: one anchor (local scale) per tile
 constexpr int CHUNK_TILES = 64;
 constexpr int CHUNK_ELEMS = TILE_ELEMS * CHUNK_TILES;  // 16384: unit of independent decoding
-constexpr int CHUNK_HEADER_BYTES = 80;     // anchors (64) + fractions (16), full chunk
-constexpr uint32_t CODED_WORD_LIMIT = 2048;  // a chunk is coded only if its word stream fits 8 KiB
+constexpr uint32_t LANE_WORD_LIMIT = 64;  // a chunk is coded only if every lane's stream fits 64 words (4 bits/item)
+constexpr uint32_t CODED_WORD_LIMIT = LANES * LANE_WORD_LIMIT;
 constexpr uint32_t ALIGN = 16;
 
 ZIPCOMM_HOST_DEVICE constexpr uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -67,7 +68,7 @@ struct Header {
   uint8_t version;
   uint8_t dtype;
   uint8_t code;
-  uint8_t chunk_log2;       // log2(CHUNK_ELEMS); fixed at 14 in v1, stored so readers can check
+  uint8_t chunk_log2;       // log2(CHUNK_ELEMS); fixed at 14, stored so readers can check
   uint64_t num_elements;
   uint64_t total_bytes;     // whole compressed stream, header included
   uint64_t plane1_offset;   // byte offsets from the start of the stream
@@ -114,9 +115,17 @@ ZIPCOMM_HOST_DEVICE uint32_t chunk_elems(uint64_t n, uint64_t c) {
   return static_cast<uint32_t>(left < CHUNK_ELEMS ? left : CHUNK_ELEMS);
 }
 ZIPCOMM_HOST_DEVICE uint32_t chunk_tiles(uint32_t elems) { return static_cast<uint32_t>(div_up(elems, TILE_ELEMS)); }
-/// Anchors (one byte per tile), then 2-bit fractions packed four per byte, rounded up to a word.
+/// Elements lane `lane` owns in tile `tile` of a chunk of `elems` elements (0..8; they are its first ones).
+ZIPCOMM_HOST_DEVICE uint32_t lane_valid_count(uint32_t elems, uint32_t tile, uint32_t lane) {
+  int64_t left = int64_t(elems) - int64_t(tile) * TILE_ELEMS - int64_t(lane) * ITEMS_PER_LANE;
+  return left <= 0 ? 0u : left >= ITEMS_PER_LANE ? uint32_t(ITEMS_PER_LANE) : uint32_t(left);
+}
+/// Where a coded chunk's 32 lane word counts (one byte each) start: after the anchors (one byte per tile) and
+/// the 2-bit fractions packed four per byte.
+ZIPCOMM_HOST_DEVICE uint32_t lane_counts_offset(uint32_t tiles) { return static_cast<uint32_t>(tiles + div_up(tiles, 4)); }
+/// The chunk header: anchors, fractions, lane word counts, zero padding to 16 bytes; the lane streams follow.
 ZIPCOMM_HOST_DEVICE uint32_t chunk_header_bytes(uint32_t tiles) {
-  return static_cast<uint32_t>(align_up(tiles + div_up(tiles, 4), 4));
+  return static_cast<uint32_t>(align_up(lane_counts_offset(tiles) + LANES, ALIGN));
 }
 /// Size of a chunk stored raw: exponents packed LSB-first, EXP_BITS each, padded to 16 bytes.
 ZIPCOMM_HOST_DEVICE uint32_t raw_chunk_bytes(DType d, uint32_t elems) {
@@ -125,9 +134,10 @@ ZIPCOMM_HOST_DEVICE uint32_t raw_chunk_bytes(DType d, uint32_t elems) {
 ZIPCOMM_HOST_DEVICE uint32_t coded_chunk_bytes(uint32_t tiles, uint32_t words) {
   return static_cast<uint32_t>(align_up(chunk_header_bytes(tiles) + 4ull * words, ALIGN));
 }
-/// The encoder's rule for keeping a chunk coded (part of the format so host and device agree on bytes).
-ZIPCOMM_HOST_DEVICE bool chunk_stays_coded(DType d, uint32_t elems, uint32_t words) {
-  return words <= CODED_WORD_LIMIT && coded_chunk_bytes(chunk_tiles(elems), words) < raw_chunk_bytes(d, elems);
+/// The encoder's rule for keeping a chunk coded (part of the format so host and device agree on bytes):
+/// `words` in all, at most `max_lane_words` in one lane.
+ZIPCOMM_HOST_DEVICE bool chunk_stays_coded(DType d, uint32_t elems, uint32_t words, uint32_t max_lane_words) {
+  return max_lane_words <= LANE_WORD_LIMIT && coded_chunk_bytes(chunk_tiles(elems), words) < raw_chunk_bytes(d, elems);
 }
 
 /// Whether chunk c's stream [start, end) (offsets into the exponent section, from the chunk table) can be
@@ -196,7 +206,7 @@ ZIPCOMM_HOST_DEVICE Header make_header(DType dtype, CodeId code, uint64_t n, uin
 }
 
 /// Checks everything in a header that can be checked without the rest of the stream. A well-formed header of
-/// another version (v1 has the same header) gives unsupported_version, so a reader can say what it saw.
+/// another version (v1 and v2 have the same header) gives unsupported_version, so a reader can say what it saw.
 ZIPCOMM_HOST_DEVICE Status validate_header(const Header& h, uint64_t available_bytes) {
   if (h.magic != MAGIC) return Status::bad_header;
   if (fnv1a(reinterpret_cast<const uint8_t*>(&h), 48) != h.header_check) return Status::bad_header;

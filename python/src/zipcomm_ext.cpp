@@ -81,14 +81,11 @@ DType parse_dtype(const std::string& s, const std::string& where) {
 }
 
 CodeId parse_code(const std::string& s, const std::string& where) {
-  if (s == "gaussian") return CodeId::gaussian;
-  if (s == "window3") return CodeId::window3;
-  throw nb::value_error((where + ": unknown code '" + s + "' (gaussian or window3)").c_str());
+  if (s == "pair") return CodeId::pair;
+  throw nb::value_error((where + ": unknown code '" + s + "' (the only code is 'pair')").c_str());
 }
 
-const char* code_name(uint8_t c) {
-  return c == uint8_t(CodeId::gaussian) ? "gaussian" : c == uint8_t(CodeId::window3) ? "window3" : "?";
-}
+const char* code_name(uint8_t c) { return c == uint8_t(CodeId::pair) ? "pair" : "?"; }
 
 /// The element type to code `x` as. `declared` labels integer arrays holding bit patterns (numpy has no
 /// bfloat16); for a float array it must agree with the array's own type.

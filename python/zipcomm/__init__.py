@@ -2,7 +2,7 @@
 
 A thin client of the zipcomm C++ library (header-only, include/zipcomm): the host reference codec for arrays
 in host memory, the device-wide GPU codec for arrays on a CUDA device (when the package was built with nvcc).
-Both write the same bytes: wire format v2 (docs/FORMAT.md). Every decoded bit equals the input bit (NaN
+Both write the same bytes: wire format v3 (docs/FORMAT.md). Every decoded bit equals the input bit (NaN
 payloads, infinities, subnormals and -0 included).
 
 Arrays are taken through DLPack: NumPy, torch, CuPy and other DLPack arrays, with no dependency on any of them
@@ -11,7 +11,7 @@ except NumPy. NumPy has no bfloat16: pass ``ml_dtypes.bfloat16`` arrays, or bf16
 
     >>> import numpy as np, zipcomm
     >>> x = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
-    >>> buf = zipcomm.compress(x)                  # numpy uint8 array: one wire format v2 stream
+    >>> buf = zipcomm.compress(x)                  # numpy uint8 array: one wire format v3 stream
     >>> y = zipcomm.decompress(buf)                # 1-D float32, bit-identical to x.ravel()
     >>> zipcomm.info(buf)["elements"]
     100000
@@ -80,22 +80,23 @@ _STATUS_HELP = """
         size_mismatch        element counts of operands disagree
         timeout              a bounded wait on a peer expired (communication only)
         checksum_mismatch    a chunk decoded to elements whose check differs from the stored one
-        unsupported_version  a stream of another format version (v1 streams are refused)
+        unsupported_version  a stream of another format version (v1 and v2 streams are refused)
     Every single-bit flip of a stream gives bad_header, corrupt_stream or checksum_mismatch, never wrong data
     (docs/FORMAT.md, section 14)."""
 
 _FORMAT_HELP = """
-    Wire format v2 (docs/FORMAT.md): one self-contained stream per array, little-endian:
-        [0, 64)            header: magic "ZPCM", version 2, dtype (1 bf16, 2 fp16, 3 fp32), code (1 gaussian,
-                           2 window3), chunk_log2 14, element count, total bytes, section offsets, FNV-1a check
+    Wire format v3 (docs/FORMAT.md): one self-contained stream per array, little-endian:
+        [0, 64)            header: magic "ZPCM", version 3, dtype (1 bf16, 2 fp16, 3 fp32), code (3 pair),
+                           chunk_log2 14, element count, total bytes, section offsets, FNV-1a check
         plane0             one byte per element, stored raw: bf16 sign and 7 mantissa bits, fp16 the low 8
                            mantissa bits, fp32 sign and the top 7 mantissa bits
         plane1             stored raw: fp16 sign and mantissa bits 9-8 (3 bit-planes per 256-element tile),
                            fp32 the low 16 mantissa bits, bf16 nothing
         chunk table        per chunk of 16384 elements: end offset of its exponent stream, then a 32-bit check
                            of its elements
-        exponent section   per chunk: the exponents coded with a fixed prefix code on their distance below a
-                           per-tile (256 elements) maximum, or stored raw when that is not smaller
+        exponent section   per chunk: the exponents coded two at a time with a fixed prefix code (the pair
+                           code) on their distance below a per-tile (256 elements) maximum, one bit stream per
+                           lane of a warp, or stored raw when that is not smaller
     Sections are 16-byte aligned and the padding is zero. Only the exponents are coded, so real tensors come
     to about 0.67 of their size (bf16), 0.86 (fp16), 0.83-0.85 (fp32); random bits come to slightly over 1
     (max_compressed_bytes is the bound)."""
@@ -161,8 +162,8 @@ def _in_framework_of(x: Any, result: Any) -> Any:
     return result
 
 
-def compress(x: Any, code: str = "gaussian", *, dtype: Any = None) -> Any:
-    """Compresses an array of bf16, fp16 or fp32 elements, losslessly, into one wire format v2 stream.
+def compress(x: Any, code: str = "pair", *, dtype: Any = None) -> Any:
+    """Compresses an array of bf16, fp16 or fp32 elements, losslessly, into one wire format v3 stream.
 
     Args:
         x: a C-contiguous array of any shape (its elements are taken in row-major order; the shape is not
@@ -170,7 +171,7 @@ def compress(x: Any, code: str = "gaussian", *, dtype: Any = None) -> Any:
             float16 or float32; or integer bit patterns with ``dtype``: uint16/int16 with "bf16" or "fp16",
             uint32/int32 with "fp32". A non-contiguous array raises ValueError (pass a contiguous copy:
             numpy.ascontiguousarray(x), x.contiguous()); another dtype raises TypeError naming it.
-        code: the exponent code, "gaussian" (default; best on real tensors) or "window3".
+        code: the exponent code: "pair", the only one (format v3).
         dtype: what the elements are when x holds bit patterns: "bf16", "fp16", "fp32" (or a NumPy/torch
             dtype). For a float array it may be given and must agree.
 
@@ -195,7 +196,7 @@ compress.__doc__ += _FORMAT_HELP + "\n" + _STATUS_HELP  # type: ignore[operator]
 
 
 def decompress(buf: Any, out: Any = None) -> Any:
-    """Decompresses one wire format v2 stream, checking all of it (every chunk's check of its elements).
+    """Decompresses one wire format v3 stream, checking all of it (every chunk's check of its elements).
 
     Args:
         buf: the stream: a uint8 array (host or CUDA), bytes, bytearray or memoryview. Bytes after the
@@ -252,7 +253,7 @@ def max_compressed_bytes(n: int, dtype: Any) -> int:
 def info(buf: Any) -> dict[str, Any]:
     """The header fields of a stream, checked (magic, header check, version, sizes) but without decoding it.
 
-    Returns a dict: version, dtype ("bf16" | "fp16" | "fp32"), code ("gaussian" | "window3"), elements,
+    Returns a dict: version, dtype ("bf16" | "fp16" | "fp32"), code ("pair"), elements,
     original_bytes, compressed_bytes (the header's total_bytes), ratio (compressed / original), chunks,
     raw_chunks (chunks whose exponents are stored raw), chunk_elements, plane1_offset, table_offset,
     exp_offset, header_check, buffer_bytes (the length of buf; bytes past compressed_bytes are ignored).
@@ -263,7 +264,7 @@ def info(buf: Any) -> dict[str, Any]:
     return _ext.info(_stream_argument(buf, "zipcomm.info"))
 
 
-def stats(x: Any, code: str = "gaussian", *, dtype: Any = None) -> dict[str, Any]:
+def stats(x: Any, code: str = "pair", *, dtype: Any = None) -> dict[str, Any]:
     """How well a host array compresses: compresses it (host codec) and measures the stream.
 
     Takes the same x, code and dtype as compress. Returns a dict: dtype, code, elements, original_bytes,

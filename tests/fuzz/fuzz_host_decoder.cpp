@@ -3,12 +3,13 @@
 // Input starting with the stream magic "ZPCM": decoder mode. The input is a compressed stream; it is decoded
 // into a destination of exactly the size the header asks for (inputs asking for more than 4 MiB are skipped),
 // so ASan sees any write outside it. A stream that decodes is re-encoded and decoded again (must agree).
-// Any other input: encoder mode. Byte 0 selects dtype (b % 3), code (bit 2) and how the remaining bytes become
-// elements (bits 3-4: as-is / Gaussian-like exponents / Gaussian-like with per-tile scale / repeated past a
-// chunk boundary); the elements are compressed, decompressed and compared bit-exactly.
+// Any other input: encoder mode. Byte 0 selects dtype (b % 3) and how the remaining bytes become elements
+// (bits 3-4: as-is / Gaussian-like exponents / Gaussian-like with per-tile scale / repeated past a chunk
+// boundary; bit 2 is unused: the pair code is the only code); the elements are compressed with the pair code,
+// decompressed and compared bit-exactly.
 //
 // Compiled with ZIPCOMM_FUZZ_SEED_MAIN, the same file is the seed-corpus generator: `prog DIR` writes valid
-// streams (every dtype and code, small sizes, coded and raw chunks) and encoder-mode inputs into DIR, and runs
+// streams (every dtype, small sizes, coded and raw chunks) and encoder-mode inputs into DIR, and runs
 // each through the harness once.
 #include <zipcomm/host/reference_codec.hpp>
 
@@ -69,7 +70,7 @@ void encoder_mode(const uint8_t* data, size_t size) {
   if (size == 0) return;
   const uint8_t sel = data[0];
   const DType d = kDTypes[sel % 3];
-  const CodeId code = (sel >> 2) & 1 ? CodeId::window3 : CodeId::gaussian;
+  const CodeId code = CodeId::pair;
   const uint32_t shape = (sel >> 3) & 3;
   const uint32_t eb = format::elem_bytes(d);
   const uint32_t max_exp = d == DType::fp16 ? 31 : 255;
@@ -165,34 +166,31 @@ int main(int argc, char** argv) {
   const char* dnames[3] = {"bf16", "fp16", "fp32"};
   const uint64_t sizes[] = {0, 1, 33, 256, 300, 1000, 16385};
   for (int di = 0; di < 3; ++di)
-    for (CodeId code : {CodeId::gaussian, CodeId::window3})
-      for (uint64_t n : sizes)
-        for (int kind = 0; kind < 4; ++kind) {  // gaussian, random bits, zeros+specials, half gaussian/half raw
-          if (n == 0 && kind) continue;
-          const DType d = kDTypes[di];
-          const uint32_t eb = format::elem_bytes(d);
-          std::vector<uint8_t> in(n * eb);
-          for (uint64_t i = 0; i < n; ++i) {
-            float x = nd(rng) * std::ldexp(1.0f, int(i / 256 % 5) - (d == DType::fp16 ? 6 : 10));
-            uint32_t b;
-            std::memcpy(&b, &x, 4);
-            if (d == DType::bf16) b >>= 16;
-            if (d == DType::fp16) b = to_half(x);
-            if (kind == 1 || (kind == 3 && i >= n / 2)) b = uint32_t(rng());
-            if (kind == 2) b = i % 97 == 0 ? (d == DType::fp32 ? 0x7FC00001u : 0x7E01u) : i % 5 == 0 ? b : 0;
-            if (eb == 2) b &= 0xFFFFu;
-            std::memcpy(&in[i * eb], &b, eb);
-          }
-          const uint64_t bound = format::max_compressed_bytes(d, n);
-          std::vector<uint8_t> s(bound);
-          uint64_t bytes = 0;
-          if (host::compress(d, code, in.data(), n, s.data(), bound, &bytes) != Status::ok) return 1;
-          s.resize(bytes);
-          write_file(dir,
-                     std::string("stream_") + dnames[di] + (code == CodeId::gaussian ? "_gauss_" : "_win3_") +
-                         std::to_string(n) + "_k" + std::to_string(kind),
-                     s);
+    for (uint64_t n : sizes)
+      for (int kind = 0; kind < 5; ++kind) {  // gaussian, random bits, zeros+specials, half raw, escape-heavy
+        if (n == 0 && kind) continue;
+        const DType d = kDTypes[di];
+        const uint32_t eb = format::elem_bytes(d);
+        std::vector<uint8_t> in(n * eb);
+        for (uint64_t i = 0; i < n; ++i) {
+          float x = nd(rng) * std::ldexp(1.0f, int(i / 256 % 5) - (d == DType::fp16 ? 6 : 10));
+          if (kind == 4 && i % 3 == 0) x = std::ldexp(x, -int(16 + rng() % 8));  // 16+ binades below: ESC
+          uint32_t b;
+          std::memcpy(&b, &x, 4);
+          if (d == DType::bf16) b >>= 16;
+          if (d == DType::fp16) b = to_half(x);
+          if (kind == 1 || (kind == 3 && i >= n / 2)) b = uint32_t(rng());
+          if (kind == 2) b = i % 97 == 0 ? (d == DType::fp32 ? 0x7FC00001u : 0x7E01u) : i % 5 == 0 ? b : 0;
+          if (eb == 2) b &= 0xFFFFu;
+          std::memcpy(&in[i * eb], &b, eb);
         }
+        const uint64_t bound = format::max_compressed_bytes(d, n);
+        std::vector<uint8_t> s(bound);
+        uint64_t bytes = 0;
+        if (host::compress(d, CodeId::pair, in.data(), n, s.data(), bound, &bytes) != Status::ok) return 1;
+        s.resize(bytes);
+        write_file(dir, std::string("stream_") + dnames[di] + "_" + std::to_string(n) + "_k" + std::to_string(kind), s);
+      }
   // encoder-mode inputs: every selector value with random payload bytes
   for (int sel = 0; sel < 32; ++sel) {
     std::vector<uint8_t> in(1 + 512 + 64 * sel);

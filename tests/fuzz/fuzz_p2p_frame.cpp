@@ -5,7 +5,7 @@
 // whose header passes is also checked for the two refusing the same tables.
 //
 // Input: 8 bytes of parameters, then a body.
-//   byte 0: dtype (b % 3), raw or coded frames (bit 2), code (bit 3), mode (bit 4)
+//   byte 0: dtype (b % 3), raw or coded frames (bit 2), bit 3 unused (the pair code is the only code), mode (bit 4)
 //   bytes 1-3: the cut (tier 0 item 256 * (1 + b % 4) elements, tiers' frame sizes, an optional head)
 //   bytes 4-5: message elements (1 .. 65536); byte 6: which frame; byte 7: sequence number
 // Mode 0 (parse): the body is taken as the frame's bytes as they are: the decoder must not read or write out of
@@ -46,7 +46,7 @@ struct Setup {
 bool make_setup(const uint8_t* p, Setup& s) {
   const DType dtype = kDTypes[p[0] % 3];
   const FrameKind kind = (p[0] & 4) ? FrameKind::raw : FrameKind::coded;
-  s.code = (p[0] & 8) ? CodeId::window3 : CodeId::gaussian;
+  s.code = CodeId::pair;
   s.damage_mode = (p[0] & 16) != 0;
   PipelineShape shape;
   shape.tier[0] = {256u * (1u + p[1] % 4u), 1u + (p[1] >> 2) % 4u, 0};

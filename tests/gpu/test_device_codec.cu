@@ -94,9 +94,8 @@ void check_round_trip(const std::vector<uint8_t>& raw, size_t in_offset = 0, siz
 }
 
 template <DType D>
-void round_trip_both_codes(const std::vector<uint8_t>& raw) {
-  check_round_trip<D, thread::GaussianCode>(raw);
-  check_round_trip<D, thread::Window3Code>(raw);
+void round_trip(const std::vector<uint8_t>& raw) {
+  check_round_trip<D, thread::PairCode>(raw);
 }
 
 const uint64_t kSizes[] = {0, 1, 31, 32, 33, 255, 256, 257, 16383, 16384, 16385, 3 * 16384 + 77, 1000003};
@@ -108,9 +107,9 @@ TEST_CASE("device bytes equal host bytes and round trip, Gaussian data, all size
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   for (uint64_t n : kSizes) {
-    round_trip_both_codes<DType::bf16>(gpu_test::gaussian_bytes(DType::bf16, n, 0.02f, rng));
-    round_trip_both_codes<DType::fp16>(gpu_test::gaussian_bytes(DType::fp16, n, 0.02f, rng));
-    round_trip_both_codes<DType::fp32>(gpu_test::gaussian_bytes(DType::fp32, n, 0.02f, rng));
+    round_trip<DType::bf16>(gpu_test::gaussian_bytes(DType::bf16, n, 0.02f, rng));
+    round_trip<DType::fp16>(gpu_test::gaussian_bytes(DType::fp16, n, 0.02f, rng));
+    round_trip<DType::fp32>(gpu_test::gaussian_bytes(DType::fp32, n, 0.02f, rng));
   }
 }
 
@@ -124,8 +123,8 @@ TEST_CASE("all 65536 bf16 and fp16 patterns, in order and shuffled", "[gpu][code
     if (shuffled) std::shuffle(pat.begin(), pat.end(), rng);
     std::vector<uint8_t> raw(pat.size() * 2);
     std::memcpy(raw.data(), pat.data(), raw.size());
-    round_trip_both_codes<DType::bf16>(raw);
-    round_trip_both_codes<DType::fp16>(raw);
+    round_trip<DType::bf16>(raw);
+    round_trip<DType::fp16>(raw);
   }
   // Each pattern inside realistic tiles: one pattern per 256-element Gaussian tile, at a random slot.
   std::vector<uint8_t> tiles = gpu_test::gaussian_bytes(DType::bf16, 65536 * 4, 0.02f, rng);
@@ -133,7 +132,29 @@ TEST_CASE("all 65536 bf16 and fp16 patterns, in order and shuffled", "[gpu][code
     const uint64_t slot = uint64_t(p % 1024) * 256 + rng() % 256;
     uint16_t v = uint16_t(p);
     std::memcpy(&tiles[2 * slot], &v, 2);
-    if (p % 1024 == 1023) round_trip_both_codes<DType::bf16>(tiles);
+    if (p % 1024 == 1023) round_trip<DType::bf16>(tiles);
+  }
+}
+
+TEST_CASE("sparse tensors, outliers (escapes) and all-zero tiles give the host's bytes", "[gpu][codec]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const uint64_t n = 5 * 16384 + 333;
+  for (DType d : {DType::bf16, DType::fp16}) {
+    CAPTURE(dtype_name(d));
+    for (int kind = 0; kind < 3; ++kind) {
+      CAPTURE(kind);
+      std::vector<uint8_t> raw = gpu_test::gaussian_bytes(d, n, 0.02f, rng);
+      uint16_t* v = reinterpret_cast<uint16_t*>(raw.data());
+      for (uint64_t i = 0; i < n; ++i) {
+        if (kind == 0 && rng() % 2) v[i] = 0;                                 // half the values exactly zero
+        if (kind == 1 && rng() % 64 == 0) v[i] = uint16_t(v[i] ^ 0x3000);     // outliers far from their tile
+        if (kind == 2 && (i / 256) % 3 == 0) v[i] = uint16_t(v[i] & 0x807F);  // tiles of zero exponents
+      }
+      if (d == DType::bf16) round_trip<DType::bf16>(raw);
+      else round_trip<DType::fp16>(raw);
+    }
   }
 }
 
@@ -150,29 +171,29 @@ TEST_CASE("fp32 special values: NaN payloads, infinities, subnormals, signed zer
     const size_t i = rng() % 200000;
     std::memcpy(&raw[4 * i], &v, 4);
   }
-  round_trip_both_codes<DType::fp32>(raw);
+  round_trip<DType::fp32>(raw);
   std::vector<uint8_t> rnd(4 * 100000);
   for (auto& b : rnd) b = uint8_t(rng());
-  round_trip_both_codes<DType::fp32>(rnd);  // incompressible: every chunk raw
+  round_trip<DType::fp32>(rnd);  // incompressible: every chunk raw
 }
 
 TEST_CASE("unaligned input and output pointers give the same bytes", "[gpu][codec]") {
   std::mt19937_64 rng(gpu_test::fresh_seed());
   auto raw = gpu_test::gaussian_bytes(DType::bf16, 40000, 0.02f, rng);
-  for (size_t off : {1u, 2u, 3u, 8u, 15u}) check_round_trip<DType::bf16, thread::GaussianCode>(raw, off, off);
+  for (size_t off : {1u, 2u, 3u, 8u, 15u}) check_round_trip<DType::bf16, thread::PairCode>(raw, off, off);
   auto raw32 = gpu_test::gaussian_bytes(DType::fp32, 40000, 0.02f, rng);
-  for (size_t off : {1u, 4u, 12u}) check_round_trip<DType::fp32, thread::GaussianCode>(raw32, off, 16 - off);
+  for (size_t off : {1u, 4u, 12u}) check_round_trip<DType::fp32, thread::PairCode>(raw32, off, 16 - off);
 }
 
 TEST_CASE("real training tensors", "[gpu][codec]") {
   const std::string dir = ZIPCOMM_TEST_DATA_DIR;
   auto grads = gpu_test::read_file(dir + "/llama_grads.bf16");
   REQUIRE(!grads.empty());
-  round_trip_both_codes<DType::bf16>(grads);
-  round_trip_both_codes<DType::bf16>(gpu_test::read_file(dir + "/llama_acts.bf16"));
-  round_trip_both_codes<DType::bf16>(gpu_test::read_file(dir + "/llama_weights.bf16"));
-  round_trip_both_codes<DType::fp16>(gpu_test::read_file(dir + "/llama_grads_scaled.f16"));
-  round_trip_both_codes<DType::fp32>(gpu_test::read_file(dir + "/llama_grads.f32"));
+  round_trip<DType::bf16>(grads);
+  round_trip<DType::bf16>(gpu_test::read_file(dir + "/llama_acts.bf16"));
+  round_trip<DType::bf16>(gpu_test::read_file(dir + "/llama_weights.bf16"));
+  round_trip<DType::fp16>(gpu_test::read_file(dir + "/llama_grads_scaled.f16"));
+  round_trip<DType::fp32>(gpu_test::read_file(dir + "/llama_grads.f32"));
 }
 
 TEST_CASE("argument errors give a status and an error code", "[gpu][codec]") {
@@ -196,14 +217,13 @@ TEST_CASE("argument errors give a status and an error code", "[gpu][codec]") {
   CUDA_OK(cudaMemcpy(&st, meta.as<Status>(8), sizeof st, cudaMemcpyDeviceToHost));
   REQUIRE(st == Status::invalid_argument);
 
-  DeviceResult dev = device_compress<DType::bf16, thread::GaussianCode>(raw);
+  DeviceResult dev = device_compress<DType::bf16, thread::PairCode>(raw);
   REQUIRE(dev.status == Status::ok);
   std::vector<uint8_t> back;
-  REQUIRE(device_decompress<DType::bf16, thread::GaussianCode>(dev.stream, n - 1, back) == Status::buffer_too_small);
-  REQUIRE(device_decompress<DType::fp16, thread::GaussianCode>(dev.stream, n, back) == Status::bad_header);
-  REQUIRE(device_decompress<DType::bf16, thread::Window3Code>(dev.stream, n, back) == Status::bad_header);
+  REQUIRE(device_decompress<DType::bf16, thread::PairCode>(dev.stream, n - 1, back) == Status::buffer_too_small);
+  REQUIRE(device_decompress<DType::fp16, thread::PairCode>(dev.stream, n, back) == Status::bad_header);
   std::vector<uint8_t> tiny(dev.stream.begin(), dev.stream.begin() + 40);
-  REQUIRE(device_decompress<DType::bf16, thread::GaussianCode>(tiny, n, back) == Status::corrupt_stream);
+  REQUIRE(device_decompress<DType::bf16, thread::PairCode>(tiny, n, back) == Status::corrupt_stream);
 }
 
 namespace {
@@ -214,7 +234,7 @@ void every_flip_detected(std::mt19937_64& rng) {
   const uint64_t n = 3 * 16384 + 1000;  // a short last tile: fp16's unused plane bits are there
   auto raw = gpu_test::gaussian_bytes(D, n, 0.02f, rng);
   for (uint64_t i = 0; i < 64; ++i) raw[2 * 16384 * format::elem_bytes(D) + i] = uint8_t(rng());  // escapes
-  DeviceResult dev = device_compress<D, thread::GaussianCode>(raw);
+  DeviceResult dev = device_compress<D, thread::PairCode>(raw);
   REQUIRE(dev.status == Status::ok);
   const format::Layout L = format::layout_for(D, n);
   const uint64_t sections[][2] = {{0, format::HEADER_BYTES},
@@ -228,7 +248,7 @@ void every_flip_detected(std::mt19937_64& rng) {
     bad[pos] ^= uint8_t(1u << (rng() % 8));
     std::vector<uint8_t> host_out(raw.size()), dev_out;
     const Status hs = host::decompress(bad.data(), bad.size(), host_out.data(), host_out.size());
-    const Status ds = device_decompress<D, thread::GaussianCode>(bad, n, dev_out);
+    const Status ds = device_decompress<D, thread::PairCode>(bad, n, dev_out);
     CAPTURE(k, pos, status_string(hs), status_string(ds));
     REQUIRE(hs != Status::ok);
     REQUIRE(ds != Status::ok);
@@ -237,7 +257,7 @@ void every_flip_detected(std::mt19937_64& rng) {
                      dev.stream.size() - 1}) {
     std::vector<uint8_t> t(dev.stream.begin(), dev.stream.begin() + cut), out;
     CAPTURE(cut);
-    REQUIRE(device_decompress<D, thread::GaussianCode>(t, n, out) != Status::ok);
+    REQUIRE(device_decompress<D, thread::PairCode>(t, n, out) != Status::ok);
   }
 }
 }  // namespace
@@ -261,7 +281,7 @@ TEST_CASE("a short last chunk at the very end of its allocation is rejected with
   for (uint64_t tail_elems : {uint64_t(1), uint64_t(300), uint64_t(777), uint64_t(16383)}) {
     const uint64_t n = 2 * 16384 + tail_elems;
     auto raw = gpu_test::gaussian_bytes(DType::bf16, n, 0.02f, rng);
-    DeviceResult dev = device_compress<DType::bf16, thread::GaussianCode>(raw);
+    DeviceResult dev = device_compress<DType::bf16, thread::PairCode>(raw);
     REQUIRE(dev.status == Status::ok);
     const format::Layout L = format::layout_for(DType::bf16, n);
     REQUIRE(format::div_up(n, format::CHUNK_ELEMS) == 3);
@@ -280,7 +300,7 @@ TEST_CASE("a short last chunk at the very end of its allocation is rejected with
       std::memcpy(bad.data(), &h, sizeof h);
       std::vector<uint8_t> host_out(raw.size()), dev_out;
       const Status hs = host::decompress(bad.data(), bad.size(), host_out.data(), host_out.size());
-      const Status ds = device_decompress<DType::bf16, thread::GaussianCode>(bad, n, dev_out, 0, /*in_pad=*/0);
+      const Status ds = device_decompress<DType::bf16, thread::PairCode>(bad, n, dev_out, 0, /*in_pad=*/0);
       REQUIRE(hs != Status::ok);
       REQUIRE(ds == hs);
     }

@@ -44,7 +44,7 @@ std::vector<uint8_t> test_data(DType d, uint64_t n, std::mt19937_64& rng, double
 std::vector<uint8_t> host_compress(DType d, const std::vector<uint8_t>& raw, uint64_t n) {
   std::vector<uint8_t> s(format::max_compressed_bytes(d, n));
   uint64_t bytes = 0;
-  REQUIRE(host::compress(d, CodeId::gaussian, raw.data(), n, s.data(), s.size(), &bytes) == Status::ok);
+  REQUIRE(host::compress(d, CodeId::pair, raw.data(), n, s.data(), s.size(), &bytes) == Status::ok);
   s.resize(bytes);
   return s;
 }
@@ -104,7 +104,7 @@ void check_device_steps(const std::vector<uint8_t>& a, const std::vector<uint8_t
     const ReduceOp avg = ReduceOp::avg(3);
     std::vector<uint8_t> want(format::max_compressed_bytes(D, n));
     uint64_t wb = 0;
-    REQUIRE(host::compress_contribution(D, CodeId::gaussian, b.data(), n, avg, want.data(), want.size(), &wb) ==
+    REQUIRE(host::compress_contribution(D, CodeId::pair, b.data(), n, avg, want.data(), want.size(), &wb) ==
             Status::ok);
     want.resize(wb);
     CUDA_OK(device::compress_contribution<D>(d_temp.ptr, temp_bytes, d_local.as(offset), n, avg, d_enc.ptr, d_enc.bytes,
@@ -326,15 +326,18 @@ __global__ void warp_reduce_encode(const uint8_t* in, uint64_t in_bytes, const u
                                    Status* status) {
   using Fused = warp::WarpChunkDecodeReduceEncode<DType::bf16>;
   extern __shared__ __align__(16) unsigned char smem[];
-  Fused::TempStorage& temp = reinterpret_cast<Fused::TempStorage*>(smem)[threadIdx.x / 32];
+  auto& tables = *reinterpret_cast<warp::PairTables*>(smem);
+  Fused::TempStorage& temp = reinterpret_cast<Fused::TempStorage*>(smem + sizeof(warp::PairTables))[threadIdx.x / 32];
+  auto cta = cooperative_groups::this_thread_block();
+  warp::LoadPairTable(tables, cta);
   format::StreamView view;
-  if (view.open(in, in_bytes, DType::bf16, CodeId::gaussian) != Status::ok) return;
+  if (view.open(in, in_bytes, DType::bf16, CodeId::pair) != Status::ok) return;
   const uint64_t c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (c >= view.layout.num_chunks) return;
   const uint8_t* chunk;
   uint32_t bytes;
   view.chunk(DType::bf16, c, chunk, bytes);
-  Fused fused(temp, local, op);
+  Fused fused(temp, tables, local, op);
   Status s;
   const format::Layout L = view.layout;
   const warp::ChunkInfo info =
@@ -404,7 +407,7 @@ TEST_CASE("warp-level decode + reduce + encode: chunk streams and planes equal t
   CUDA_OK(cudaMemcpy(d_local.ptr, b.data(), 2 * n, cudaMemcpyHostToDevice));
   for (const ReduceOp& op : kOps) {
     CAPTURE(reduce_op_name(op.id));
-    const size_t smem = 2 * sizeof(warp::WarpChunkDecodeReduceEncode<DType::bf16>::TempStorage);
+    const size_t smem = sizeof(warp::PairTables) + 2 * sizeof(warp::WarpChunkDecodeReduceEncode<DType::bf16>::TempStorage);
     CUDA_OK(cudaFuncSetAttribute(warp_reduce_encode, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     warp_reduce_encode<<<unsigned((L.num_chunks + 1) / 2), 64, smem>>>(d_in.as(), stream.size(), d_local.as(), op,
                                                                       d_out.as(), d_slots.as(), d_sizes.as<uint32_t>(),

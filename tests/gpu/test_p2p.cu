@@ -832,7 +832,7 @@ TEST_CASE("p2p sender with a head region writes exactly the host reference's fra
   for (uint64_t f = 0; f < plan.num_frames; ++f) {
     const FrameInfo fi = plan.frame(f);
     CAPTURE(f, fi.items, fi.item_elems);
-    REQUIRE(host_encode_frame(plan, fi, CodeId::gaussian, base + f, host.data(), ref) == Status::ok);
+    REQUIRE(host_encode_frame(plan, fi, CodeId::pair, base + f, host.data(), ref) == Status::ok);
     got.resize(ref.size());
     CUDA_OK(cudaMemcpy(got.data(), slot_ptr(ring, base + f), ref.size(), cudaMemcpyDeviceToHost));
     REQUIRE(got == ref);
@@ -872,7 +872,7 @@ TEST_CASE("p2p sender writes exactly the host reference's frames; corrupt frames
   for (uint64_t f = 0; f < plan.num_frames; ++f) {
     const FrameInfo fi = plan.frame(f);
     CAPTURE(f, fi.items, fi.item_elems);
-    REQUIRE(host_encode_frame(plan, fi, CodeId::gaussian, base + f, host.data(), ref) == Status::ok);
+    REQUIRE(host_encode_frame(plan, fi, CodeId::pair, base + f, host.data(), ref) == Status::ok);
     got.resize(ref.size());
     CUDA_OK(cudaMemcpy(got.data(), slot_ptr(ring, base + f), ref.size(), cudaMemcpyDeviceToHost));
     REQUIRE(got == ref);
@@ -901,7 +901,7 @@ TEST_CASE("p2p sender writes exactly the host reference's frames; corrupt frames
   // Damage one byte of frame 1 at a time: planes, header, item table, a chunk. Every one is refused.
   const FrameInfo f1 = plan.frame(1);
   uint8_t* frame1 = slot_ptr(ring, base + 1);
-  REQUIRE(host_encode_frame(plan, f1, CodeId::gaussian, base + 1, host.data(), ref) == Status::ok);
+  REQUIRE(host_encode_frame(plan, f1, CodeId::pair, base + 1, host.data(), ref) == Status::ok);
   struct Spot {
     const char* what;
     uint64_t at;
@@ -938,7 +938,7 @@ TEST_CASE("p2p sender writes exactly the host reference's frames; corrupt frames
   {
     FrameHeader h;
     CUDA_OK(cudaMemcpy(&h, frame1 + b_at, sizeof h, cudaMemcpyDeviceToHost));
-    FrameHeader big = make_frame_header(plan, f1, CodeId::gaussian, base + 1, uint32_t(f1.exps_bound + 16));
+    FrameHeader big = make_frame_header(plan, f1, CodeId::pair, base + 1, uint32_t(f1.exps_bound + 16));
     CUDA_OK(cudaMemcpy(frame1 + b_at, &big, sizeof big, cudaMemcpyHostToDevice));
     REQUIRE(receive(n) == Status::corrupt_stream);
     CUDA_OK(cudaMemcpy(frame1 + b_at, &h, sizeof h, cudaMemcpyHostToDevice));

@@ -1,4 +1,4 @@
-// The per-chunk check of wire format v2 (thread::ChunkCheck): what it always catches, and that it is the
+// The per-chunk check of the wire format (thread::ChunkCheck): what it always catches, and that it is the
 // value the encoder stores.
 #include "test_util.hpp"
 
@@ -60,7 +60,7 @@ TEST_CASE("chunk check: every change confined to one lane's elements changes it"
   }
 }
 
-TEST_CASE("chunk check: swapped or shifted elements change it; random changes across lanes are caught", "[check]") {
+TEST_CASE("chunk check: swapped or shifted elements change it, and random changes across lanes are caught", "[check]") {
   ZT_RNG("check spread");
   for (DType d : zt::kDTypes) {
     INFO("dtype " << dtype_name(d));

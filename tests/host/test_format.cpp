@@ -1,4 +1,5 @@
-// Wire format v1: layout arithmetic, header make/validate, header integrity.
+// Wire format v3: layout arithmetic, chunk layout helpers, header make/validate, header integrity, older
+// versions refused.
 #include "test_util.hpp"
 
 using namespace zipcomm;
@@ -81,32 +82,61 @@ TEST_CASE("layout sizes are exact past 2^32 elements (arithmetic only)", "[forma
   CHECK(format::max_compressed_bytes(DType::fp16, n) == h.exp_offset + 262144ull * 10240 + 16);
 }
 
-TEST_CASE("chunk size helpers", "[format]") {
+TEST_CASE("chunk layout helpers: anchors, fractions, lane word counts, padding, lane streams", "[format]") {
+  REQUIRE(format::LANES == 32);
+  REQUIRE(format::LANE_WORD_LIMIT == 64);  // 4 bits per item of a full lane (512 items)
+  REQUIRE(format::CODED_WORD_LIMIT == 32 * 64);
   for (uint32_t tiles = 1; tiles <= 64; ++tiles) {
-    uint32_t hb = format::chunk_header_bytes(tiles);
-    CHECK(hb % 4 == 0);
-    CHECK(hb >= tiles + (tiles + 3) / 4);
-    CHECK(hb < tiles + (tiles + 3) / 4 + 4);
+    INFO("tiles " << tiles);
+    const uint32_t counts = format::lane_counts_offset(tiles);
+    CHECK(counts == tiles + (tiles + 3) / 4);  // anchors, then 2-bit fractions four per byte
+    const uint32_t hb = format::chunk_header_bytes(tiles);
+    CHECK(hb == au16(counts + 32));  // 32 lane word counts, zero padding to 16 bytes
+    for (uint32_t w : {0u, 1u, 3u, 4u, 5u, 64u, 100u, 2048u})
+      CHECK(format::coded_chunk_bytes(tiles, w) == au16(hb + 4 * w));
   }
-  CHECK(format::chunk_header_bytes(64) == format::CHUNK_HEADER_BYTES);
+  CHECK(format::chunk_header_bytes(1) == 48);    // 1 + 1 + 32 = 34
+  CHECK(format::chunk_header_bytes(8) == 48);    // 8 + 2 + 32 = 42
+  CHECK(format::chunk_header_bytes(9) == 48);    // 9 + 3 + 32 = 44
+  CHECK(format::chunk_header_bytes(13) == 64);   // 13 + 4 + 32 = 49
+  CHECK(format::chunk_header_bytes(64) == 112);  // 64 + 16 + 32 = 112
   for (DType d : zt::kDTypes)
     for (uint32_t e = 1; e <= 16384; ++e) {
-      uint32_t t = format::chunk_tiles(e);
+      const uint32_t t = format::chunk_tiles(e);
       CHECK(t == (e + 255) / 256);
-      // a chunk is coded only when it is strictly smaller than raw, and never above the word limit
-      for (uint32_t w : {0u, 1u, 100u, 2048u, 2049u})
-        if (format::chunk_stays_coded(d, e, w)) {
-          CHECK(w <= format::CODED_WORD_LIMIT);
-          CHECK(format::coded_chunk_bytes(t, w) < format::raw_chunk_bytes(d, e));
+      // coded iff every lane fits 64 words and the chunk is strictly smaller than raw
+      for (uint32_t w : {0u, 1u, 100u, 1000u, 2048u, 2049u, 4000u})
+        for (uint32_t lane_max : {0u, 1u, 63u, 64u, 65u, 255u}) {
+          if (lane_max > w || w > 32 * lane_max) continue;  // not a possible (total, largest lane) pair
+          const bool want = lane_max <= 64 && format::coded_chunk_bytes(t, w) < format::raw_chunk_bytes(d, e);
+          CHECK(format::chunk_stays_coded(d, e, w, lane_max) == want);
         }
     }
+  // A full chunk with every lane at its limit is still smaller than raw, for every dtype: the lane limit, not
+  // the size, decides for full chunks.
+  for (DType d : zt::kDTypes) CHECK(format::chunk_stays_coded(d, 16384, 2048, 64));
+}
+
+TEST_CASE("lane_valid_count: a lane's first items in a tile, the rest of a tile past the end", "[format]") {
+  for (uint32_t elems = 0; elems <= 16384; ++elems) {
+    uint64_t total = 0;
+    for (uint32_t t = 0; t < 64; ++t)
+      for (uint32_t l = 0; l < 32; ++l) {
+        const uint32_t c = format::lane_valid_count(elems, t, l);
+        const uint32_t first = t * 256 + l * 8;  // the lane's items are elements first .. first + 7
+        const uint32_t want = elems <= first ? 0 : elems - first >= 8 ? 8 : elems - first;
+        if (c != want) FAIL("elems " << elems << " tile " << t << " lane " << l << ": " << c << " != " << want);
+        total += c;
+      }
+    if (total != elems) FAIL("elems " << elems << ": counts sum to " << total);
+  }
 }
 
 TEST_CASE("header make/validate", "[format]") {
   ZT_RNG("header");
   for (int it = 0; it < 3000; ++it) {
     const DType d = zt::kDTypes[rng() % 3];
-    const CodeId c = zt::kCodes[rng() % 2];
+    const CodeId c = CodeId::pair;
     const uint64_t n = it % 2 ? rng() % 100000 : rng() % (uint64_t(1) << 50);
     const Layout l = format::layout_for(d, n);
     const uint64_t mx = format::max_compressed_bytes(d, n);
@@ -115,7 +145,8 @@ TEST_CASE("header make/validate", "[format]") {
     Header h = format::make_header(d, c, n, total);
     REQUIRE(h.magic == format::MAGIC);
     REQUIRE(std::memcmp(&h.magic, "ZPCM", 4) == 0);
-    REQUIRE(h.version == 2);
+    REQUIRE(h.version == 3);
+    REQUIRE(h.code == 3);
     REQUIRE(h.chunk_log2 == 14);
     REQUIRE(h.num_elements == n);
     REQUIRE(h.total_bytes == total);
@@ -142,16 +173,22 @@ TEST_CASE("header make/validate", "[format]") {
     b.magic ^= 1u << (rng() % 32);
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     b = h;
-    b.version = uint8_t(h.version + 1 + rng() % 255);  // v1 (no chunk checks) among them
+    b.version = uint8_t(h.version + 1 + rng() % 255);  // v1 and v2 among them
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::unsupported_version);
-    b.version = 1;
-    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::unsupported_version);
+    for (uint8_t v : {0, 1, 2, 4, 255}) {
+      b.version = v;
+      REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::unsupported_version);
+    }
     b = h;
     b.dtype = uint8_t(rng() % 2 ? 0 : 4 + rng() % 252);
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     b = h;
-    b.code = uint8_t(rng() % 2 ? 0 : 3 + rng() % 253);
+    b.code = uint8_t(rng() % 2 ? rng() % 3 : 4 + rng() % 252);  // 1 and 2 were v1/v2 codes: not in v3
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    for (uint8_t code : {0, 1, 2, 4, 255}) {
+      b.code = code;
+      REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    }
     b = h;
     b.chunk_log2 = uint8_t(rng() % 2 ? 13 : 15);
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
@@ -174,7 +211,7 @@ TEST_CASE("header make/validate", "[format]") {
 }
 
 TEST_CASE("read_header rejects short buffers and null pointers", "[format]") {
-  Header h = format::make_header(DType::bf16, CodeId::gaussian, 0, 64);
+  Header h = format::make_header(DType::bf16, CodeId::pair, 0, 64);
   Header out;
   REQUIRE(host::read_header(&h, 64, &out) == Status::ok);
   for (uint64_t b = 0; b < 64; ++b) REQUIRE(host::read_header(&h, b, &out) != Status::ok);
@@ -211,16 +248,27 @@ TEST_CASE("every single-bit flip in a valid header is rejected", "[format]") {
   }
 }
 
-TEST_CASE("a stream of format v1 (no chunk checks) is refused as unsupported_version", "[format]") {
-  ZT_RNG("v1 refused");
-  const zt::Tensor t = zt::gaussian(DType::bf16, 40000, rng);
-  auto s = zt::compress_ok(CodeId::gaussian, t);
-  Header h;
-  std::memcpy(&h, s.data(), sizeof h);
-  h.version = 1;
-  h.header_check = format::fnv1a(reinterpret_cast<const uint8_t*>(&h), 48);
-  std::memcpy(s.data(), &h, sizeof h);
-  std::vector<uint8_t> out(t.bytes.size());
-  REQUIRE(host::decompress(s.data(), s.size(), out.data(), out.size()) == Status::unsupported_version);
+TEST_CASE("streams of format v1 and v2 are refused as unsupported_version", "[format]") {
+  ZT_RNG("old versions refused");
+  for (DType d : zt::kDTypes) {
+    const zt::Tensor t = zt::gaussian(d, 40000, rng);
+    const auto s = zt::compress_ok(CodeId::pair, t);
+    // v1 and v2 had the same header; their streams carried code 1 (gaussian) or 2 (window3).
+    for (uint8_t version : {1, 2})
+      for (uint8_t code : {1, 2, 3}) {
+        INFO("dtype " << dtype_name(d) << " version " << int(version) << " code " << int(code));
+        std::vector<uint8_t> old = s;
+        Header h;
+        std::memcpy(&h, old.data(), sizeof h);
+        h.version = version;
+        h.code = code;
+        h.header_check = format::fnv1a(reinterpret_cast<const uint8_t*>(&h), 48);
+        std::memcpy(old.data(), &h, sizeof h);
+        Header back;
+        REQUIRE(host::read_header(old.data(), old.size(), &back) == Status::unsupported_version);
+        std::vector<uint8_t> out(t.bytes.size());
+        REQUIRE(host::decompress(old.data(), old.size(), out.data(), out.size()) == Status::unsupported_version);
+      }
+  }
   REQUIRE(std::string(status_string(Status::unsupported_version)) == "unsupported format version");
 }

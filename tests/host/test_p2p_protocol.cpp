@@ -359,36 +359,36 @@ TEST_CASE("p2p frame header: built, checked, and every field guarded", "[p2p]") 
   const FramePlan p = make_plan(DType::bf16, FrameKind::coded, 5000000, s);
   const FrameInfo fi = p.frame(3);
   const uint32_t exps = uint32_t(FRAME_HEADER_BYTES + item_table_bytes(fi.items) + 4096);
-  const FrameHeader h = make_frame_header(p, fi, CodeId::gaussian, 77, exps);
-  REQUIRE(validate_frame_header(h, p, fi, CodeId::gaussian, 77) == Status::ok);
-  REQUIRE(validate_frame_header(h, p, fi, CodeId::gaussian, 78) == Status::corrupt_stream);
-  REQUIRE(validate_frame_header(h, p, fi, CodeId::window3, 77) == Status::bad_header);
+  const FrameHeader h = make_frame_header(p, fi, CodeId::pair, 77, exps);
+  REQUIRE(validate_frame_header(h, p, fi, CodeId::pair, 77) == Status::ok);
+  REQUIRE(validate_frame_header(h, p, fi, CodeId::pair, 78) == Status::corrupt_stream);
+  REQUIRE(validate_frame_header(h, p, fi, static_cast<CodeId>(2), 77) == Status::bad_header);  // another code
   // Any flipped bit in the covered bytes, or in the check itself, is caught.
   for (uint32_t bit = 0; bit < 64 * 8; ++bit) {
     FrameHeader x = h;
     reinterpret_cast<uint8_t*>(&x)[bit / 8] ^= uint8_t(1u << (bit % 8));
     CAPTURE(bit);
-    REQUIRE(validate_frame_header(x, p, fi, CodeId::gaussian, 77) != Status::ok);
+    REQUIRE(validate_frame_header(x, p, fi, CodeId::pair, 77) != Status::ok);
   }
   // A consistent header of another message size: size_mismatch.
   const FramePlan other = make_plan(DType::bf16, FrameKind::coded, 5000001, s);
-  const FrameHeader ho = make_frame_header(other, other.frame(3), CodeId::gaussian, 77, exps);
-  REQUIRE(validate_frame_header(ho, p, fi, CodeId::gaussian, 77) == Status::size_mismatch);
+  const FrameHeader ho = make_frame_header(other, other.frame(3), CodeId::pair, 77, exps);
+  REQUIRE(validate_frame_header(ho, p, fi, CodeId::pair, 77) == Status::size_mismatch);
   // Section B lengths the frame cannot have.
   for (uint64_t bad : {uint64_t(0), uint64_t(FRAME_HEADER_BYTES), fi.exps_bound + 16, uint64_t(exps + 8)}) {
-    const FrameHeader hb = make_frame_header(p, fi, CodeId::gaussian, 77, uint32_t(bad));
+    const FrameHeader hb = make_frame_header(p, fi, CodeId::pair, 77, uint32_t(bad));
     CAPTURE(bad);
-    REQUIRE(validate_frame_header(hb, p, fi, CodeId::gaussian, 77) == Status::corrupt_stream);
+    REQUIRE(validate_frame_header(hb, p, fi, CodeId::pair, 77) == Status::corrupt_stream);
   }
   // Raw frames: section B is exactly header + table.
   const FramePlan r = make_plan(DType::bf16, FrameKind::raw, 5000000, s);
   const FrameInfo ri = r.frame(0);
   const uint32_t least = uint32_t(FRAME_HEADER_BYTES + item_table_bytes(ri.items));
-  REQUIRE(validate_frame_header(make_frame_header(r, ri, CodeId::gaussian, 0, least), r, ri, CodeId::gaussian, 0) ==
+  REQUIRE(validate_frame_header(make_frame_header(r, ri, CodeId::pair, 0, least), r, ri, CodeId::pair, 0) ==
           Status::ok);
-  REQUIRE(validate_frame_header(make_frame_header(r, ri, CodeId::gaussian, 0, least + 16), r, ri, CodeId::gaussian,
+  REQUIRE(validate_frame_header(make_frame_header(r, ri, CodeId::pair, 0, least + 16), r, ri, CodeId::pair,
                                 0) == Status::corrupt_stream);
-  REQUIRE(validate_frame_header(make_frame_header(r, ri, CodeId::gaussian, 0, least), p, ri, CodeId::gaussian, 0) ==
+  REQUIRE(validate_frame_header(make_frame_header(r, ri, CodeId::pair, 0, least), p, ri, CodeId::pair, 0) ==
           Status::bad_header);  // raw frame where a coded one is expected
 }
 
@@ -561,15 +561,15 @@ TEST_CASE("p2p reference frames: round trips of every dtype, kind and cut", "[p2
           uint64_t wire = 0;
           for (uint64_t f = 0; f < p.num_frames; ++f) {
             const FrameInfo fi = p.frame(f);
-            REQUIRE(host_encode_frame(p, fi, CodeId::gaussian, 1000 + f, t.bytes.data(), frame) == Status::ok);
+            REQUIRE(host_encode_frame(p, fi, CodeId::pair, 1000 + f, t.bytes.data(), frame) == Status::ok);
             REQUIRE(frame.size() <= fi.planes_bytes + fi.exps_bound);
             wire += frame.size();
-            REQUIRE(host_decode_frame(p, fi, CodeId::gaussian, 1000 + f, frame.data(), frame.size(), back.data()) ==
+            REQUIRE(host_decode_frame(p, fi, CodeId::pair, 1000 + f, frame.data(), frame.size(), back.data()) ==
                     Status::ok);
             // Decoding against the wrong sequence number or cut is refused.
-            REQUIRE(host_decode_frame(p, fi, CodeId::gaussian, 999 + f, frame.data(), frame.size(), back.data()) ==
+            REQUIRE(host_decode_frame(p, fi, CodeId::pair, 999 + f, frame.data(), frame.size(), back.data()) ==
                     Status::corrupt_stream);
-            REQUIRE(host_decode_frame(p, fi, CodeId::gaussian, 1000 + f, frame.data(), frame.size() - 16,
+            REQUIRE(host_decode_frame(p, fi, CodeId::pair, 1000 + f, frame.data(), frame.size() - 16,
                                       back.data()) == Status::corrupt_stream);
           }
           REQUIRE(back == t.bytes);
@@ -593,9 +593,9 @@ TEST_CASE("p2p reference frames: real bf16 gradients compress, and a damaged fra
   std::vector<uint8_t> back(raw.size()), frame;
   for (uint64_t f = 0; f < p.num_frames; ++f) {
     const FrameInfo fi = p.frame(f);
-    REQUIRE(host_encode_frame(p, fi, CodeId::gaussian, f, raw.data(), frame) == Status::ok);
+    REQUIRE(host_encode_frame(p, fi, CodeId::pair, f, raw.data(), frame) == Status::ok);
     wire += frame.size();
-    REQUIRE(host_decode_frame(p, fi, CodeId::gaussian, f, frame.data(), frame.size(), back.data()) == Status::ok);
+    REQUIRE(host_decode_frame(p, fi, CodeId::pair, f, frame.data(), frame.size(), back.data()) == Status::ok);
   }
   REQUIRE(back == raw);
   const double ratio = double(wire) / double(raw.size());
@@ -608,14 +608,14 @@ TEST_CASE("p2p reference frames: real bf16 gradients compress, and a damaged fra
   // the flip landed on bytes no reader uses (padding inside a chunk word area is checked; plane padding is
   // not), decode to exactly the original elements.
   const FrameInfo fi = p.frame(0);
-  REQUIRE(host_encode_frame(p, fi, CodeId::gaussian, 0, raw.data(), frame) == Status::ok);
+  REQUIRE(host_encode_frame(p, fi, CodeId::pair, 0, raw.data(), frame) == Status::ok);
   int refused = 0;
   for (int trial = 0; trial < 400; ++trial) {
     std::vector<uint8_t> bad = frame;
     const uint64_t at = rng() % bad.size();
     bad[at] ^= uint8_t(1u << (rng() % 8));
     std::vector<uint8_t> out(raw.size(), 0);
-    const Status st = host_decode_frame(p, fi, CodeId::gaussian, 0, bad.data(), bad.size(), out.data());
+    const Status st = host_decode_frame(p, fi, CodeId::pair, 0, bad.data(), bad.size(), out.data());
     CAPTURE(trial, at);
     if (st != Status::ok) {
       ++refused;
@@ -663,7 +663,7 @@ struct SimSender {
       const FlagState c = credit_state(r.credits[s], q, r.slots);
       if (c == FlagState::broken) status = Status::corrupt_stream;
       if (c != FlagState::ready) return c == FlagState::broken;
-      REQUIRE(host_encode_frame(*plan, fi, CodeId::gaussian, q, message, frame) == Status::ok);
+      REQUIRE(host_encode_frame(*plan, fi, CodeId::pair, q, message, frame) == Status::ok);
       std::memcpy(r.slot(s), frame.data(), fi.planes_bytes);  // split-send: planes first
       r.ready_planes[s] = flag_value(q);
       phase = 1;
@@ -700,7 +700,7 @@ struct SimReceiver {
       return true;
     }
     staging.insert(staging.end(), r.slot(s) + fi.planes_bytes, r.slot(s) + r.slot_bytes);
-    status = host_decode_frame(*plan, fi, CodeId::gaussian, q, staging.data(), staging.size(), out);
+    status = host_decode_frame(*plan, fi, CodeId::pair, q, staging.data(), staging.size(), out);
     r.credits[s] = flag_value(q);  // only after the frame was read in full
     phase = 0;
     ++f;

@@ -159,12 +159,12 @@ struct Model {
       uint64_t bytes = 0;
       switch (act.kind) {
         case RingActionKind::send_own:
-          REQUIRE(host::compress_contribution(dtype, CodeId::gaussian, x, n, op, buf.data(), buf.size(), &bytes) ==
+          REQUIRE(host::compress_contribution(dtype, CodeId::pair, x, n, op, buf.data(), buf.size(), &bytes) ==
                   Status::ok);
           out.assign(buf.begin(), buf.begin() + bytes);
           break;
         case RingActionKind::reduce_send:
-          REQUIRE(host::decompress_reduce_compress(in.data(), in.size(), dtype, CodeId::gaussian, x, n, op,
+          REQUIRE(host::decompress_reduce_compress(in.data(), in.size(), dtype, CodeId::pair, x, n, op,
                                                    buf.data(), buf.size(), &bytes) == Status::ok);
           out.assign(buf.begin(), buf.begin() + bytes);
           break;
@@ -172,16 +172,16 @@ struct Model {
           // own self slot, then decode + forward of it
           const uint32_t self = ring_self_slot_index(R, b.j);
           REQUIRE(self < slots_per_channel);
-          REQUIRE(host::decompress_reduce_compress(in.data(), in.size(), dtype, CodeId::gaussian, x, n, op,
+          REQUIRE(host::decompress_reduce_compress(in.data(), in.size(), dtype, CodeId::pair, x, n, op,
                                                    buf.data(), buf.size(), &bytes) == Status::ok);
           std::vector<uint8_t> fwd(slot_bytes);
-          REQUIRE(host::decompress_forward(buf.data(), bytes, dtype, CodeId::gaussian, x, n, fwd.data(),
+          REQUIRE(host::decompress_forward(buf.data(), bytes, dtype, CodeId::pair, x, n, fwd.data(),
                                            fwd.size()) == Status::ok);
           out.assign(fwd.begin(), fwd.begin() + bytes);
           break;
         }
         case RingActionKind::forward: {
-          REQUIRE(host::decompress_forward(in.data(), in.size(), dtype, CodeId::gaussian, x, n, buf.data(),
+          REQUIRE(host::decompress_forward(in.data(), in.size(), dtype, CodeId::pair, x, n, buf.data(),
                                            buf.size()) == Status::ok);
           format::Header h;
           std::memcpy(&h, in.data(), sizeof h);

@@ -41,9 +41,9 @@ inline std::mt19937_64 make_rng(const char* tag) {
   CAPTURE(zipcomm_test_seed);                                \
   auto rng = ::zt::make_rng(tag)
 
-inline const char* code_name(CodeId c) { return c == CodeId::gaussian ? "gaussian" : "window3"; }
+inline const char* code_name(CodeId c) { return c == CodeId::pair ? "pair" : "?"; }
 constexpr DType kDTypes[3] = {DType::bf16, DType::fp16, DType::fp32};
-constexpr CodeId kCodes[2] = {CodeId::gaussian, CodeId::window3};
+constexpr CodeId kCodes[1] = {CodeId::pair};  // the codes of format v3 (one)
 
 // ---- element conversion -------------------------------------------------------------------------------------
 inline uint32_t f32_bits(float x) {
@@ -179,19 +179,26 @@ inline std::vector<uint8_t> roundtrip(CodeId code, const Tensor& t) {
   return s;
 }
 
-/// Number of chunks of a valid stream stored raw (chunk length == raw_chunk_bytes).
-inline uint64_t raw_chunks(const std::vector<uint8_t>& s) {
+/// Which chunks of a valid stream are stored raw (chunk length == raw_chunk_bytes).
+inline std::vector<bool> raw_chunk_map(const std::vector<uint8_t>& s) {
   format::Header h;
   std::memcpy(&h, s.data(), sizeof h);
   const DType d = static_cast<DType>(h.dtype);
   const format::Layout l = format::layout_for(d, h.num_elements);
-  uint64_t start = 0, raw = 0;
+  std::vector<bool> raw(l.num_chunks);
+  uint64_t start = 0;
   for (uint64_t c = 0; c < l.num_chunks; ++c) {
     uint64_t end;
     std::memcpy(&end, &s[l.table_offset + 8 * c], 8);
-    raw += end - start == format::raw_chunk_bytes(d, format::chunk_elems(h.num_elements, c));
+    raw[c] = end - start == format::raw_chunk_bytes(d, format::chunk_elems(h.num_elements, c));
     start = end;
   }
+  return raw;
+}
+/// Number of chunks of a valid stream stored raw.
+inline uint64_t raw_chunks(const std::vector<uint8_t>& s) {
+  uint64_t raw = 0;
+  for (bool r : raw_chunk_map(s)) raw += r;
   return raw;
 }
 

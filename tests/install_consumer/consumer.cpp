@@ -9,7 +9,7 @@ int main() {
   for (size_t i = 0; i < x.size(); ++i) x[i] = uint16_t(0x3C00u + (i * 2654435761u >> 20) % 512);  // bf16 bits
   std::vector<uint8_t> out(zipcomm::format::max_compressed_bytes(zipcomm::DType::bf16, x.size()));
   uint64_t bytes = 0;
-  if (zipcomm::host::compress(zipcomm::DType::bf16, zipcomm::CodeId::gaussian, x.data(), x.size(), out.data(),
+  if (zipcomm::host::compress(zipcomm::DType::bf16, zipcomm::CodeId::pair, x.data(), x.size(), out.data(),
                               out.size(), &bytes) != zipcomm::Status::ok)
     return 1;
   std::vector<uint16_t> back(x.size());

@@ -13,30 +13,30 @@ import pytest
 import zipcomm
 from conftest import REPO, read_data
 
-# docs/FORMAT.md section 15: the first 40000 elements of tests/data/llama_weights.bf16, Gaussian code.
+# docs/FORMAT.md section 15: the first 40000 elements of tests/data/llama_weights.bf16, pair code.
 WORKED_EXAMPLE_HEADER = bytes.fromhex(
-    "5a 50 43 4d 02 01 01 0e  40 9c 00 00 00 00 00 00"
-    "20 d1 00 00 00 00 00 00  80 9c 00 00 00 00 00 00"
+    "5a 50 43 4d 03 01 03 0e  40 9c 00 00 00 00 00 00"
+    "80 d1 00 00 00 00 00 00  80 9c 00 00 00 00 00 00"
     "80 9c 00 00 00 00 00 00  b0 9c 00 00 00 00 00 00"
-    "16 95 5c 33 00 00 00 00  00 00 00 00 00 00 00 00"
+    "c5 37 e0 ec 00 00 00 00  00 00 00 00 00 00 00 00"
 )
 
 
 def test_format_md_worked_example() -> None:
     x = read_data("llama_weights.bf16", np.uint16)[:40000]
     buf = zipcomm.compress(x, dtype="bf16")
-    assert len(buf) == 53536
+    assert len(buf) == 53632
     assert bytes(buf[:64]) == WORKED_EXAMPLE_HEADER
     table = np.frombuffer(bytes(buf[40064:40088]), "<u8")
     checks = np.frombuffer(bytes(buf[40088:40100]), "<u4")
-    assert table.tolist() == [5472, 10944, 13424]
+    assert table.tolist() == [5504, 11008, 13520]
     assert checks.tolist() == [0x0CFB9371, 0xFEEEED29, 0x1C8EDCB5]
     info = zipcomm.info(buf)
     assert info == {
-        "version": 2, "dtype": "bf16", "code": "gaussian", "elements": 40000, "original_bytes": 80000,
-        "compressed_bytes": 53536, "ratio": 53536 / 80000, "chunks": 3, "raw_chunks": 0,
+        "version": 3, "dtype": "bf16", "code": "pair", "elements": 40000, "original_bytes": 80000,
+        "compressed_bytes": 53632, "ratio": 53632 / 80000, "chunks": 3, "raw_chunks": 0,
         "chunk_elements": 16384, "plane1_offset": 40064, "table_offset": 40064, "exp_offset": 40112,
-        "header_check": 0x335C9516, "buffer_bytes": 53536,
+        "header_check": 0xECE037C5, "buffer_bytes": 53632,
     }
     # Layout and bound of section 15 for the three dtypes.
     assert zipcomm.max_compressed_bytes(40000, "bf16") == 80112
@@ -54,7 +54,7 @@ def zipcomm_file_cli() -> Path:
     return path
 
 
-@pytest.mark.parametrize("code", ["gaussian", "window3"])
+@pytest.mark.parametrize("code", ["pair"])
 @pytest.mark.parametrize("name,kind,bits", [("llama_grads.bf16", "bf16", np.uint16),
                                             ("llama_grads_scaled.f16", "fp16", np.uint16),
                                             ("tiny_lm_grads_autocast.f32", "fp32", np.uint32)])

@@ -1,6 +1,6 @@
 // zipcomm-file: compress, decompress, describe and measure raw tensor files and .safetensors files with zipcomm.
 //
-//   zipcomm-file compress   --dtype bf16|fp16|fp32 [--code gaussian|window3] IN OUT
+//   zipcomm-file compress   --dtype bf16|fp16|fp32 [--code pair] IN OUT
 //   zipcomm-file compress   [--code C] IN.safetensors OUT          (container, docs/FILE_CONTAINER.md)
 //   zipcomm-file decompress IN OUT                                  (stream or container, detected by magic)
 //   zipcomm-file info       [--json] FILE...                        (describes a stream or a container)
@@ -69,7 +69,7 @@ struct Options {
   std::vector<std::string> files;
   bool has_dtype = false;
   DType dtype = DType::bf16;
-  CodeId code = CodeId::gaussian;
+  CodeId code = CodeId::pair;
   bool json = false, force_host = false, verify = false;
   bool force = false, quiet = false, progress = false;
   bool roundtrip_check = true;  // compress: decode the output again before it replaces OUT
@@ -440,7 +440,7 @@ void write_output(const OutputPlan& plan, const Options& o, const std::vector<ui
 
 // ---------------------------------------------------------------------------------------------- codec
 
-const char* code_name(CodeId c) { return c == CodeId::gaussian ? "gaussian" : c == CodeId::window3 ? "window3" : "?"; }
+const char* code_name(CodeId c) { return c == CodeId::pair ? "pair" : "?"; }
 
 /// Why read_header refused a stream, naming the format version it claims when that is not this build's.
 std::string header_problem(const uint8_t* p, uint64_t bytes, Status st) {
@@ -1331,7 +1331,7 @@ const CommandHelp COMMANDS[] = {
      "\n"
      "options:\n"
      "  --dtype bf16|fp16|fp32    element type of a raw tensor file (required for one)\n"
-     "  --code gaussian|window3   exponent code (default gaussian)\n"
+     "  --code pair               exponent code (the only one, the default)\n"
      "  --format raw|safetensors  override detection by the .safetensors extension (needed for a\n"
      "                            .safetensors file on standard input)\n"
      "  -f, --force               overwrite an existing OUT; write compressed data to a terminal\n"
@@ -1375,7 +1375,7 @@ const CommandHelp COMMANDS[] = {
      "\n"
      "options:\n"
      "  --dtype bf16|fp16|fp32    element type of a raw tensor file (required for one)\n"
-     "  --code gaussian|window3   exponent code (default gaussian)\n"
+     "  --code pair               exponent code (the only one, the default)\n"
      "  --format raw|safetensors  override detection by the .safetensors extension and by the magic of a\n"
      "                            stream or container\n"
      "  --json                    one JSON object on stdout\n"
@@ -1430,9 +1430,8 @@ DType parse_dtype(const std::string& s) {
   throw UsageError("unknown --dtype '" + s + "' (bf16, fp16 or fp32)");
 }
 CodeId parse_code(const std::string& s) {
-  if (s == "gaussian") return CodeId::gaussian;
-  if (s == "window3") return CodeId::window3;
-  throw UsageError("unknown --code '" + s + "' (gaussian or window3)");
+  if (s == "pair") return CodeId::pair;
+  throw UsageError("unknown --code '" + s + "' (the only code is pair)");
 }
 
 Options parse_args(int argc, char** argv) {

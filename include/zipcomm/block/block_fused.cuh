@@ -18,7 +18,7 @@
 
 #include "../config.hpp"
 #include "../format.hpp"
-#include "../thread/exponent_code.hpp"
+#include "../thread/pair_code.hpp"
 #include "../thread/reduce_op.hpp"
 #include "../warp/lane_io.cuh"
 #include "../warp/warp_chunk_decoder.cuh"
@@ -63,16 +63,16 @@ ZIPCOMM_DEVICE Status open_exact(format::StreamView& view, const uint8_t* in, ui
 /// \brief Decode + reduce of a whole stream: out[i] = combine(decode(in)[i], pre(local[i])), i < n.
 /// \code
 /// using Fused = zipcomm::block::BlockDecodeReduce<zipcomm::DType::bf16, 8>;
-/// extern __shared__ Fused::TempStorage temp;      // 64 KB for 8 warps
+/// extern __shared__ Fused::TempStorage temp;      // 64 KB: dynamic shared memory
 /// zipcomm::Status s = Fused(temp).DecodeReduce(cta, in, in_bytes, local, out, n, zipcomm::ReduceOp::sum());
 /// \endcode
-template <DType D, int WARPS, class Code = thread::GaussianCode>
+template <DType D, int WARPS, class Code = thread::PairCode>
 class BlockDecodeReduce {
   using WarpFused = warp::WarpChunkDecodeReduce<D, Code>;
 
  public:
   struct TempStorage {
-    typename WarpFused::TempStorage warp[WARPS];
+    warp::PairDecodeTable table;
     detail::BlockStatus status;
   };
 
@@ -90,8 +90,9 @@ class BlockDecodeReduce {
       if (group.thread_rank() == 0) temp_.status.report(st);
       return temp_.status.collect(group);
     }
+    warp::LoadPairTable(temp_.table, group);
     const warp::ConstPlanes planes{view.plane0(), view.plane1()};
-    WarpFused fused(temp_.warp[warp_id]);
+    WarpFused fused(temp_.table);
     for (uint64_t c = warp_id; c < view.layout.num_chunks; c += WARPS) {
       const uint8_t* chunk;
       uint32_t bytes;
@@ -111,13 +112,13 @@ class BlockDecodeReduce {
 /// \brief Decode + forward of a whole stream: out[0, n) = decode(in), and fwd receives in's total_bytes
 /// unchanged (fwd: 16-byte aligned, fwd_capacity bytes). Each chunk's bytes are copied by the warp that
 /// decodes it, while they are hot in L1/L2 (DRAM reads them once).
-template <DType D, int WARPS, class Code = thread::GaussianCode>
+template <DType D, int WARPS, class Code = thread::PairCode>
 class BlockDecodeForward {
   using WarpFused = warp::WarpChunkDecodeForward<D, Code>;
 
  public:
   struct TempStorage {
-    typename WarpFused::TempStorage warp[WARPS];
+    warp::PairDecodeTable table;
     detail::BlockStatus status;
   };
 
@@ -147,9 +148,10 @@ class BlockDecodeForward {
       uint4* dst = reinterpret_cast<uint4*>(fwd + L.table_offset);
       for (uint64_t i = lane; i < (L.exp_offset - L.table_offset) / 16; i += 32) dst[i] = src[i];
     }
+    warp::LoadPairTable(temp_.table, group);
     const warp::ConstPlanes planes{view.plane0(), view.plane1()};
     const warp::Planes fwd_planes{fwd + L.plane0_offset, fwd + L.plane1_offset};
-    WarpFused fused(temp_.warp[warp_id]);
+    WarpFused fused(temp_.table);
     for (uint64_t c = warp_id; c < L.num_chunks; c += WARPS) {
       const uint8_t* chunk;
       uint32_t bytes;
@@ -172,18 +174,17 @@ class BlockDecodeForward {
 /// (D, n); out_bytes receives the stream size (in every thread).
 /// \code
 /// using Fused = zipcomm::block::BlockDecodeReduceEncode<zipcomm::DType::bf16, 8>;
-/// extern __shared__ Fused::TempStorage temp;      // ~67 KB for 8 warps: dynamic shared memory
+/// extern __shared__ Fused::TempStorage temp;      // ~133 KB for 8 warps: dynamic shared memory
 /// uint64_t bytes;
 /// zipcomm::Status s = Fused(temp).DecodeReduceEncode(cta, in, in_bytes, local, n, op, out, cap, bytes);
 /// \endcode
-template <DType D, int WARPS, class Code = thread::GaussianCode>
+template <DType D, int WARPS, class Code = thread::PairCode>
 class BlockDecodeReduceEncode {
   using Enc = BlockStreamEncoder<D, WARPS, Code>;
-  using Dec = warp::WarpChunkDecoder<D, Code, false>;  // words through L1: the shared memory is the encoder's
 
   // Per thread: finds chunk c of the incoming stream for the tile source.
   struct StreamSource {
-    warp::ReducedTileSource<D, Code, false> tiles;
+    warp::ReducedTileSource<D, Code> tiles;
     const format::StreamView* view;
     detail::BlockStatus* status;
     bool pending = false;  // a chunk's first-pass status not yet reported
@@ -205,8 +206,8 @@ class BlockDecodeReduceEncode {
 
  public:
   struct TempStorage {
+    warp::PairDecodeTable dec_table;
     typename Enc::TempStorage enc;
-    typename Dec::TempStorage dec[WARPS];
     detail::BlockStatus status;
   };
 
@@ -228,7 +229,8 @@ class BlockDecodeReduceEncode {
       if (group.thread_rank() == 0) temp_.status.report(st);
       return temp_.status.collect(group);
     }
-    StreamSource source{warp::ReducedTileSource<D, Code, false>(temp_.dec[warp_id], local, op), &view, &temp_.status};
+    warp::LoadPairTable(temp_.dec_table, group);
+    StreamSource source{warp::ReducedTileSource<D, Code>(temp_.dec_table, local, op), &view, &temp_.status};
     const uint64_t total = Enc(temp_.enc).EncodeFrom(group, n, out, source);
     source.flush();
     const Status result = temp_.status.collect(group);

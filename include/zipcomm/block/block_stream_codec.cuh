@@ -10,9 +10,10 @@
 
 #include "../config.hpp"
 #include "../format.hpp"
-#include "../thread/exponent_code.hpp"
+#include "../thread/pair_code.hpp"
 #include "../thread/reduce_op.hpp"
 #include "../warp/lane_io.cuh"
+#include "../warp/pair_tables.cuh"
 #include "../warp/warp_chunk_decoder.cuh"
 #include "../warp/warp_chunk_encoder.cuh"
 
@@ -26,19 +27,20 @@ namespace block {
 /// \tparam WARPS  warps in the group; the group must have exactly WARPS * 32 threads
 /// \code
 /// using Enc = zipcomm::block::BlockStreamEncoder<zipcomm::DType::bf16, 8>;
-/// extern __shared__ Enc::TempStorage temp;   // ~66 KB for 8 warps: use dynamic shared memory
+/// extern __shared__ Enc::TempStorage temp;   // ~69 KB for 8 warps: use dynamic shared memory
 /// auto cta = cooperative_groups::this_thread_block();
 /// uint64_t bytes = Enc(temp).Encode(cta, d_in, n, d_out);   // same value in every thread
 /// \endcode
 /// d_out must be 16-byte aligned with room for format::max_compressed_bytes(D, n). The planes and the
 /// table are written as chunks complete; the header is written last. A barrier (group.sync()) is needed
 /// before temp is reused for something else.
-template <DType D, int WARPS, class Code = thread::GaussianCode>
+template <DType D, int WARPS, class Code = thread::PairCode>
 class BlockStreamEncoder {
   using WarpEnc = warp::WarpChunkEncoder<D, Code>;
 
  public:
   struct TempStorage {
+    warp::PairEncodeTable table;
     typename WarpEnc::TempStorage warp[WARPS];
     uint32_t sizes[WARPS];
   };
@@ -66,7 +68,8 @@ class BlockStreamEncoder {
     if (warp_id == 0) {
       format::for_section_gaps(L, lane, 32, [&](uint64_t b) { out[b] = 0; });
     }
-    WarpEnc enc(temp_.warp[warp_id]);
+    warp::LoadPairTable(temp_.table, group);
+    WarpEnc enc(temp_.warp[warp_id], temp_.table);
     const warp::Planes planes{out + L.plane0_offset, out + L.plane1_offset};
     uint64_t* table = reinterpret_cast<uint64_t*>(out + L.table_offset);
     uint32_t* checks = reinterpret_cast<uint32_t*>(out + L.check_offset);
@@ -115,16 +118,16 @@ class BlockStreamEncoder {
 ///
 /// \code
 /// using Dec = zipcomm::block::BlockStreamDecoder<zipcomm::DType::bf16, 8>;
-/// __shared__ Dec::TempStorage temp;     // dynamic shared memory for 8 warps
+/// extern __shared__ Dec::TempStorage temp;     // 64 KB: dynamic shared memory
 /// zipcomm::Status s = Dec(temp).Decode(cta, d_in, in_bytes, max_elems, sink);
 /// \endcode
-template <DType D, int WARPS, class Code = thread::GaussianCode>
+template <DType D, int WARPS, class Code = thread::PairCode>
 class BlockStreamDecoder {
   using WarpDec = warp::WarpChunkDecoder<D, Code>;
 
  public:
   struct TempStorage {
-    typename WarpDec::TempStorage warp[WARPS];
+    warp::PairDecodeTable table;
     uint32_t status;
   };
 
@@ -149,7 +152,7 @@ class BlockStreamDecoder {
     const uint32_t warp_id = uint32_t(group.thread_rank()) / 32;
     const uint32_t lane = warp::lane_id();
     if (group.thread_rank() == 0) temp_.status = 0;
-    group.sync();
+    warp::LoadPairTable(temp_.table, group);  // syncs the group
     uint64_t n = 0;
     Status st = ReadHeader(in, in_bytes, max_elems, n);
     if (st == Status::ok) {
@@ -158,7 +161,7 @@ class BlockStreamDecoder {
       const uint64_t* table = reinterpret_cast<const uint64_t*>(in + L.table_offset);
       const uint32_t* checks = reinterpret_cast<const uint32_t*>(in + L.check_offset);
       const warp::ConstPlanes planes{in + L.plane0_offset, in + L.plane1_offset};
-      WarpDec dec(temp_.warp[warp_id]);
+      WarpDec dec(temp_.table);
       for (uint64_t c = warp_id; c < L.num_chunks; c += WARPS) {
         const uint64_t start = c ? table[c - 1] : 0, end = table[c];
         const uint32_t elems = format::chunk_elems(n, c);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cuda/atomic>
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -21,9 +22,9 @@
 #include "../config.hpp"
 #include "../format.hpp"
 #include "../thread/chunk_check.hpp"
-#include "../thread/chunk_schedule.hpp"
-#include "../thread/exponent_code.hpp"
+#include "../thread/pair_code.hpp"
 #include "../warp/lane_io.cuh"
+#include "../warp/pair_tables.cuh"
 #include "../warp/warp_chunk_decoder.cuh"
 #include "../warp/warp_chunk_encoder.cuh"
 #include "p2p_protocol.cuh"
@@ -46,7 +47,7 @@ struct FrameRingView {
   ZIPCOMM_HOST_DEVICE uint8_t* slot_at(uint32_t s) const { return slots + s * slot_bytes; }
 };
 
-/// Tuning: 8 warps per block, one item per warp at a time. With ~66 KB of shared memory per block, two
+/// Tuning: 8 warps per block, one item per warp at a time. With <= 69 KB of shared memory per block, two
 /// blocks (a sender's and a receiver's) fit on every SM together.
 struct P2PPolicy {
   static constexpr int WARPS = 8;
@@ -318,7 +319,7 @@ ZIPCOMM_DEVICE void split_item_planes(uint8_t* dst, const void* in, bool vector,
     }
   }
   for (uint32_t t = whole; t < tiles; ++t) {  // the rest: partial tiles, or any alignment
-    const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+    const uint32_t cnt = format::lane_valid_count(elems, t, lane);
     uint32_t x[warp::ITEMS];
     const uint64_t at = uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
     if (vector)
@@ -337,7 +338,7 @@ ZIPCOMM_DEVICE uint32_t input_item_check(const void* in, bool vector, uint64_t e
   const uint32_t lane = warp::lane_id();
   WarpItemCheck<D> check;
   for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
-    const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+    const uint32_t cnt = format::lane_valid_count(elems, t, lane);
     uint32_t x[warp::ITEMS];
     const uint64_t at = elem0 + uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
     if (vector)
@@ -355,7 +356,7 @@ ZIPCOMM_DEVICE uint32_t written_item_check(const uint8_t* p, uint32_t elems) {
   const uint32_t lane = warp::lane_id();
   WarpItemCheck<D> check;
   for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
-    const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+    const uint32_t cnt = format::lane_valid_count(elems, t, lane);
     uint32_t x[warp::ITEMS];
     warp::load_items<D, false>(p, uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS, cnt, x);
     check.add(x, cnt);
@@ -435,11 +436,21 @@ struct RecvArgs {
   ExpsBudget exps_budget;
 };
 
-template <DType D, class Code = thread::GaussianCode>
+/// Shared memory of p2p_send_kernel: the encode table and each warp's lane words.
+template <DType D, class Code>
+struct P2PSendSmem {
+  warp::PairEncodeTable table;
+  typename warp::WarpChunkEncoder<D, Code>::TempStorage warp[P2PPolicy::WARPS];
+};
+
+template <DType D, class Code = thread::PairCode>
 __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArgs a) {
   using Enc = warp::WarpChunkEncoder<D, Code>;
   extern __shared__ __align__(16) unsigned char p2p_smem[];
-  Enc enc(reinterpret_cast<typename Enc::TempStorage*>(p2p_smem)[threadIdx.x / 32]);
+  auto& smem = *reinterpret_cast<P2PSendSmem<D, Code>*>(p2p_smem);
+  auto cta = cooperative_groups::this_thread_block();
+  warp::LoadPairTable(smem.table, cta);
+  Enc enc(smem.warp[threadIdx.x / 32], smem.table);
   const uint32_t lane = warp::lane_id();
   const uint64_t warp_index = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   uint8_t* scratch = a.scratch + warp_index * a.scratch_bytes;
@@ -522,14 +533,8 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
     const uint64_t table_bytes = item_table_bytes(fi.items);
     if (!coded && lane == 0) *reinterpret_cast<uint2*>(entry) = make_uint2(0u, check);
     if (coded) {
-      auto load = [&](uint32_t t, uint32_t(&x)[warp::ITEMS]) {
-        const uint64_t at = elem0 + uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
-        const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
-        if (vector)
-          warp::load_items<D, true>(a.in, at, cnt, x);
-        else
-          warp::load_items<D, false>(a.in, at, cnt, x);
-      };
+      warp::ArrayTileSource<D> load(static_cast<const uint8_t*>(a.in) + elem0 * eb, ReduceOp::sum());
+      load.begin(0, elems, 0);
       const format::Layout L = format::layout_for(D, elems);
       const warp::Planes discard{scratch, scratch + (L.plane1_offset - format::HEADER_BYTES)};
       const warp::ChunkInfo info = enc.Encode(elems, 0, load, discard);
@@ -597,11 +602,14 @@ ZIPCOMM_DEVICE bool warp_item_entry_valid(const uint8_t* table, const FrameInfo&
 
 }  // namespace p2p_detail
 
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArgs a) {
   using Dec = warp::WarpChunkDecoder<D, Code>;
   extern __shared__ __align__(16) unsigned char p2p_smem[];
-  Dec dec(reinterpret_cast<typename Dec::TempStorage*>(p2p_smem)[threadIdx.x / 32]);
+  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(p2p_smem);
+  auto cta = cooperative_groups::this_thread_block();
+  warp::LoadPairTable(table, cta);
+  Dec dec(table);
   const uint32_t lane = warp::lane_id();
   const bool coded = a.plan.kind == FrameKind::coded;
   const bool pull = a.staging != nullptr;

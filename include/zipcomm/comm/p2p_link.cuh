@@ -18,7 +18,7 @@
 
 #include "../config.hpp"
 #include "../format.hpp"
-#include "../thread/exponent_code.hpp"
+#include "../thread/pair_code.hpp"
 #include "p2p_kernels.cuh"
 #include "p2p_protocol.cuh"
 
@@ -320,11 +320,11 @@ struct P2PLaunchExtras {
 };
 
 /// Sender end on one GPU: device state for p2p_send_kernel and its launch.
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 class P2PSender {
  public:
   static constexpr size_t smem_bytes() {
-    return sizeof(typename warp::WarpChunkEncoder<D, Code>::TempStorage) * P2PPolicy::WARPS;
+    return sizeof(P2PSendSmem<D, Code>);
   }
 
   /// blocks: persistent grid size (0: one per SM).
@@ -339,6 +339,9 @@ class P2PSender {
     blocks_ = blocks > 0 ? blocks : sms;
     scratch_bytes_ = format::align_up(item_plane_bytes(D, largest_item_elems(shape)), 16);
     e = cudaFuncSetAttribute(p2p_send_kernel<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes()));
+    // All of L1/shared as shared memory: a sender's and a receiver's block must fit on one SM together (they
+    // wait on each other), which the carveout picked for one kernel alone need not leave room for.
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(p2p_send_kernel<D, Code>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     if (e == cudaSuccess) e = p2p_detail::load_side_words_kernel();
     if (e != cudaSuccess) return e;
     e = state_.device(device, state_bytes());
@@ -419,11 +422,11 @@ class P2PSender {
 
 /// Receiver end on one GPU: device state for p2p_recv_kernel and its launches. `lanes` independent item
 /// counters let that many launches run at once (one per stream).
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 class P2PReceiver {
  public:
   static constexpr size_t smem_bytes() {
-    return sizeof(typename warp::WarpChunkDecoder<D, Code>::TempStorage) * P2PPolicy::WARPS;
+    return sizeof(warp::PairDecodeTable);
   }
 
   /// staging_slot_bytes > 0: a device copy of the ring's slots is kept (pulls from a remote ring).
@@ -438,6 +441,9 @@ class P2PReceiver {
     if (e != cudaSuccess) return e;
     blocks_ = blocks > 0 ? blocks : sms;
     e = cudaFuncSetAttribute(p2p_recv_kernel<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes()));
+    // All of L1/shared as shared memory: a sender's and a receiver's block must fit on one SM together (they
+    // wait on each other), which the carveout picked for one kernel alone need not leave room for.
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(p2p_recv_kernel<D, Code>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     if (e == cudaSuccess) e = p2p_detail::load_side_words_kernel();
     if (e != cudaSuccess) return e;
     e = state_.device(device, state_words() * 8 + sizeof(SideControl));
@@ -735,7 +741,7 @@ struct P2PCalibrationPoint {
 /// wait() reports the first error of all of them. Many messages that go together (a weight sync's buckets) are
 /// best sent with transfer_many(): one pipeline, the start and drain paid once. After an error, reset() before the
 /// next transfer.
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 class HostStagingLink {
  public:
   static constexpr uint32_t RAW_BUFFERS = 4;
@@ -1724,7 +1730,7 @@ class HostStagingLink {
 /// the sender's GPU memory. Both kernels are persistent: no host involvement. send_device == recv_device
 /// works too (one GPU; used by the tests on one-GPU machines). Below bypass_threshold() a transfer is one
 /// cudaMemcpyPeerAsync; calibrate() measures where coding pays on the link (over NVLink it may never).
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 class PeerLink {
  public:
   PeerLink() = default;

@@ -25,7 +25,7 @@
 #include "../block/block_stream_codec.cuh"
 #include "../config.hpp"
 #include "../format.hpp"
-#include "../thread/exponent_code.hpp"
+#include "../thread/pair_code.hpp"
 #include "../thread/reduce_op.hpp"
 #include "../warp/lane_io.cuh"
 #include "ring_schedule.cuh"
@@ -188,7 +188,7 @@ ZIPCOMM_DEVICE Status ring_broadcast(Group& g, Status s, uint32_t& shared) {
 /// \tparam COMPRESSED  true: messages are zipcomm streams; false: raw elements (the baseline)
 /// \code
 /// using Ring = zipcomm::comm::BlockRingAllreduce<zipcomm::DType::bf16, true>;
-/// extern __shared__ Ring::TempStorage temp;   // ~67 KB: dynamic shared memory
+/// extern __shared__ Ring::TempStorage temp;   // ~133 KB (the reduce-scatter hop's): dynamic shared memory
 /// zipcomm::Status s = Ring(temp).Run(cta, launch, rank, channel);
 /// \endcode
 template <DType D, bool COMPRESSED>

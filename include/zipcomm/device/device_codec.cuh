@@ -10,7 +10,7 @@
 
 #include "../config.hpp"
 #include "../format.hpp"
-#include "../thread/exponent_code.hpp"
+#include "../thread/pair_code.hpp"
 #include "detail/codec_kernels.cuh"
 
 namespace zipcomm {
@@ -20,7 +20,7 @@ namespace device {
 /// out_capacity >= format::max_compressed_bytes(D, n)). Writes the stream size to *d_out_bytes and the
 /// outcome to *d_status (both device memory). Returns a launch error, or cudaErrorInvalidValue for bad
 /// arguments detectable on the host.
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 cudaError_t compress(void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in, uint64_t n, void* d_out,
                      uint64_t out_capacity, uint64_t* d_out_bytes, Status* d_status, cudaStream_t stream = 0) {
   return detail::launch_compress<D, Code>(d_temp_storage, temp_storage_bytes, d_in, n, d_out, out_capacity,
@@ -31,7 +31,7 @@ cudaError_t compress(void* d_temp_storage, size_t& temp_storage_bytes, const voi
 /// out_capacity_elems elements). The element count comes from the stream header, on the device; a stream
 /// of another dtype or code, or one that does not fit, gives an error Status. Nothing is written past
 /// out_capacity_elems elements, and nothing is read past in_bytes.
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 cudaError_t decompress(void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in, uint64_t in_bytes,
                        void* d_out, uint64_t out_capacity_elems, Status* d_status, cudaStream_t stream = 0) {
   return detail::launch_decompress<D, Code>(d_temp_storage, temp_storage_bytes, d_in, in_bytes, d_out,

@@ -19,7 +19,7 @@
 
 #include "../config.hpp"
 #include "../format.hpp"
-#include "../thread/exponent_code.hpp"
+#include "../thread/pair_code.hpp"
 #include "../thread/reduce_op.hpp"
 #include "detail/codec_kernels.cuh"
 #include "detail/fused_kernels.cuh"
@@ -28,7 +28,7 @@ namespace zipcomm {
 namespace device {
 
 /// Compresses pre(d_in[i]) (avg: scaled by op.scale; the other ops: unchanged). Arguments as compress().
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 cudaError_t compress_contribution(void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in, uint64_t n,
                                   const ReduceOp& op, void* d_out, uint64_t out_capacity, uint64_t* d_out_bytes,
                                   Status* d_status, cudaStream_t stream = 0) {
@@ -37,7 +37,7 @@ cudaError_t compress_contribution(void* d_temp_storage, size_t& temp_storage_byt
 }
 
 /// d_out[i] = combine(decode(d_in)[i], pre(d_local[i])) for i < n.
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 cudaError_t decompress_reduce(void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in, uint64_t in_bytes,
                               const void* d_local, void* d_out, uint64_t n, const ReduceOp& op, Status* d_status,
                               cudaStream_t stream = 0) {
@@ -48,7 +48,7 @@ cudaError_t decompress_reduce(void* d_temp_storage, size_t& temp_storage_bytes, 
 /// Writes encode(combine(decode(d_in)[i], pre(d_local[i]))) to d_out (16-byte aligned, out_capacity >=
 /// format::max_compressed_bytes(D, n)) and its size to *d_out_bytes. With an error status the stream and the
 /// size are unspecified (0 when the incoming header was rejected).
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 cudaError_t decompress_reduce_compress(void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in,
                                        uint64_t in_bytes, const void* d_local, uint64_t n, const ReduceOp& op,
                                        void* d_out, uint64_t out_capacity, uint64_t* d_out_bytes, Status* d_status,
@@ -60,7 +60,7 @@ cudaError_t decompress_reduce_compress(void* d_temp_storage, size_t& temp_storag
 
 /// d_out[0, n) = decode(d_in), and the stream's bytes (its header's total_bytes) copied to d_fwd (16-byte
 /// aligned, fwd_capacity bytes; too small gives Status::buffer_too_small), each chunk by the warp decoding it.
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 cudaError_t decompress_forward(void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in, uint64_t in_bytes,
                                void* d_out, uint64_t n, void* d_fwd, uint64_t fwd_capacity, Status* d_status,
                                cudaStream_t stream = 0) {

@@ -1,7 +1,7 @@
-// Host reference encoder and decoder for wire format v2 (plain C++; no CUDA needed).
+// Host reference encoder and decoder for wire format v3 (plain C++; no CUDA needed).
 //
-// It replays the warp's lane-by-lane schedule one lane at a time, so it writes exactly the bytes the device
-// code writes. Tests use it as the oracle, and it lets a CPU read what a GPU wrote.
+// It codes one lane's stream at a time, element by element, so it writes exactly the bytes the device code
+// writes. Tests use it as the oracle, and it lets a CPU read what a GPU wrote.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +10,7 @@
 
 #include "../format.hpp"
 #include "../thread/chunk_check.hpp"
-#include "../thread/chunk_schedule.hpp"
-#include "../thread/exponent_code.hpp"
+#include "../thread/pair_code.hpp"
 #include "../thread/float_bits.hpp"
 
 namespace zipcomm {
@@ -71,6 +70,59 @@ inline void tile_scales(const uint32_t* bits, uint32_t elems, uint32_t tiles, ui
   }
 }
 
+/// Exponents of one chunk stored raw: packed LSB-first, EXP_BITS each.
+template <DType D>
+inline uint32_t store_raw_chunk(const uint32_t* bits, uint32_t elems, uint8_t* out) {
+  using FB = thread::FloatBits<D>;
+  constexpr uint32_t EB = FB::EXP_BITS;
+  const uint32_t bytes = format::raw_chunk_bytes(D, elems);
+  std::memset(out, 0, bytes);
+  for (uint32_t k = 0; k < elems; ++k) {
+    const uint32_t e = FB::exponent(bits[k]);
+    const uint64_t bitpos = uint64_t(k) * EB;
+    for (uint32_t b = 0; b < EB; ++b)
+      if ((e >> b) & 1u) out[(bitpos + b) >> 3] |= uint8_t(1u << ((bitpos + b) & 7));
+  }
+  return bytes;
+}
+
+/// One lane's stream: bits appended MSB-first into 32-bit words.
+struct LaneBitWriter {
+  std::vector<uint32_t> words;
+  uint64_t nbits = 0;
+  void push(uint32_t value, uint32_t len) {
+    for (int b = int(len) - 1; b >= 0; --b, ++nbits) {
+      if ((nbits & 31) == 0) words.push_back(0);
+      if ((value >> b) & 1u) words.back() |= 1u << (31 - (nbits & 31));
+    }
+  }
+};
+
+/// Reads one lane's stream; reading past its words fails.
+struct LaneBitReader {
+  const uint8_t* words = nullptr;
+  uint32_t count = 0;
+  uint64_t pos = 0;
+  bool read(uint32_t len, uint32_t& value) {
+    value = 0;
+    for (uint32_t b = 0; b < len; ++b, ++pos) {
+      if (pos >= uint64_t(count) * 32) return false;
+      const uint32_t w = get_u32(words + 4 * (pos >> 5));
+      value = value << 1 | ((w >> (31 - (pos & 31))) & 1u);
+    }
+    return true;
+  }
+  /// The next `len` bits without consuming them (zeros past the end).
+  uint32_t peek(uint32_t len) const {
+    uint32_t value = 0;
+    for (uint64_t p = pos; p < pos + len; ++p) {
+      const uint32_t bit = p < uint64_t(count) * 32 ? (get_u32(words + 4 * (p >> 5)) >> (31 - (p & 31))) & 1u : 0u;
+      value = value << 1 | bit;
+    }
+    return value;
+  }
+};
+
 /// Encodes the exponents of one chunk (bits[0..elems)) into `out` (capacity raw_chunk_bytes). Returns bytes.
 template <DType D, class Code>
 inline uint32_t encode_chunk(const uint32_t* bits, uint32_t elems, uint8_t* out) {
@@ -81,111 +133,41 @@ inline uint32_t encode_chunk(const uint32_t* bits, uint32_t elems, uint8_t* out)
   uint8_t anchors[format::CHUNK_TILES], fracs[format::CHUNK_TILES];
   tile_scales<D>(bits, elems, tiles, anchors, fracs);
 
-  // Codewords of each lane, in its stream order.
-  struct Piece {
-    uint32_t bits, len, raw;  // raw < 0x100 when an escaped exponent follows
-    bool esc;
-  };
-  std::vector<Piece> lane_pieces[format::LANES];
-  for (uint32_t t = 0; t < tiles; ++t) {
-    if (anchors[t] == 0) continue;
-    typename Code::Table tab = Code::table(fracs[t]);
-    for (uint32_t l = 0; l < format::LANES; ++l) {
-      uint32_t cnt = thread::lane_valid_count(elems, t, l);
-      for (uint32_t v = 0; v < cnt; ++v) {
-        uint32_t e = FB::exponent(bits[t * format::TILE_ELEMS + l * format::ITEMS_PER_LANE + v]);
-        uint32_t s = thread::symbol_of<Code>(e, anchors[t]);
-        Piece p{};
-        Code::encode(tab, s, p.bits, p.len);
-        p.esc = s == Code::ESC;
-        p.raw = e;
-        lane_pieces[l].push_back(p);
+  LaneBitWriter lanes[format::LANES];
+  for (uint32_t l = 0; l < format::LANES; ++l)
+    for (uint32_t t = 0; t < tiles; ++t) {
+      const uint32_t a = anchors[t], cnt = format::lane_valid_count(elems, t, l);
+      if (a == 0) continue;
+      for (uint32_t p = 0; 2 * p < cnt; ++p) {
+        uint32_t e[2] = {0, 0}, s[2] = {Code::ZERO, Code::ZERO};  // an item past the end codes as ZERO
+        for (uint32_t j = 0; j < 2; ++j)
+          if (2 * p + j < cnt) {
+            e[j] = FB::exponent(bits[t * format::TILE_ELEMS + l * format::ITEMS_PER_LANE + 2 * p + j]);
+            s[j] = Code::symbol_of(e[j], a);
+          }
+        const uint32_t entry = thread::PAIR_TABLES.encode[fracs[t]][s[0] * Code::NUM_SYMBOLS + s[1]];
+        lanes[l].push(entry & ((1u << Code::ENCODE_LEN_SHIFT) - 1u), entry >> Code::ENCODE_LEN_SHIFT);
+        for (uint32_t j = 0; j < 2; ++j)
+          if (s[j] == Code::ESC) lanes[l].push(e[j], EB);
       }
     }
+  uint32_t words = 0, max_lane = 0;
+  for (const LaneBitWriter& w : lanes) {
+    words += uint32_t(w.words.size());
+    max_lane = w.words.size() > max_lane ? uint32_t(w.words.size()) : max_lane;
   }
+  if (!format::chunk_stays_coded(D, elems, words, max_lane)) return store_raw_chunk<D>(bits, elems, out);
 
-  // Replay the decoder's fetch schedule to find where each lane's words go.
-  std::vector<uint32_t> positions[format::LANES];
-  uint32_t avail[format::LANES] = {};
-  size_t cursor[format::LANES] = {};
-  int32_t fin[format::LANES];
-  for (uint32_t l = 0; l < format::LANES; ++l) fin[l] = thread::lane_final_pair(elems, l);
-  uint32_t base = 0;
-  auto step = [&](const bool* need) {
-    for (uint32_t l = 0; l < format::LANES; ++l)
-      if (need[l]) {
-        positions[l].push_back(base++);
-        avail[l] += 32;
-      }
-  };
-  for (uint32_t t = 0; t < tiles; ++t) {
-    if (anchors[t] == 0) continue;
-    for (uint32_t p = 0; p < 4; ++p) {
-      bool need[format::LANES], lazy[format::LANES];
-      for (uint32_t l = 0; l < format::LANES; ++l) {
-        lazy[l] = thread::pair_is_lazy(fin[l], int32_t(4 * t + p));
-        bool has = thread::lane_valid_count(elems, t, l) > 2 * p;
-        need[l] = thread::need_before_pair(has, lazy[l], avail[l]);
-      }
-      step(need);
-      for (uint32_t j = 0; j < 2; ++j) {
-        bool valid[format::LANES];
-        for (uint32_t l = 0; l < format::LANES; ++l) {
-          valid[l] = thread::lane_valid_count(elems, t, l) > 2 * p + j;
-          uint32_t len = valid[l] ? lane_pieces[l][cursor[l]].len : 0;
-          need[l] = thread::need_before_code(valid[l], lazy[l], len, avail[l]);
-        }
-        step(need);
-        for (uint32_t l = 0; l < format::LANES; ++l) {
-          bool esc = false;
-          if (valid[l]) {
-            avail[l] -= lane_pieces[l][cursor[l]].len;
-            esc = lane_pieces[l][cursor[l]].esc;
-          }
-          need[l] = thread::need_for_escape(esc, lazy[l], avail[l], EB);
-        }
-        step(need);
-        for (uint32_t l = 0; l < format::LANES; ++l)
-          if (valid[l]) {
-            if (lane_pieces[l][cursor[l]].esc) avail[l] -= EB;
-            ++cursor[l];
-          }
-      }
-    }
-  }
-  const uint32_t words = base;
-  if (!format::chunk_stays_coded(D, elems, words)) {
-    // Raw chunk: exponents packed LSB-first.
-    uint32_t bytes = format::raw_chunk_bytes(D, elems);
-    std::memset(out, 0, bytes);
-    for (uint32_t k = 0; k < elems; ++k) {
-      uint32_t e = FB::exponent(bits[k]);
-      uint64_t bitpos = uint64_t(k) * EB;
-      for (uint32_t b = 0; b < EB; ++b)
-        if ((e >> b) & 1u) out[(bitpos + b) >> 3] |= uint8_t(1u << ((bitpos + b) & 7));
-    }
-    return bytes;
-  }
   const uint32_t bytes = format::coded_chunk_bytes(tiles, words);
   std::memset(out, 0, bytes);
   for (uint32_t t = 0; t < tiles; ++t) {
     out[t] = anchors[t];
     out[tiles + t / 4] |= uint8_t(fracs[t] << (2 * (t % 4)));
   }
-  uint8_t* word_area = out + hdr;
+  uint32_t at = hdr;
   for (uint32_t l = 0; l < format::LANES; ++l) {
-    // Concatenate the lane's bits MSB-first into its words.
-    std::vector<uint32_t> w(positions[l].size(), 0);
-    uint64_t nbits = 0;
-    auto push = [&](uint32_t value, uint32_t len) {
-      for (int b = int(len) - 1; b >= 0; --b, ++nbits)
-        if ((value >> b) & 1u) w[nbits >> 5] |= 1u << (31 - (nbits & 31));
-    };
-    for (const Piece& p : lane_pieces[l]) {
-      push(p.bits, p.len);
-      if (p.esc) push(p.raw, EB);
-    }
-    for (size_t r = 0; r < w.size(); ++r) put_u32(word_area + 4 * positions[l][r], w[r]);
+    out[format::lane_counts_offset(tiles) + l] = uint8_t(lanes[l].words.size());
+    for (uint32_t w : lanes[l].words) put_u32(out + at, w), at += 4;
   }
   return bytes;
 }
@@ -209,95 +191,74 @@ inline Status decode_chunk(const uint8_t* in, uint32_t bytes, uint32_t elems, ui
       if ((in[b >> 3] >> (b & 7)) & 1u) return Status::corrupt_stream;
     return Status::ok;
   }
-  const uint32_t hdr = format::chunk_header_bytes(tiles);
+  const uint32_t hdr = format::chunk_header_bytes(tiles), counts = format::lane_counts_offset(tiles);
   if (bytes > raw_bytes || bytes < hdr || bytes % format::ALIGN) return Status::corrupt_stream;
-  // No encoder writes more than CODED_WORD_LIMIT words; the area may hold up to 3 more words of padding.
-  if (bytes > format::coded_chunk_bytes(tiles, format::CODED_WORD_LIMIT)) return Status::corrupt_stream;
-  const uint32_t max_words = (bytes - hdr) / 4;
-  for (uint32_t b = tiles + (tiles + 3) / 4; b < hdr; ++b)
-    if (in[b]) return Status::corrupt_stream;
   if (tiles % 4 && (in[tiles + tiles / 4] >> (2 * (tiles % 4)))) return Status::corrupt_stream;
-  const uint8_t* word_area = in + hdr;
+  for (uint32_t b = counts + format::LANES; b < hdr; ++b)
+    if (in[b]) return Status::corrupt_stream;
+  uint32_t words = 0;
+  LaneBitReader lanes[format::LANES];
+  for (uint32_t l = 0; l < format::LANES; ++l) {
+    const uint32_t n = in[counts + l];
+    if (n > format::LANE_WORD_LIMIT) return Status::corrupt_stream;
+    lanes[l].words = in + hdr + 4 * words;
+    lanes[l].count = n;
+    words += n;
+  }
+  if (format::coded_chunk_bytes(tiles, words) != bytes) return Status::corrupt_stream;
+  for (uint32_t b = hdr + 4 * words; b < bytes; ++b)
+    if (in[b]) return Status::corrupt_stream;
 
-  uint64_t buf[format::LANES] = {};
-  uint32_t avail[format::LANES] = {};
-  int32_t fin[format::LANES];
-  for (uint32_t l = 0; l < format::LANES; ++l) fin[l] = thread::lane_final_pair(elems, l);
-  uint32_t base = 0;
-  bool overrun = false;
-  auto step = [&](const bool* need) {
-    for (uint32_t l = 0; l < format::LANES; ++l)
-      if (need[l]) {
-        uint32_t pos = base++;
-        uint32_t w = pos < max_words ? get_u32(word_area + 4 * pos) : (overrun = true, 0u);
-        buf[l] |= uint64_t(w) << (32 - avail[l]);
-        avail[l] += 32;
-      }
-  };
   for (uint32_t t = 0; t < tiles; ++t) {
     const uint32_t a = in[t];
     const uint32_t f = (in[tiles + t / 4] >> (2 * (t % 4))) & 3u;
-    typename Code::Table tab = Code::table(f);
     uint32_t tile_max = 0;
-    for (uint32_t p = 0; p < 4; ++p) {
-      bool need[format::LANES], lazy[format::LANES];
-      for (uint32_t l = 0; l < format::LANES; ++l) {
-        lazy[l] = thread::pair_is_lazy(fin[l], int32_t(4 * t + p));
-        bool has = thread::lane_valid_count(elems, t, l) > 2 * p;
-        need[l] = a != 0 && thread::need_before_pair(has, lazy[l], avail[l]);
-      }
-      step(need);
-      for (uint32_t j = 0; j < 2; ++j) {
-        bool valid[format::LANES];
-        uint32_t sym[format::LANES], len[format::LANES];
-        for (uint32_t l = 0; l < format::LANES; ++l) {
-          valid[l] = a != 0 && thread::lane_valid_count(elems, t, l) > 2 * p + j;
-          sym[l] = Code::decode(tab, uint32_t(buf[l] >> 32), len[l]);
-          need[l] = thread::need_before_code(valid[l], lazy[l], len[l], avail[l]);
+    for (uint32_t l = 0; l < format::LANES; ++l) {
+      const uint32_t cnt = format::lane_valid_count(elems, t, l);
+      LaneBitReader& r = lanes[l];
+      for (uint32_t p = 0; a != 0 && 2 * p < cnt; ++p) {
+        const uint32_t entry = thread::PAIR_TABLES.decode[f][r.peek(Code::MAX_LEN)];
+        uint32_t s[2], v;
+        if (!r.read(entry & Code::LEN_MASK, v)) return Status::corrupt_stream;
+        if ((entry & (Code::SLOW | Code::ESC0 | Code::ESC1)) == Code::SLOW) {  // the escape pair
+          if (!r.read(Code::ID_BITS, s[0]) || !r.read(Code::ID_BITS, s[1])) return Status::corrupt_stream;
+          if (s[0] >= Code::NUM_SYMBOLS || s[1] >= Code::NUM_SYMBOLS ||
+              Code::LENGTHS[f][s[0] * Code::NUM_SYMBOLS + s[1]] != 0)
+            return Status::corrupt_stream;  // only pairs without a codeword of their own are escaped
+        } else {
+          s[0] = entry & Code::ESC0 ? Code::ESC : entry & Code::ZERO0 ? Code::ZERO : (entry >> 7) & 0xFFu;
+          s[1] = entry & Code::ESC1 ? Code::ESC : entry & Code::ZERO1 ? Code::ZERO : (entry >> 23) & 0xFFu;
         }
-        step(need);
-        for (uint32_t l = 0; l < format::LANES; ++l) {
-          if (need[l]) sym[l] = Code::decode(tab, uint32_t(buf[l] >> 32), len[l]);
-          bool esc = false;
-          if (valid[l]) {
-            if (len[l] > avail[l]) return Status::corrupt_stream;
-            buf[l] <<= len[l];
-            avail[l] -= len[l];
-            esc = sym[l] == Code::ESC;
-          }
-          need[l] = thread::need_for_escape(esc, lazy[l], avail[l], EB);
-        }
-        step(need);
-        for (uint32_t l = 0; l < format::LANES; ++l) {
-          uint32_t k = t * format::TILE_ELEMS + l * format::ITEMS_PER_LANE + 2 * p + j;
-          if (k >= elems) continue;
+        for (uint32_t j = 0; j < 2; ++j) {
           uint32_t e = 0;
-          if (valid[l]) {
-            if (sym[l] == Code::ESC) {
-              if (avail[l] < EB) return Status::corrupt_stream;
-              e = uint32_t(buf[l] >> (64 - EB));
-              buf[l] <<= EB;
-              avail[l] -= EB;
-              if (!thread::escape_valid<Code>(e, a)) return Status::corrupt_stream;
-            } else if (!thread::exponent_of<Code>(sym[l], a, e)) {
-              return Status::corrupt_stream;
-            }
+          if (s[j] == Code::ESC) {
+            if (!r.read(EB, e) || !Code::escape_valid(e, a)) return Status::corrupt_stream;
+          } else if (s[j] != Code::ZERO) {
+            if (s[j] >= a) return Status::corrupt_stream;  // e = a - d >= 1
+            e = a - s[j];
           }
+          if (2 * p + j >= cnt) {
+            if (s[j] != Code::ZERO) return Status::corrupt_stream;  // an item past the end codes as ZERO
+            continue;
+          }
+          const uint32_t k = t * format::TILE_ELEMS + l * format::ITEMS_PER_LANE + 2 * p + j;
           bits[k] |= FB::assemble(e, 0, 0);
-          uint32_t m = FB::magnitude(bits[k]);
-          tile_max = m > tile_max ? m : tile_max;
         }
+      }
+      for (uint32_t v = 0; v < cnt; ++v) {
+        const uint32_t m = FB::magnitude(bits[t * format::TILE_ELEMS + l * format::ITEMS_PER_LANE + v]);
+        tile_max = m > tile_max ? m : tile_max;
       }
     }
     // The anchor and fraction must describe the decoded tile: a cheap integrity check.
     if ((tile_max >> FB::MANT_BITS) != a || thread::fraction_of<D>(tile_max) != f) return Status::corrupt_stream;
   }
-  if (overrun || format::coded_chunk_bytes(tiles, base) != bytes) return Status::corrupt_stream;
-  // What each lane fetched and did not read (the tail of its last word, rare unread words) is zero.
-  for (uint32_t l = 0; l < format::LANES; ++l)
-    if (buf[l] != 0) return Status::corrupt_stream;
-  for (uint32_t b = hdr + 4 * base; b < bytes; ++b)
-    if (in[b]) return Status::corrupt_stream;
+  // Every lane read all of its words, and the bits after its last codeword are zero.
+  for (LaneBitReader& r : lanes) {
+    if (format::div_up(r.pos, 32) != r.count) return Status::corrupt_stream;
+    uint32_t rest;
+    if (r.pos % 32 && (!r.read(32 - r.pos % 32, rest) || rest != 0)) return Status::corrupt_stream;
+  }
   return Status::ok;
 }
 
@@ -370,7 +331,7 @@ inline bool fp16_tail_bits_zero(const uint8_t* stream, const Layout& l) {
   const uint64_t tile = l.num_tiles - 1;
   const uint8_t* t = stream + l.plane1_offset + tile * 96;
   for (uint32_t lane = 0; lane < format::LANES; ++lane) {
-    const uint32_t cnt = thread::lane_valid_count(uint32_t(l.n - tile * format::TILE_ELEMS), 0, lane);
+    const uint32_t cnt = format::lane_valid_count(uint32_t(l.n - tile * format::TILE_ELEMS), 0, lane);
     const uint32_t unused = 0xFFu & ~((1u << cnt) - 1u);
     for (uint32_t k3 = 0; k3 < 3; ++k3)
       if (t[k3 * 32 + lane] & unused) return false;

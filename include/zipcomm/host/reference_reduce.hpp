@@ -10,7 +10,7 @@
 
 #include "../config.hpp"
 #include "../format.hpp"
-#include "../thread/exponent_code.hpp"
+#include "../thread/pair_code.hpp"
 #include "../thread/reduce_op.hpp"
 #include "reference_codec.hpp"
 

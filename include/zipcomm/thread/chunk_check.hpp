@@ -1,4 +1,4 @@
-// Thread level: the check of a chunk's elements that wire format v2 stores per chunk (docs/FORMAT.md, section 7).
+// Thread level: the check of a chunk's elements that the wire format stores per chunk (docs/FORMAT.md, section 7).
 //
 // Each of the 32 lanes folds the elements it owns (8 per tile, in tile order) into one running word, with the
 // round of xxHash32: acc = rotl(acc + word * P2, 13) * P1. A round is a bijection of the word for a fixed acc
@@ -11,7 +11,6 @@
 
 #include "../config.hpp"
 #include "../format.hpp"
-#include "chunk_schedule.hpp"
 
 namespace zipcomm {
 namespace thread {
@@ -84,7 +83,7 @@ inline uint32_t chunk_check(const uint32_t* bits, uint32_t elems) {
   for (uint32_t lane = 0; lane < uint32_t(format::LANES); ++lane) {
     uint32_t acc = ChunkCheck::lane_seed(lane);
     for (uint32_t t = 0; t < tiles; ++t) {
-      const uint32_t count = lane_valid_count(elems, t, lane);
+      const uint32_t count = format::lane_valid_count(elems, t, lane);
       uint32_t x[ITEMS] = {};
       for (uint32_t i = 0; i < count; ++i) x[i] = bits[t * format::TILE_ELEMS + lane * ITEMS + i];
       acc = ChunkCheck::add_items<D>(acc, x, count);

@@ -103,6 +103,48 @@ ZIPCOMM_DEVICE void store_items_any(void* dst, bool vector, uint64_t first, uint
 }
 ZIPCOMM_DEVICE bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+/// A lane's items of the next tile, loaded a tile ahead and kept as loaded: splitting them into items at
+/// load time would make the warp wait for the load right there, which is what a prefetch must avoid.
+/// Full lanes of 16-byte aligned arrays take the early load; other lanes load when their tile is asked for.
+template <DType D>
+class LaneItemsPrefetch {
+  static constexpr uint32_t EB = format::Traits<D>::ELEM_BYTES;
+  static constexpr int VECS = EB == 4 ? 2 : 1;
+
+ public:
+  /// Starts the load of the `count` items at element `first` of src (vector: src 16-byte aligned).
+  ZIPCOMM_DEVICE void Issue(const void* src, bool vector, uint64_t first, uint32_t count) {
+    src_ = src, vector_ = vector, first_ = first, count_ = count;
+    if (vector && count == ITEMS) {
+      const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(src) + first * EB);
+#pragma unroll
+      for (int v = 0; v < VECS; ++v) raw_[v] = __ldg(p + v);
+    }
+  }
+  /// The items whose load Issue() started.
+  ZIPCOMM_DEVICE void Take(uint32_t (&x)[ITEMS]) const {
+    if (vector_ && count_ == ITEMS) {
+      if constexpr (EB == 2) {
+        const uint32_t w[4] = {raw_[0].x, raw_[0].y, raw_[0].z, raw_[0].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[2 * i] = w[i] & 0xFFFFu, x[2 * i + 1] = w[i] >> 16;
+      } else {
+        x[0] = raw_[0].x, x[1] = raw_[0].y, x[2] = raw_[0].z, x[3] = raw_[0].w;
+        x[4] = raw_[VECS - 1].x, x[5] = raw_[VECS - 1].y, x[6] = raw_[VECS - 1].z, x[7] = raw_[VECS - 1].w;
+      }
+    } else {
+      load_items_any<D>(src_, vector_, first_, count_, x);
+    }
+  }
+
+ private:
+  uint4 raw_[VECS] = {};
+  const void* src_ = nullptr;
+  uint64_t first_ = 0;
+  uint32_t count_ = 0;
+  bool vector_ = false;
+};
+
 /// The raw sign/mantissa planes of one stream (16-byte aligned base, offsets from format::Layout).
 struct Planes {
   uint8_t* plane0;

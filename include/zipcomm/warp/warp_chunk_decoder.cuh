@@ -10,10 +10,10 @@
 #include "../config.hpp"
 #include "../format.hpp"
 #include "../thread/chunk_check.hpp"
-#include "../thread/chunk_schedule.hpp"
-#include "../thread/exponent_code.hpp"
+#include "../thread/pair_code.hpp"
 #include "../thread/float_bits.hpp"
 #include "lane_io.cuh"
+#include "pair_tables.cuh"
 
 namespace zipcomm {
 namespace warp {
@@ -27,22 +27,23 @@ struct ChunkForward {
 
 /// \brief Decodes one chunk; all 32 lanes of the warp call every member together.
 ///
-/// The lane words of the chunk are first copied into the caller's TempStorage with coalesced loads (the
-/// lanes then read them in an order only known while decoding). Every tile is checked against its anchor
-/// and fraction, every escape for canonical form, the word count against the stream size and every bit a lane
-/// fetched and did not read for zero, so a corrupt or truncated stream yields Status::corrupt_stream; the
-/// elements decoded are then checked against the chunk's stored check (thread::ChunkCheck), which gives
-/// Status::checksum_mismatch. Nothing is read outside [stream, stream + bytes).
+/// Each lane reads its own stream (through L1) and decodes two items per lookup in the block's shared decode
+/// table. Every tile is checked against its anchor and fraction, every escape for canonical form, every lane's
+/// word count against what it decoded and every bit after its last codeword for zero, so a corrupt or
+/// truncated stream yields Status::corrupt_stream; the elements decoded are then checked against the chunk's
+/// stored check (thread::ChunkCheck), which gives Status::checksum_mismatch. Nothing is read outside
+/// [stream, stream + bytes).
 ///
 /// Two ways to drive it:
 /// \code
 /// using Dec = zipcomm::warp::WarpChunkDecoder<zipcomm::DType::bf16>;
-/// __shared__ Dec::TempStorage temp[WARPS];
+/// __shared__ zipcomm::warp::PairDecodeTable table;   // 64 KB, one per block (dynamic shared memory)
+/// zipcomm::warp::LoadPairTable(table, cta);
 /// // push: the decoder hands every tile to a sink
 /// auto sink = [&](uint32_t tile, const uint32_t (&x)[8], uint32_t count) { /* lane's items */ };
-/// zipcomm::Status s = Dec(temp[warp]).Decode(chunk, chunk_bytes, elems, first_tile, planes, check, sink);
+/// zipcomm::Status s = Dec(table).Decode(chunk, chunk_bytes, elems, first_tile, planes, check, sink);
 /// // pull: the caller asks for tiles in order (what an encoder's loader does in decode + reduce + encode)
-/// Dec dec(temp[warp]);
+/// Dec dec(table);
 /// dec.Begin(chunk, chunk_bytes, elems, first_tile, planes, check);
 /// for (uint32_t t = 0; t < dec.tiles(); ++t) { uint32_t x[8]; uint32_t count = dec.DecodeTile(t, x); ... }
 /// zipcomm::Status s = dec.Finish();
@@ -51,34 +52,14 @@ struct ChunkForward {
 /// was found (then with unspecified values), so the warp stays converged. Begin(..., forward) also copies the
 /// chunk's exponent stream and its share of the planes unchanged to `forward` (decode + forward), with
 /// 16-byte vectors; DRAM sees those bytes once, the decoder's own reads of them hit L1/L2.
-///
-/// \tparam STAGE_WORDS  true (default): lane words are staged in TempStorage (8 KB), the fastest decoder
-///   alone. false: lanes read them from global memory through L1 and TempStorage is 16 bytes, which leaves
-///   shared memory to whatever runs beside the decoder (decode + reduce + encode uses it for occupancy).
-template <DType D, class Code = thread::GaussianCode, bool STAGE_WORDS = true>
+template <DType D, class Code = thread::PairCode>
 class WarpChunkDecoder {
   using FB = thread::FloatBits<D>;
   static constexpr uint32_t EXP_BITS = FB::EXP_BITS;
-  // The Gaussian code has a branch-free fast path for whole tiles (FastTile).
-  static constexpr bool FAST_TILES = std::is_same<Code, thread::GaussianCode>::value;
-  // Lane of the per-tile exponent table that holds rank r. The fast path indexes the table by a value it gets
-  // in fewer instructions than the rank: '0s' -> 0,1; '10s' -> 4,5; o >= 2 ones then '0' -> o + 4 (= rank
-  // + 2); o >= 15 ones (the escape) -> lane 19. Lanes 2, 3 and 20.. are never indexed.
-  static constexpr uint32_t ESC_LANE = 19;
-  // The per-tile table holds each rank's exponent already in place (FB::assemble), so a lane ORs it into its
-  // element; two flag bits outside the exponent field mark a rank that cannot occur and the escape lane.
-  static constexpr uint32_t EXP_FIELD = FB::assemble((1u << EXP_BITS) - 1u, 0, 0);
-  static constexpr uint32_t FLAG_IMPOSSIBLE = (EXP_FIELD >> 16) != 0 ? 1u : 1u << 16;
-  static constexpr uint32_t FLAG_ESC = FLAG_IMPOSSIBLE << 1;
-  static_assert((EXP_FIELD & (FLAG_IMPOSSIBLE | FLAG_ESC)) == 0, "flags must lie outside the exponent field");
-  ZIPCOMM_DEVICE static uint32_t lane_of_rank(uint32_t r) { return FAST_TILES && r >= 2 ? r + 2 : r; }
 
  public:
-  struct TempStorage {
-    uint32_t words[STAGE_WORDS ? format::CODED_WORD_LIMIT : 4];
-  };
-
-  ZIPCOMM_DEVICE explicit WarpChunkDecoder(TempStorage& temp) : temp_(temp) {}
+  ZIPCOMM_DEVICE explicit WarpChunkDecoder(const PairDecodeTable& table)
+      : table_(static_cast<uint32_t>(__cvta_generic_to_shared(&table))) {}
 
   template <class Sink>
   ZIPCOMM_DEVICE Status Decode(const uint8_t* stream, uint32_t bytes, uint32_t elems, uint64_t first_tile,
@@ -122,82 +103,45 @@ class WarpChunkDecoder {
           copy_bytes(forward->planes.plane1 + 2 * first_elem, planes.plane1 + 2 * first_elem, 2 * elems);
       }
     }
-    if (raw_) {
-      max_words_ = 0;
-      return;
-    }
-
-    const uint32_t hdr = format::chunk_header_bytes(tiles_);
-    // Warp-uniform: control flow below must not diverge around the ballots.
-    const bool size_bad = bytes > raw_bytes || bytes < hdr || bytes % format::ALIGN ||
-                          bytes > format::coded_chunk_bytes(tiles_, format::CODED_WORD_LIMIT);
-    bad_ = size_bad;  // a mask of lane-local failures, folded once in Finish()
-    // Words past CODED_WORD_LIMIT can only be padding (checked through the exact size in Finish()).
-    max_words_ = size_bad ? 0u : min((bytes - hdr) / 4, format::CODED_WORD_LIMIT);
-    const uint32_t* gw = reinterpret_cast<const uint32_t*>(stream + hdr);
-    global_words_ = gw;
-    if constexpr (STAGE_WORDS) {
-      smem_words_ = static_cast<uint32_t>(__cvta_generic_to_shared(temp_.words));
-      if (reinterpret_cast<uintptr_t>(stream) % 16 == 0) {
-        // 16-byte loads of the chunk from its (aligned) start, two in flight per lane: the staging is a chain of
-        // memory round trips, and this cuts their number 4x against 4-byte loads (deeper costs registers that
-        // the decode loop's occupancy needs). Bytes of the header and past the words are dropped.
-        constexpr uint32_t DEPTH = 2;
-        const uint4* v = reinterpret_cast<const uint4*>(stream);
-        // No words (a bad size among them): no loads, the header may lie past the stream's end.
-        const uint32_t v_end = max_words_ ? (hdr + 4 * max_words_ + 15) / 16 : 0u, hdr_words = hdr / 4;
-        for (uint32_t m = hdr / 16 + lane; m < v_end; m += 32 * DEPTH) {
-          uint4 q[DEPTH];
+    hi_ = lo_ = avail_ = 0;
+    fetched_ = count_ = 0;
+    ahead_ = 0;
+    words_ = nullptr;
+    anchor_lo_ = anchor_hi_ = frac_byte_ = 0;
+    if (!raw_) {
+      const uint32_t hdr = format::chunk_header_bytes(tiles_), counts = format::lane_counts_offset(tiles_);
+      // Warp-uniform: nothing of a chunk with an impossible size is read.
+      const bool size_bad = bytes > raw_bytes || bytes < hdr || bytes % format::ALIGN;
+      if (!size_bad) {
+        count_ = stream[counts + lane];
+        uint32_t start = count_;
 #pragma unroll
-          for (uint32_t k = 0; k < DEPTH; ++k)
-            if (m + 32 * k < v_end) q[k] = __ldg(v + m + 32 * k);
-#pragma unroll
-          for (uint32_t k = 0; k < DEPTH; ++k) {
-            const uint32_t w[4] = {q[k].x, q[k].y, q[k].z, q[k].w};
-#pragma unroll
-            for (uint32_t c = 0; c < 4; ++c) {
-              const uint32_t i = 4 * (m + 32 * k) + c - hdr_words;  // wraps (huge) for header words
-              if (m + 32 * k < v_end && i < max_words_) temp_.words[i] = w[c];
-            }
-          }
+        for (int o = 1; o < 32; o <<= 1) {
+          const uint32_t v = __shfl_up_sync(FULL_MASK, start, o);
+          if (lane >= uint32_t(o)) start += v;
+        }
+        const uint32_t total = __shfl_sync(FULL_MASK, start, 31);
+        start -= count_;
+        const bool counts_bad = __any_sync(FULL_MASK, count_ > format::LANE_WORD_LIMIT) ||
+                                format::coded_chunk_bytes(tiles_, total) != bytes;
+        if (counts_bad) {
+          bad_ = 1u;
+          count_ = 0;
+        } else {
+          words_ = reinterpret_cast<const uint32_t*>(stream + hdr) + start;
+          ahead_ = Load(0);
+          // Zero: the fraction byte's unused bits, the header's padding and the padding after the streams.
+          if (tiles_ % 4 && lane == 0) bad_ |= (stream[tiles_ + tiles_ / 4] >> (2 * (tiles_ % 4))) != 0;
+          for (uint32_t b = counts + 32 + lane; b < hdr; b += 32) bad_ |= stream[b] != 0;
+          for (uint32_t b = hdr + 4 * total + lane; b < bytes; b += 32) bad_ |= stream[b] != 0;
+          // Tile anchors and fraction bytes live in lanes; each tile fetches its own with a shuffle.
+          anchor_lo_ = lane < tiles_ ? stream[lane] : 0u;
+          anchor_hi_ = lane + 32 < tiles_ ? stream[lane + 32] : 0u;
+          frac_byte_ = lane < counts - tiles_ ? stream[tiles_ + lane] : 0u;
         }
       } else {
-        for (uint32_t i = lane; i < max_words_; i += 32) temp_.words[i] = __ldg(gw + i);
+        bad_ = 1u;
       }
-    }
-    const uint32_t used_hdr = tiles_ + (tiles_ + 3) / 4;
-    if (!bad_)
-      for (uint32_t b = used_hdr + lane; b < hdr; b += 32) bad_ |= stream[b] != 0;
-    if (!bad_ && tiles_ % 4 && lane == 0) bad_ |= (stream[tiles_ + tiles_ / 4] >> (2 * (tiles_ % 4))) != 0 ? 1u : 0u;
-    __syncwarp();
-
-    final_pair_ = thread::lane_final_pair(elems, lane);
-    // Tile anchors and fraction bytes live in lanes; each tile fetches its own with a shuffle.
-    const uint32_t frac_bytes = (tiles_ + 3) / 4;
-    anchor_lo_ = !size_bad && lane < tiles_ ? stream[lane] : 0u;
-    anchor_hi_ = !size_bad && lane + 32 < tiles_ ? stream[lane + 32] : 0u;
-    frac_byte_ = !size_bad && lane < frac_bytes ? stream[tiles_ + lane] : 0u;
-    base_ = 0;
-    hi_ = lo_ = avail_ = 0;
-    impossible_ = 0;
-    // Symbol of each rank under each of the 4 orders, one rank per lane, one order per byte: the per-tile
-    // rank -> exponent table is then two byte operations away.
-    // 0xFF: a lane no rank maps to; 0xFE: the fast path's escape lane.
-    rank_syms_ = FAST_TILES && lane == ESC_LANE ? 0xFEFEFEFEu : 0xFFFFFFFFu;
-    const uint32_t lane_rank = FAST_TILES && lane >= 2 ? lane - 2 : lane;
-    if (lane_of_rank(lane_rank) == lane && lane_rank < Code::NUM_RANKS) {
-      rank_syms_ = 0;
-#pragma unroll
-      for (uint32_t fo = 0; fo < 4; ++fo)
-        rank_syms_ |= Code::rank_to_symbol(Code::table(fo), lane_rank) << (8 * fo);
-    }
-    // Tiles [0, fast_tiles_) are full in every lane and end before any lane's lazy tail: there every pair
-    // refills greedily, which FastTile relies on. A lane's first tile with a lazy pair: see pair_is_lazy.
-    {
-      const int32_t fp = final_pair_;
-      const uint32_t first_lazy =
-          fp < 0 ? 0u : fp < 3 + thread::LAZY_PAIRS ? 0u : uint32_t(fp - 3 - thread::LAZY_PAIRS) / 4 + 1;
-      fast_tiles_ = FAST_TILES && !size_bad ? min(full_tiles_, __reduce_min_sync(FULL_MASK, first_lazy)) : 0u;
     }
     next_ = load_planes<D>(planes_, first_tile_, lane_first_, lane_count(0));
   }
@@ -214,12 +158,10 @@ class WarpChunkDecoder {
 
   /// Outcome of the chunk, once every tile was decoded.
   ZIPCOMM_DEVICE Status Finish() {
-    const uint32_t lane = lane_id();
-    if (!raw_) {
-      bad_ |= impossible_ != 0;
-      if (!bad_ && (base_ > max_words_ || format::coded_chunk_bytes(tiles_, base_) != bytes_)) bad_ = 1u;
-      for (uint32_t i = base_ + lane; !bad_ && i < max_words_; i += 32) bad_ |= word(i) != 0;
-      bad_ |= (hi_ | lo_) != 0;  // fetched, never read: the tail of the lane's last word, rare whole words
+    if (!raw_ && !bad_) {
+      // The lane read exactly its words, and what it fetched past its last codeword is zero.
+      const uint32_t consumed = 32 * fetched_ - avail_;
+      bad_ |= (consumed + 31) / 32 != count_ || (hi_ | lo_) != 0;
     }
     __syncwarp();
     if (__any_sync(FULL_MASK, bad_)) return Status::corrupt_stream;
@@ -244,12 +186,12 @@ class WarpChunkDecoder {
   }
 
   ZIPCOMM_DEVICE uint32_t lane_count(uint32_t tile) const {
-    return tile < full_tiles_ ? uint32_t(ITEMS) : thread::lane_valid_count(elems_, tile, lane_id());
+    return tile < full_tiles_ ? uint32_t(ITEMS) : format::lane_valid_count(elems_, tile, lane_id());
   }
 
   ZIPCOMM_DEVICE uint32_t RawTile(uint32_t t, uint32_t (&x)[ITEMS]) {
     const uint32_t lane = lane_id();
-    const uint32_t cnt = thread::lane_valid_count(elems_, t, lane);
+    const uint32_t cnt = format::lane_valid_count(elems_, t, lane);
     const LanePlanes<D> planes =
         load_planes<D>(planes_, first_tile_ + t, lane_first_ + uint64_t(t) * format::TILE_ELEMS, cnt);
     check_unused_plane_bits(planes, cnt);
@@ -286,134 +228,90 @@ class WarpChunkDecoder {
     }
   }
 
-  // Lane word i of the chunk: from the staged copy, or from global memory (0 past the chunk's words).
-  ZIPCOMM_DEVICE uint32_t word(uint32_t i) const {
-    if constexpr (STAGE_WORDS) {
-      // Through the shared window address kept from Begin (the compiler would otherwise rebuild it per read).
-      uint32_t w;
-      asm volatile("ld.shared.u32 %0, [%1];" : "=r"(w) : "r"(smem_words_ + 4 * min(i, format::CODED_WORD_LIMIT - 1)));
-      return w;
-    } else {
-      return i < max_words_ ? __ldg(global_words_ + i) : 0u;
-    }
-  }
+  // Word k of the lane's stream; zeros past its end (Finish() rejects a stream whose codewords run into them).
+  ZIPCOMM_DEVICE uint32_t Load(uint32_t k) const { return k < count_ ? __ldg(words_ + k) : 0u; }
 
-  ZIPCOMM_DEVICE bool refill(bool need) {
-    const uint32_t mask = __ballot_sync(FULL_MASK, need);
-    if (mask) {
-      if (need) {
-        // An index past the chunk's words reads a stale word; the exact-size check in Finish() rejects
-        // such a stream (base > words), so the hot loop needs no bounds branch.
-        const uint32_t pos = base_ + __popc(mask & lanemask_lt());
-        const uint32_t w = word(pos);
-        // avail < 32 here: the word lands right after the valid bits.
-        hi_ |= w >> avail_;
-        lo_ |= __funnelshift_r(0u, w, avail_);
-        avail_ += 32;
-      }
-      base_ += __popc(mask);
+  // Keeps at least 32 bits buffered: the lane's next word joins the buffer when fewer are held. Each word is
+  // loaded one refill ahead of its use (about a tile and a half of work); no register copies one in flight,
+  // which would wait for the load.
+  ZIPCOMM_DEVICE void Refill() {
+    if (avail_ < 32) {
+      const uint32_t w = ahead_;
+      ahead_ = Load(fetched_ + 1);
+      ++fetched_;
+      hi_ |= w >> avail_;
+      lo_ |= __funnelshift_r(0u, w, avail_);  // w << (32 - avail), nothing when avail = 0
+      avail_ += 32;
     }
-    return mask != 0;
   }
-  ZIPCOMM_DEVICE void consume(uint32_t n) {  // n <= 31
+  ZIPCOMM_DEVICE void Consume(uint32_t n) {  // n <= 31, n <= avail_
     hi_ = __funnelshift_l(lo_, hi_, n);
     lo_ <<= n;
-    avail_ -= min(n, avail_);
+    avail_ -= n;
+  }
+  ZIPCOMM_DEVICE uint32_t Take(uint32_t n) {  // the next n (1..31) bits
+    Refill();
+    bad_ |= n > avail_;
+    const uint32_t v = hi_ >> (32 - n);
+    Consume(min(n, avail_));
+    return v;
+  }
+  ZIPCOMM_DEVICE uint32_t Lookup(uint32_t table_f) const {
+    uint32_t e;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(e) : "r"(table_f + 4 * (hi_ >> (32 - Code::MAX_LEN))));
+    return e;
   }
 
-  // Lane of the exponent table for the Gaussian codeword at the top of peek, and its length (see lane_of_rank).
-  ZIPCOMM_DEVICE static uint32_t fast_lane(uint32_t peek, uint32_t& len) {
-    uint32_t ones;  // leading ones; 0xFFFFFFFF for 32 of them
-    asm("bfind.shiftamt.u32 %0, %1;" : "=r"(ones) : "r"(~peek));
-    ones = min(ones, Code::ESC_LEN);
-    const bool small = ones < 2;
-    len = ones + (small ? 2u : 1u);
-    return small ? __funnelshift_r(peek, 0u, 30 - ones) : ones + 4;  // small: the codeword's 2 or 3 bits
+  // Exponent fields (in place) of a pair from its decode entry (or one built alike); ESC symbols give the
+  // anchor here and are overwritten by the caller.
+  ZIPCOMM_DEVICE static void PairExponents(uint32_t entry, uint32_t a2, uint32_t& e0, uint32_t& e1) {
+    const uint32_t diff = a2 - entry;  // both a - d fields at once (d < a was checked, so no borrow)
+    e0 = entry & Code::ZERO0 ? 0u : FB::assemble((diff >> 7) & 0xFFu, 0, 0);
+    e1 = entry & Code::ZERO1 ? 0u : FB::assemble((diff >> 23) & 0xFFu, 0, 0);
   }
 
-  // One full, greedy tile without branches: 4 x (refill, two codewords). Every lane stays in step; escapes
-  // are not decoded here: if a lane met one, nothing is kept (false) and the general path decodes the tile.
-  ZIPCOMM_DEVICE bool FastTile(uint32_t rank_exp, uint32_t (&exps)[ITEMS]) {
-    uint32_t hi = hi_, lo = lo_, avail = avail_, base = base_, seen = 0;
-    uint32_t e[ITEMS];
-    const uint32_t lt = lanemask_lt();
+  // A tile where some lane has an escape, an ESC symbol or fewer than 8 items: pair by pair, each field read
+  // with its own refill, every rule checked.
+  ZIPCOMM_DEVICE void GeneralTile(uint32_t table_f, uint32_t f, uint32_t a, uint32_t cnt, uint32_t (&exps)[ITEMS]) {
+    const uint32_t a2 = a << 7 | a << 23 | Code::FILL;
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-      const bool need = avail < 32;
-      const uint32_t mask = __ballot_sync(FULL_MASK, need);
-      const uint32_t pos = base + __popc(mask & lt);
-      // Staged words: every lane loads (no branch) and keeps the word only where it needs one.
-      uint32_t w = 0;
-      if constexpr (STAGE_WORDS) {
-        const uint32_t loaded = word(pos);
-        w = need ? loaded : 0u;
-      } else if (need) {
-        w = word(pos);
+      exps[2 * p] = exps[2 * p + 1] = 0;
+      if (uint32_t(2 * p) >= cnt) continue;
+      Refill();
+      uint32_t entry = Lookup(table_f);
+      const uint32_t len = entry & Code::LEN_MASK;
+      bad_ |= len > avail_;
+      Consume(min(len, avail_));
+      if ((entry & (Code::SLOW | Code::ESC0 | Code::ESC1)) == Code::SLOW) {
+        // The escape pair: two symbol ids follow; only pairs without a codeword of their own may use it.
+        const uint32_t s0 = Take(Code::ID_BITS), s1 = Take(Code::ID_BITS);
+        const bool own = s0 >= Code::NUM_SYMBOLS || s1 >= Code::NUM_SYMBOLS ||
+                         (thread::DEVICE_PAIR_TABLES.encode[f][s0 * Code::NUM_SYMBOLS + s1] >>
+                          Code::ENCODE_LEN_SHIFT) <= Code::MAX_LEN;
+        bad_ |= own;
+        entry = (s0 < Code::NUM_D ? s0 << 7 : s0 == Code::ZERO ? Code::ZERO0 : Code::ESC0) |
+                (s1 < Code::NUM_D ? s1 << 23 : s1 == Code::ZERO ? Code::ZERO1 : Code::ESC1);
       }
-      hi |= __funnelshift_r(w, 0u, avail);  // w = 0 where avail >= 32
-      lo |= __funnelshift_r(0u, w, avail);
-      avail |= 32u;  // avail + 32 where avail < 32; avail <= 63 anyway
-      base += __popc(mask);
-      uint32_t len0, len1;
-      const uint32_t l0 = fast_lane(hi, len0);
-      const uint32_t l1 = fast_lane(__funnelshift_l(lo, hi, len0), len1);
-      e[2 * p] = __shfl_sync(FULL_MASK, rank_exp, l0);  // l0, l1 <= 19
-      e[2 * p + 1] = __shfl_sync(FULL_MASK, rank_exp, l1);
-      seen |= e[2 * p] | e[2 * p + 1];
-      // <= 30 bits without an escape, and avail >= 32 after the refill.
-      const uint32_t n = len0 + len1;
-      hi = __funnelshift_l(lo, hi, n);
-      lo = __funnelshift_l(0u, lo, n);
-      avail -= n;
+      CheckD(entry, a);
+      PairExponents(entry, a2, exps[2 * p], exps[2 * p + 1]);
+      if (entry & Code::ESC0) {
+        const uint32_t e = Take(EXP_BITS);
+        bad_ |= !Code::escape_valid(e, a);
+        exps[2 * p] = FB::assemble(e, 0, 0);
+      }
+      if (entry & Code::ESC1) {
+        const uint32_t e = Take(EXP_BITS);
+        bad_ |= !Code::escape_valid(e, a);
+        exps[2 * p + 1] = FB::assemble(e, 0, 0);
+      }
+      if (uint32_t(2 * p + 1) >= cnt) bad_ |= (entry & Code::ZERO1) == 0;  // an item past the end codes as ZERO
     }
-    if (__any_sync(FULL_MASK, seen & FLAG_ESC)) return false;
-    hi_ = hi, lo_ = lo, avail_ = avail, base_ = base;
-    impossible_ |= seen & FLAG_IMPOSSIBLE;
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) exps[i] = e[i] & EXP_FIELD;
-    return true;
   }
 
-  // Any tile, codeword by codeword: partial tiles, the lazy tail, escapes.
-  ZIPCOMM_DEVICE void GeneralTile(uint32_t t, uint32_t cnt, uint32_t a, uint32_t rank_exp,
-                                  uint32_t (&exps)[ITEMS]) {
-    const bool tile_lazy =
-        __any_sync(FULL_MASK, cnt > 0 && thread::pair_is_lazy(final_pair_, int32_t(4 * t + 3)));
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      const bool lazy = thread::pair_is_lazy(final_pair_, int32_t(4 * t + p));
-      refill(thread::need_before_pair(cnt > uint32_t(2 * p), lazy, avail_));
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int v = 2 * p + j;
-        const bool valid = cnt > uint32_t(v);
-        uint32_t len;
-        uint32_t rank = Code::decode_rank(hi_, len);
-        if (tile_lazy) {
-          const bool need = thread::need_before_code(valid, lazy, len, avail_);
-          if (refill(need) && need) rank = Code::decode_rank(hi_, len);
-        }
-        const bool esc = valid && rank == Code::ESC_RANK;
-        uint32_t e = __shfl_sync(FULL_MASK, rank_exp, lane_of_rank(rank) & 31);
-        if (valid) {
-          bad_ |= len > avail_;
-          consume(len);
-        }
-        if (__any_sync(FULL_MASK, esc)) {
-          refill(thread::need_for_escape(esc, lazy, avail_, EXP_BITS));
-          if (esc) {
-            bad_ |= avail_ < EXP_BITS;
-            const uint32_t raw = hi_ >> (32 - EXP_BITS);
-            consume(EXP_BITS);
-            bad_ |= !thread::escape_valid<Code>(raw, a);
-            e = FB::assemble(raw, 0, 0);
-          }
-        }
-        if (!valid) e = 0;
-        bad_ |= (e & (FLAG_IMPOSSIBLE | FLAG_ESC)) != 0;
-        exps[v] = e & EXP_FIELD;
-      }
-    }
+  // Both d fields below the anchor (e = a - d >= 1); ZERO and ESC symbols carry d = 0.
+  ZIPCOMM_DEVICE void CheckD(uint32_t entry, uint32_t a) {
+    bad_ |= ((entry >> 7) & 0xFFu) >= a || ((entry >> 23) & 0xFFu) >= a;
   }
 
   ZIPCOMM_DEVICE uint32_t CodedTile(uint32_t t, uint32_t (&x)[ITEMS]) {
@@ -427,15 +325,32 @@ class WarpChunkDecoder {
 
     uint32_t exps[ITEMS] = {};  // the items' exponent fields; all zero in a tile anchored at 0
     if (a != 0) {
-      // Exponent of each rank for this tile (in place, see EXP_FIELD), one rank per lane.
-      const uint32_t sym = (rank_syms_ >> (8 * f)) & 0xFFu;
-      const uint32_t rank_exp = sym == 0xFEu         ? FLAG_ESC
-                                : sym == Code::ZERO ? 0u
-                                : sym < a           ? FB::assemble(a - sym, 0, 0)
-                                                    : FLAG_IMPOSSIBLE;
-      // Full tiles outside the lazy tail (all but the last two of a chunk) take the fast path; a tile where it
-      // met an escape is decoded again on the general path, from the same state.
-      if (!(FAST_TILES && t < fast_tiles_ && FastTile(rank_exp, exps))) GeneralTile(t, cnt, a, rank_exp, exps);
+      const uint32_t table_f = table_ + 4 * Code::WINDOWS * f;
+      bool general = t >= full_tiles_;
+      if (!general) {
+        // Fast path: two refills, four lookups; a tile where a lane met an escape or an ESC symbol is decoded
+        // again on the general path from the same state.
+        const uint32_t hi = hi_, lo = lo_, avail = avail_, fetched = fetched_;
+        const uint32_t a2 = a << 7 | a << 23 | Code::FILL;
+        uint32_t flags = 0, dmax = 0;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+          if (p % 2 == 0) Refill();  // two pairs take at most 24 bits
+          const uint32_t entry = Lookup(table_f);
+          Consume(entry & Code::LEN_MASK);
+          flags |= entry;
+          dmax = __vmaxu2(dmax, entry & Code::D_FIELDS);
+          PairExponents(entry, a2, exps[2 * p], exps[2 * p + 1]);
+        }
+        general = __any_sync(FULL_MASK, flags & Code::SLOW);
+        if (general) {
+          hi_ = hi, lo_ = lo, avail_ = avail, fetched_ = fetched;
+          ahead_ = Load(fetched);  // loaded again rather than kept: a copy would wait for the load
+        } else {
+          CheckD(dmax, a);
+        }
+      }
+      if (general) GeneralTile(table_f, f, a, cnt, exps);
     }
     if (cnt < ITEMS) check_unused_plane_bits(planes, cnt);
     unpack_planes<D>(planes, x);
@@ -457,20 +372,20 @@ class WarpChunkDecoder {
   }
 
  private:
-  TempStorage& temp_;
+  uint32_t table_;  // shared-window address of the decode table
   const uint8_t* stream_ = nullptr;
-  const uint32_t* global_words_ = nullptr;
+  const uint32_t* words_ = nullptr;  // this lane's stream
   ConstPlanes planes_{};
   uint64_t first_tile_ = 0, lane_first_ = 0;
-  uint32_t bytes_ = 0, elems_ = 0, tiles_ = 0, full_tiles_ = 0, fast_tiles_ = 0, max_words_ = 0;
+  uint32_t bytes_ = 0, elems_ = 0, tiles_ = 0, full_tiles_ = 0;
   bool raw_ = false;
-  uint32_t bad_ = 0, impossible_ = 0;
+  uint32_t bad_ = 0;
   uint32_t check_acc_ = 0, expected_check_ = 0;  // this lane's ChunkCheck word; the chunk's stored check
-  int32_t final_pair_ = 0;
-  uint32_t anchor_lo_ = 0, anchor_hi_ = 0, frac_byte_ = 0, rank_syms_ = 0;
-  uint32_t smem_words_ = 0;                          // shared-window address of temp_.words
-  uint32_t base_ = 0, hi_ = 0, lo_ = 0, avail_ = 0;  // bit buffer, MSB first: avail_ valid bits
-  LanePlanes<D> next_{};                             // the next tile's planes (prefetched)
+  uint32_t anchor_lo_ = 0, anchor_hi_ = 0, frac_byte_ = 0;
+  uint32_t count_ = 0, fetched_ = 0;                // the lane's words: in its stream, taken so far
+  uint32_t ahead_ = 0;                              // its word fetched_, loaded early
+  uint32_t hi_ = 0, lo_ = 0, avail_ = 0;            // bit buffer, MSB first: avail_ valid bits
+  LanePlanes<D> next_{};                            // the next tile's planes (prefetched)
 };
 
 }  // namespace warp

@@ -1,4 +1,4 @@
-// Warp level: encode one chunk (up to 16384 elements) of exponents into an interleaved lane-word stream.
+// Warp level: encode one chunk (up to 16384 elements) of exponents into 32 lane streams of pair codewords.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,17 +7,18 @@
 
 #include "../format.hpp"
 #include "../thread/chunk_check.hpp"
-#include "../thread/chunk_schedule.hpp"
-#include "../thread/exponent_code.hpp"
+#include "../thread/pair_code.hpp"
 #include "../thread/float_bits.hpp"
 #include "../thread/reduce_op.hpp"
 #include "lane_io.cuh"
+#include "pair_tables.cuh"
 
 namespace zipcomm {
 namespace warp {
 
-/// The tiles of an element array in memory, as an encoder's loader wants them (any alignment). With an
-/// avg `pre_op` each element is scaled first: a rank's own contribution entering a reduction.
+/// The tiles of an element array in memory, as an encoder's loader wants them (any alignment), each tile's
+/// load started while the previous one is coded. With an avg `pre_op` each element is scaled first: a
+/// rank's own contribution entering a reduction.
 template <DType D>
 struct ArrayTileSource {
   const void* in;
@@ -25,44 +26,75 @@ struct ArrayTileSource {
   bool vector = false;
   uint64_t first_tile = 0;
   uint32_t elems = 0;
+  uint32_t issued = 0;  // tiles [issued - 2, issued) are in flight: tile t in ahead[t % 2]
+  LaneItemsPrefetch<D> ahead[2];
 
   ZIPCOMM_DEVICE ArrayTileSource(const void* array, const ReduceOp& op)
       : in(array), pre_op(op), vector(reinterpret_cast<uintptr_t>(array) % 16 == 0) {}
   ZIPCOMM_DEVICE void begin(uint64_t /*chunk*/, uint32_t chunk_elems, uint64_t chunk_first_tile) {
     elems = chunk_elems;
     first_tile = chunk_first_tile;
+    issued = 0;
+    Issue(0);
+    Issue(1);
   }
+  /// Two tiles ahead, each in its own registers: a register copy of a load in flight would wait for it.
   ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[ITEMS]) {
-    const uint32_t lane = lane_id();
-    const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * ITEMS;
-    load_items_any<D>(in, vector, first, thread::lane_valid_count(elems, t, lane), x);
+    if (t + 2 != issued) {  // out of order (a raw chunk's second pass starts again at 0)
+      issued = t;
+      Issue(t);
+      Issue(t + 1);
+    }
+    if (t % 2 == 0) {
+      ahead[0].Take(x);
+      Issue(t + 2);
+    } else {
+      ahead[1].Take(x);
+      Issue(t + 2);
+    }
     thread::pre_items<D>(pre_op, x);
   }
   ZIPCOMM_DEVICE Status status() const { return Status::ok; }
+
+ private:
+  ZIPCOMM_DEVICE void Issue(uint32_t t) {  // tiles past the chunk load nothing (count 0)
+    const uint32_t lane = lane_id();
+    const uint32_t count = t < format::chunk_tiles(elems) ? format::lane_valid_count(elems, t, lane) : 0u;
+    const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * ITEMS;
+    if (t % 2 == 0)
+      ahead[0].Issue(in, vector, first, count);
+    else
+      ahead[1].Issue(in, vector, first, count);
+    issued = t + 1;
+  }
 };
 
 /// Size and kind of one encoded chunk stream.
 struct ChunkInfo {
   uint32_t bytes;  ///< bytes of the chunk stream (16-byte multiple)
-  uint32_t words;  ///< lane words of a coded chunk
+  uint32_t words;  ///< lane words of a coded chunk, all lanes together
   bool coded;      ///< false: exponents stored raw (coding did not pay)
   uint32_t check;  ///< thread::chunk_check of the elements coded (the chunk table's check entry)
 };
 
 /// \brief Encodes the exponents of one chunk; all 32 lanes of the warp call every member together.
 ///
-/// The sign/mantissa planes are written as each tile is read (so a sender may put them on the wire before
-/// the exponents are done); exponent words are staged in the caller's TempStorage and written out by
-/// Store() once the caller knows where the chunk goes.
+/// Every lane codes its own items into its own stream (two items per pair codeword, one table lookup), kept
+/// in the caller's TempStorage; Store() writes the chunk header and the 32 streams one after another once the
+/// caller knows where the chunk goes. The sign/mantissa planes are written as each tile is read (so a sender
+/// may put them on the wire before the exponents are done).
 ///
 /// \tparam D     element type (DType::bf16, fp16, fp32)
-/// \tparam Code  thread::GaussianCode (default) or thread::Window3Code
+/// \tparam Code  thread::PairCode
 ///
 /// \code
 /// __global__ void kernel(const __nv_bfloat16* in, uint8_t* out, ...) {
 ///   using Enc = zipcomm::warp::WarpChunkEncoder<zipcomm::DType::bf16>;
-///   __shared__ Enc::TempStorage temp[WARPS];                  // 8.3 KB per warp
-///   Enc enc(temp[threadIdx.x / 32]);
+///   __shared__ zipcomm::warp::PairEncodeTable table;          // 5 KB, one per block
+///   __shared__ Enc::TempStorage temp[WARPS];                  // 8 KB per warp
+///   auto cta = cooperative_groups::this_thread_block();
+///   zipcomm::warp::LoadPairTable(table, cta);
+///   Enc enc(temp[threadIdx.x / 32], table);
 ///   auto load = [&](uint32_t tile, uint32_t (&x)[8]) { ... };  // this lane's 8 items of the tile
 ///   zipcomm::warp::ChunkInfo info = enc.Encode(elems, first_tile, load, planes);
 ///   enc.Store(chunk_dst, elems, info, load);                   // chunk_dst: 16-byte aligned
@@ -70,18 +102,21 @@ struct ChunkInfo {
 /// \endcode
 /// The loader is called once per tile in order, and a second time per tile only when the chunk is raw.
 /// TempStorage may be reused for the next chunk right after Store() returns (Store ends with __syncwarp).
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 class WarpChunkEncoder {
   using FB = thread::FloatBits<D>;
   static constexpr uint32_t EXP_BITS = FB::EXP_BITS;
+  static constexpr uint32_t LANE_WORDS = format::LANE_WORD_LIMIT;
 
  public:
   struct TempStorage {
-    uint32_t words[format::CODED_WORD_LIMIT];
-    uint8_t header[format::CHUNK_HEADER_BYTES];  // anchors, then fractions (4 per byte)
+    // Word k of lane l's stream at [k][(l + k) % 32]: conflict-free stores while lanes fill words at about the
+    // same pace, conflict-free loads when Store() copies one lane's stream out.
+    uint32_t words[LANE_WORDS][format::LANES];
   };
 
-  ZIPCOMM_DEVICE explicit WarpChunkEncoder(TempStorage& temp) : temp_(temp) {}
+  ZIPCOMM_DEVICE WarpChunkEncoder(TempStorage& temp, const PairEncodeTable& table)
+      : temp_(temp), table_(static_cast<uint32_t>(__cvta_generic_to_shared(&table))) {}
 
   /// Encodes a chunk of `elems` elements whose first tile has global index `first_tile`.
   /// load(tile, x) fills this lane's 8 items of chunk tile `tile` (items past the end may hold anything).
@@ -89,145 +124,77 @@ class WarpChunkEncoder {
   ZIPCOMM_DEVICE ChunkInfo Encode(uint32_t elems, uint64_t first_tile, Loader& load, const Planes& planes) {
     const uint32_t lane = lane_id();
     const uint32_t tiles = format::chunk_tiles(elems);
-    const int32_t final_pair = thread::lane_final_pair(elems, lane);
-    const uint32_t lt = lanemask_lt();
-
-    uint32_t base = 0;   // words handed out so far (same in every lane)
-    uint32_t avail = 0;  // bits the decoder holds and has not consumed yet (replayed)
-    uint32_t acc = 0;    // the word being filled, MSB first, `nacc` bits used
-    uint32_t nacc = 0;
-    uint32_t pend0 = 0, pend1 = 0, pend2 = 0;  // positions of fetched words not yet written (at most 3)
-    uint32_t npend = 0;
-
-    auto write_word = [&](uint32_t w) {
-      if (pend0 < format::CODED_WORD_LIMIT) temp_.words[pend0] = w;
-      pend0 = pend1;
-      pend1 = pend2;
-      --npend;
-    };
-    auto emit = [&](uint32_t bits, uint32_t len) {  // len <= 30
-      const uint32_t total = nacc + len;
-      if (total < 32) {
-        acc |= bits << (32 - total);
-        nacc = total;
-      } else {
-        write_word(acc | (bits >> (total - 32)));
-        acc = total == 32 ? 0u : bits << (64 - total);
-        nacc = total - 32;
-      }
-    };
-    auto step = [&](bool need) {
-      const uint32_t mask = __ballot_sync(FULL_MASK, need);
-      if (mask) {
-        if (need) {
-          const uint32_t pos = base + __popc(mask & lt);
-          pend0 = npend == 0 ? pos : pend0;
-          pend1 = npend == 1 ? pos : pend1;
-          pend2 = npend == 2 ? pos : pend2;
-          ++npend;
-          avail += 32;
-        }
-        base += __popc(mask);
-      }
-    };
-
-    // Codeword of each symbol under each of the 4 orders, one symbol per lane: bits | len << 16.
-    uint32_t sym_code_f[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (uint32_t fo = 0; fo < 4; ++fo)
-      if (lane <= Code::ESC) {
-        uint32_t b, l;
-        Code::encode(Code::table(fo), lane, b, l);
-        sym_code_f[fo] = b | (l << 16);
-      }
     const uint32_t full_tiles = elems / format::TILE_ELEMS;
     uint32_t check = thread::ChunkCheck::lane_seed(lane);
+    anchor_lo_ = anchor_hi_ = frac_byte_ = 0;
+    acc_ = 0;
+    nacc_ = 0;
+    words_ = 0;
 
-    uint32_t x[ITEMS], next[ITEMS];
-    load(0, next);
     for (uint32_t t = 0; t < tiles; ++t) {
-#pragma unroll
-      for (int i = 0; i < ITEMS; ++i) x[i] = next[i];
-      if (t + 1 < tiles) load(t + 1, next);  // prefetch: the next tile loads while this one is coded
-      const uint32_t cnt = t < full_tiles ? uint32_t(ITEMS) : thread::lane_valid_count(elems, t, lane);
+      uint32_t x[ITEMS];
+      load(t, x);  // loaders start the next tile's load before they return (ArrayTileSource, the decoders)
+      const uint32_t cnt = t < full_tiles ? uint32_t(ITEMS) : format::lane_valid_count(elems, t, lane);
       const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * ITEMS;
       write_planes<D>(planes, first_tile + t, first, cnt, x);
       check = thread::ChunkCheck::add_items<D>(check, x, cnt);
 
+      // Full tiles (all but a chunk's last) take the branches without per-item predicates.
+      const bool full = t < full_tiles;  // warp-uniform
       uint32_t mag = 0;
+      if (full) {
 #pragma unroll
-      for (int i = 0; i < ITEMS; ++i)
-        if (uint32_t(i) < cnt) mag = max(mag, FB::magnitude(x[i]));
+        for (int i = 0; i < ITEMS; ++i) mag = max(mag, FB::magnitude(x[i]));
+      } else {
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i)
+          if (uint32_t(i) < cnt) mag = max(mag, FB::magnitude(x[i]));
+      }
       mag = __reduce_max_sync(FULL_MASK, mag);
       const uint32_t a = mag >> FB::MANT_BITS;
       const uint32_t f = thread::fraction_of<D>(mag);
-      if (lane == 0) {
-        temp_.header[t] = uint8_t(a);
-        uint8_t& fb = temp_.header[tiles + t / 4];
-        fb = uint8_t((t % 4 ? fb : 0) | (f << (2 * (t % 4))));
-      }
+      // The chunk header's bytes stay in registers: lane t % 32 holds tile t's anchor, lane t / 4 its fraction.
+      if (lane == (t & 31u)) (t < 32 ? anchor_lo_ : anchor_hi_) = a;
+      if (lane == t / 4) frac_byte_ |= f << (2 * (t & 3u));
       if (a == 0) continue;  // all exponents zero: nothing to code
 
-      const uint32_t sym_code = f == 0 ? sym_code_f[0] : f == 1 ? sym_code_f[1] : f == 2 ? sym_code_f[2] : sym_code_f[3];
-      uint32_t cw[ITEMS], ce[ITEMS];
-      bool esc_any = false;
+      uint32_t sym[ITEMS];
+      bool esc = false;
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
-        ce[i] = FB::exponent(x[i]);
-        const uint32_t sym = thread::symbol_of<Code>(ce[i], a);
-        cw[i] = __shfl_sync(FULL_MASK, sym_code, sym);
-        if (sym != Code::ESC) ce[i] = 0xFFFFFFFFu;  // marks "no raw exponent follows"
-        esc_any |= (sym == Code::ESC) && uint32_t(i) < cnt;
+        sym[i] = full || uint32_t(i) < cnt ? Code::symbol_of(FB::exponent(x[i]), a) : Code::ZERO;
+        esc |= sym[i] == Code::ESC;
       }
-      const bool tile_esc = __any_sync(FULL_MASK, esc_any);
-      const bool tile_lazy = __any_sync(FULL_MASK, cnt > 0 && thread::pair_is_lazy(final_pair, int32_t(4 * t + 3)));
-
-      if (!tile_esc && !tile_lazy && __all_sync(FULL_MASK, cnt == ITEMS)) {
-        // Fast path (all but the last two tiles of a chunk, unless escapes occur): one greedy refill
-        // point and one two-codeword emission per pair.
+      const uint32_t table_f = table_ + 4 * Code::NUM_PAIRS * f;
+      if (!__any_sync(FULL_MASK, esc)) {
+        if (full) {
+#pragma unroll
+          for (int p = 0; p < 4; ++p) Append(Entry(table_f, sym[2 * p], sym[2 * p + 1]));
+        } else {
+#pragma unroll
+          for (int p = 0; p < 4; ++p)
+            if (2 * p < cnt) Append(Entry(table_f, sym[2 * p], sym[2 * p + 1]));
+        }
+      } else {
+        // ESC symbols: their raw exponents follow the pair's codeword.
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
-          step(avail < 32);
-          const uint32_t len0 = cw[2 * p] >> 16, len1 = cw[2 * p + 1] >> 16;
-          emit(((cw[2 * p] & 0xFFFFu) << len1) | (cw[2 * p + 1] & 0xFFFFu), len0 + len1);
-          avail -= len0 + len1;
-        }
-        continue;
-      }
+          if (2 * p >= cnt) continue;
+          Append(Entry(table_f, sym[2 * p], sym[2 * p + 1]));
 #pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const bool lazy = thread::pair_is_lazy(final_pair, int32_t(4 * t + p));
-        step(thread::need_before_pair(cnt > uint32_t(2 * p), lazy, avail));
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int v = 2 * p + j;
-          const bool valid = cnt > uint32_t(v);
-          const uint32_t len = cw[v] >> 16;
-          if (tile_lazy) step(thread::need_before_code(valid, lazy, len, avail));
-          if (valid) {
-            emit(cw[v] & 0xFFFFu, len);
-            avail -= len;
-          }
-          if (tile_esc) {
-            const bool esc = valid && ce[v] != 0xFFFFFFFFu;
-            step(thread::need_for_escape(esc, lazy, avail, EXP_BITS));
-            if (esc) {
-              emit(ce[v], EXP_BITS);
-              avail -= EXP_BITS;
-            }
-          }
+          for (int j = 0; j < 2; ++j)
+            if (sym[2 * p + j] == Code::ESC) Append(FB::exponent(x[2 * p + j]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
         }
       }
     }
-    // Flush: the partial last word, then words fetched but never filled (possible only behind zero tiles).
-    if (nacc > 0) write_word(acc);
-    while (npend > 0) write_word(0u);
+    if (nacc_ > 0) Flush(true);  // the partial last word, zero-padded
     __syncwarp();
 
     ChunkInfo info;
-    info.words = base;
-    info.coded = format::chunk_stays_coded(D, elems, base);
-    info.bytes = info.coded ? format::coded_chunk_bytes(tiles, base) : format::raw_chunk_bytes(D, elems);
+    info.words = __reduce_add_sync(FULL_MASK, words_);
+    const uint32_t max_lane = __reduce_max_sync(FULL_MASK, words_);
+    info.coded = format::chunk_stays_coded(D, elems, info.words, max_lane);
+    info.bytes = info.coded ? format::coded_chunk_bytes(tiles, info.words) : format::raw_chunk_bytes(D, elems);
     info.check = __reduce_add_sync(FULL_MASK, thread::ChunkCheck::lane_final(check));
     return info;
   }
@@ -239,17 +206,35 @@ class WarpChunkEncoder {
     const uint32_t lane = lane_id();
     const uint32_t tiles = format::chunk_tiles(elems);
     if (info.coded) {
-      const uint32_t hdr = format::chunk_header_bytes(tiles);
-      const uint32_t used = tiles + (tiles + 3) / 4;
-      for (uint32_t b = lane; b < hdr; b += 32) dst[b] = b < used ? temp_.header[b] : 0;
-      const uint32_t total_words = (info.bytes - hdr) / 4;
-      uint32_t* w = reinterpret_cast<uint32_t*>(dst + hdr);
-      for (uint32_t i = lane; i < total_words; i += 32) w[i] = i < info.words ? temp_.words[i] : 0u;
+      const uint32_t hdr = format::chunk_header_bytes(tiles), counts = format::lane_counts_offset(tiles);
+      // Header: anchors, fractions, lane word counts, zero padding; at most 112 bytes, a few per lane.
+      for (uint32_t base = 0; base < hdr; base += 32) {
+        const uint32_t b = base + lane;
+        const uint32_t anchor = __shfl_sync(FULL_MASK, b < 32 ? anchor_lo_ : anchor_hi_, b & 31u);
+        const uint32_t frac = __shfl_sync(FULL_MASK, frac_byte_, (b - tiles) & 31u);
+        const uint32_t count = __shfl_sync(FULL_MASK, words_, (b - counts) & 31u);
+        if (b < hdr) dst[b] = uint8_t(b < tiles ? anchor : b < counts ? frac : b < counts + 32 ? count : 0u);
+      }
+      // The lane streams, one after another: a warp-wide copy of each, coalesced.
+      uint32_t start = words_;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t v = __shfl_up_sync(FULL_MASK, start, o);
+        if (lane >= uint32_t(o)) start += v;
+      }
+      start -= words_;  // exclusive
+      uint32_t* out = reinterpret_cast<uint32_t*>(dst + hdr);
+      for (uint32_t l = 0; l < format::LANES; ++l) {
+        const uint32_t n = __shfl_sync(FULL_MASK, words_, l), s = __shfl_sync(FULL_MASK, start, l);
+        for (uint32_t k = lane; k < n; k += 32) out[s + k] = temp_.words[k][(l + k) & 31u];
+      }
+      const uint32_t end = hdr + 4 * info.words;
+      for (uint32_t b = end + lane; b < info.bytes; b += 32) dst[b] = 0;
     } else {
       for (uint32_t t = 0; t < tiles; ++t) {
         uint32_t x[ITEMS];
         load(t, x);
-        const uint32_t cnt = thread::lane_valid_count(elems, t, lane);
+        const uint32_t cnt = format::lane_valid_count(elems, t, lane);
         uint64_t packed = 0;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i)
@@ -268,7 +253,34 @@ class WarpChunkEncoder {
   }
 
  private:
+  // The encode entry of pair (s0, s1) under the tile's table.
+  ZIPCOMM_DEVICE static uint32_t Entry(uint32_t table_f, uint32_t s0, uint32_t s1) {
+    uint32_t e;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(e) : "r"(table_f + 4 * (s0 * Code::NUM_SYMBOLS + s1)));
+    return e;
+  }
+
+  // Appends an entry's bits (<= 22) after the nacc_ (< 32) bits held, MSB first, then moves a full word out.
+  ZIPCOMM_DEVICE void Append(uint32_t entry) {
+    const uint32_t len = entry >> Code::ENCODE_LEN_SHIFT;
+    const uint64_t bits = entry & ((1u << Code::ENCODE_LEN_SHIFT) - 1u);
+    acc_ |= bits << (64 - nacc_ - len);
+    nacc_ += len;
+    if (nacc_ >= 32) Flush(false);
+  }
+  ZIPCOMM_DEVICE void Flush(bool last) {
+    // Words past the lane limit are counted, not kept: the chunk is then stored raw.
+    if (words_ < LANE_WORDS) temp_.words[words_][(lane_id() + words_) & 31u] = uint32_t(acc_ >> 32);
+    ++words_;
+    acc_ <<= 32;
+    nacc_ = last ? 0u : nacc_ - 32;
+  }
+
   TempStorage& temp_;
+  uint32_t table_;  // shared-window address of the encode table
+  uint64_t acc_ = 0;  // the lane's pending bits, MSB first: nacc_ of them
+  uint32_t nacc_ = 0, words_ = 0;
+  uint32_t anchor_lo_ = 0, anchor_hi_ = 0, frac_byte_ = 0;
 };
 
 }  // namespace warp

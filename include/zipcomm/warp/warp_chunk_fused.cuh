@@ -26,36 +26,33 @@ namespace warp {
 /// \brief Decode + reduce: out[i] = combine(decoded[i], pre(local[i])) for one chunk.
 /// \code
 /// using Fused = zipcomm::warp::WarpChunkDecodeReduce<zipcomm::DType::bf16>;
-/// __shared__ Fused::TempStorage temp[WARPS];                 // 8 KB per warp
-/// zipcomm::Status s = Fused(temp[warp]).DecodeReduce(chunk, bytes, elems, first_tile, planes, check,
-///                                                      local, out, zipcomm::ReduceOp::sum());
+/// extern __shared__ zipcomm::warp::PairDecodeTable table;    // 64 KB per block, LoadPairTable(table, cta)
+/// zipcomm::Status s = Fused(table).DecodeReduce(chunk, bytes, elems, first_tile, planes, check,
+///                                                 local, out, zipcomm::ReduceOp::sum());
 /// \endcode
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 class WarpChunkDecodeReduce {
   using Dec = WarpChunkDecoder<D, Code>;
 
  public:
-  using TempStorage = typename Dec::TempStorage;
-
-  ZIPCOMM_DEVICE explicit WarpChunkDecodeReduce(TempStorage& temp) : temp_(temp) {}
+  ZIPCOMM_DEVICE explicit WarpChunkDecodeReduce(const PairDecodeTable& table) : table_(table) {}
 
   ZIPCOMM_DEVICE Status DecodeReduce(const uint8_t* chunk, uint32_t bytes, uint32_t elems, uint64_t first_tile,
                                      const ConstPlanes& planes, uint32_t check, const void* local, void* out,
                                      const ReduceOp& op) {
     const bool vector = aligned16(local) && aligned16(out);
     const uint64_t lane_first = first_tile * format::TILE_ELEMS + lane_id() * ITEMS;
-    Dec dec(temp_);
+    Dec dec(table_);
     dec.Begin(chunk, bytes, elems, first_tile, planes, check);
     // The local operand of tile t + 1 loads while tile t decodes.
-    uint32_t y_next[ITEMS];
-    load_items_any<D>(local, vector, lane_first, thread::lane_valid_count(elems, 0, lane_id()), y_next);
+    LaneItemsPrefetch<D> y_next;
+    y_next.Issue(local, vector, lane_first, format::lane_valid_count(elems, 0, lane_id()));
     for (uint32_t t = 0; t < dec.tiles(); ++t) {
       uint32_t x[ITEMS], y[ITEMS];
-#pragma unroll
-      for (int i = 0; i < ITEMS; ++i) y[i] = y_next[i];
+      y_next.Take(y);
       if (t + 1 < dec.tiles())
-        load_items_any<D>(local, vector, lane_first + uint64_t(t + 1) * format::TILE_ELEMS,
-                          thread::lane_valid_count(elems, t + 1, lane_id()), y_next);
+        y_next.Issue(local, vector, lane_first + uint64_t(t + 1) * format::TILE_ELEMS,
+                     format::lane_valid_count(elems, t + 1, lane_id()));
       const uint32_t cnt = dec.DecodeTile(t, x);
       thread::reduce_items<D>(op, x, y);
       store_items_any<D>(out, vector, lane_first + uint64_t(t) * format::TILE_ELEMS, cnt, x);
@@ -64,20 +61,18 @@ class WarpChunkDecodeReduce {
   }
 
  private:
-  TempStorage& temp_;
+  const PairDecodeTable& table_;
 };
 
 /// \brief Decode + forward: out = decode(chunk), and the chunk (exponent stream and its share of the planes)
 /// is copied unchanged to fwd_chunk / fwd_planes for the next peer with 16-byte vectors, while the decoder
 /// reads the same bytes (DRAM sees them once; the second read is served by L1/L2).
-template <DType D, class Code = thread::GaussianCode>
+template <DType D, class Code = thread::PairCode>
 class WarpChunkDecodeForward {
   using Dec = WarpChunkDecoder<D, Code>;
 
  public:
-  using TempStorage = typename Dec::TempStorage;
-
-  ZIPCOMM_DEVICE explicit WarpChunkDecodeForward(TempStorage& temp) : temp_(temp) {}
+  ZIPCOMM_DEVICE explicit WarpChunkDecodeForward(const PairDecodeTable& table) : table_(table) {}
 
   /// fwd_chunk: 16-byte aligned, `bytes` long (nullptr: the caller forwards the exponent stream itself).
   ZIPCOMM_DEVICE Status DecodeForward(const uint8_t* chunk, uint32_t bytes, uint32_t elems, uint64_t first_tile,
@@ -85,7 +80,7 @@ class WarpChunkDecodeForward {
                                       const Planes& fwd_planes) {
     const bool vector = aligned16(out);
     const uint64_t lane_first = first_tile * format::TILE_ELEMS + lane_id() * ITEMS;
-    Dec dec(temp_);
+    Dec dec(table_);
     ChunkForward forward;
     forward.chunk = fwd_chunk;
     forward.planes = fwd_planes;
@@ -99,20 +94,19 @@ class WarpChunkDecodeForward {
   }
 
  private:
-  TempStorage& temp_;
+  const PairDecodeTable& table_;
 };
 
 /// \brief The tiles of op(decode(chunk), local), in order, as an encoder's loader wants them (the source
 /// behind decode + reduce + encode). Asking for tile 0 again restarts the decoder: a chunk the encoder
-/// stores raw is decoded and reduced a second time. status() is the first pass's outcome. STAGE_WORDS: as
-/// in WarpChunkDecoder (false leaves the shared memory to the encoder: more warps per SM).
-template <DType D, class Code = thread::GaussianCode, bool STAGE_WORDS = false>
+/// stores raw is decoded and reduced a second time. status() is the first pass's outcome.
+template <DType D, class Code = thread::PairCode>
 class ReducedTileSource {
-  using Dec = WarpChunkDecoder<D, Code, STAGE_WORDS>;
+  using Dec = WarpChunkDecoder<D, Code>;
 
  public:
-  ZIPCOMM_DEVICE ReducedTileSource(typename Dec::TempStorage& temp, const void* local, const ReduceOp& op)
-      : dec_(temp), local_(local), op_(op), vector_(aligned16(local)) {}
+  ZIPCOMM_DEVICE ReducedTileSource(const PairDecodeTable& table, const void* local, const ReduceOp& op)
+      : dec_(table), local_(local), op_(op), vector_(aligned16(local)) {}
 
   /// The incoming chunk and its stored check (bytes = 0: known to be corrupt; only its planes are read).
   ZIPCOMM_DEVICE void set_chunk(const uint8_t* chunk, uint32_t bytes, uint32_t elems, uint64_t first_tile,
@@ -131,12 +125,11 @@ class ReducedTileSource {
     if (t == 0) {
       dec_.Begin(chunk_, bytes_, elems_, first_tile_, planes_, check_);
       ++passes_;
-      load_local(0, y_next_);
+      load_local(0);
     }
     uint32_t y[ITEMS];
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) y[i] = y_next_[i];
-    if (t + 1 < dec_.tiles()) load_local(t + 1, y_next_);  // loads while tile t decodes
+    y_next_.Take(y);
+    if (t + 1 < dec_.tiles()) load_local(t + 1);  // loads while tile t decodes
     dec_.DecodeTile(t, x);
     thread::reduce_items<D>(op_, x, y);
     if (passes_ == 1 && t + 1 == dec_.tiles()) status_ = dec_.Finish();
@@ -145,13 +138,13 @@ class ReducedTileSource {
   ZIPCOMM_DEVICE Status status() const { return status_; }
 
  private:
-  ZIPCOMM_DEVICE void load_local(uint32_t t, uint32_t (&y)[ITEMS]) const {
+  ZIPCOMM_DEVICE void load_local(uint32_t t) {
     const uint64_t first = (first_tile_ + t) * format::TILE_ELEMS + lane_id() * ITEMS;
-    load_items_any<D>(local_, vector_, first, thread::lane_valid_count(elems_, t, lane_id()), y);
+    y_next_.Issue(local_, vector_, first, format::lane_valid_count(elems_, t, lane_id()));
   }
 
   Dec dec_;
-  uint32_t y_next_[ITEMS] = {};
+  LaneItemsPrefetch<D> y_next_;
   const void* local_;
   ReduceOp op_;
   bool vector_;
@@ -168,28 +161,25 @@ class ReducedTileSource {
 /// result does not compress is stored raw: Store() then decodes and reduces it a second time.
 /// \code
 /// using Fused = zipcomm::warp::WarpChunkDecodeReduceEncode<zipcomm::DType::bf16>;
-/// __shared__ Fused::TempStorage temp[WARPS];                 // 8.3 KB per warp
-/// Fused f(temp[warp], local, zipcomm::ReduceOp::sum());
+/// extern __shared__ zipcomm::warp::PairTables tables;         // 69 KB per block, LoadPairTable(tables, cta)
+/// __shared__ Fused::TempStorage temp[WARPS];                 // 8 KB per warp
+/// Fused f(temp[warp], tables, local, zipcomm::ReduceOp::sum());
 /// zipcomm::Status s;
 /// zipcomm::warp::ChunkInfo info = f.Encode(chunk, bytes, check, elems, first_tile, in_planes, out_planes, s);
 /// f.Store(out_chunk, info);                                   // 16-byte aligned, info.bytes long
 /// \endcode
 /// `bytes` = 0 marks an incoming chunk already known to be corrupt: nothing of it is read but its planes,
-/// and the status is corrupt_stream. The incoming words are read through L1 (see WarpChunkDecoder's
-/// STAGE_WORDS), so TempStorage is little more than the encoder's 8.3 KB.
-template <DType D, class Code = thread::GaussianCode>
+/// and the status is corrupt_stream.
+template <DType D, class Code = thread::PairCode>
 class WarpChunkDecodeReduceEncode {
-  using Dec = WarpChunkDecoder<D, Code, false>;
   using Enc = WarpChunkEncoder<D, Code>;
 
  public:
-  struct TempStorage {
-    typename Dec::TempStorage dec;
-    typename Enc::TempStorage enc;
-  };
+  using TempStorage = typename Enc::TempStorage;
 
-  ZIPCOMM_DEVICE WarpChunkDecodeReduceEncode(TempStorage& temp, const void* local, const ReduceOp& op)
-      : source_(temp.dec, local, op), enc_(temp.enc) {}
+  ZIPCOMM_DEVICE WarpChunkDecodeReduceEncode(TempStorage& temp, const PairTables& tables, const void* local,
+                                             const ReduceOp& op)
+      : source_(tables.decode, local, op), enc_(temp, tables.encode) {}
 
   ZIPCOMM_DEVICE ChunkInfo Encode(const uint8_t* chunk, uint32_t bytes, uint32_t check, uint32_t elems,
                                   uint64_t first_tile, const ConstPlanes& in_planes, const Planes& out_planes,
@@ -204,7 +194,7 @@ class WarpChunkDecodeReduceEncode {
   ZIPCOMM_DEVICE void Store(uint8_t* dst, const ChunkInfo& info) { enc_.Store(dst, elems_, info, source_); }
 
  private:
-  ReducedTileSource<D, Code, false> source_;
+  ReducedTileSource<D, Code> source_;
   Enc enc_;
   uint32_t elems_ = 0;
 };

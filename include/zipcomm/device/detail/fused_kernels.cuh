@@ -19,11 +19,17 @@ namespace zipcomm {
 namespace device {
 namespace detail {
 
-/// decode + reduce + encode: the encoder stages 8.3 KB per warp, the decoder reads through L1; 4-warp
-/// blocks let registers, not shared memory, bound the warps per SM.
+/// decode + reduce + encode: 69 KB of tables per block and 8 KB of lane words per warp: one block of 16 warps
+/// per SM (two blocks of 8 would need the tables twice).
 struct FusedEncodePolicy {
-  static constexpr int WARPS = 4;
+  static constexpr int WARPS = 16;
   static constexpr int THREADS = WARPS * 32;
+};
+
+template <DType D, class Code, int WARPS>
+struct FusedEncodeSmem {
+  warp::PairTables tables;
+  typename warp::WarpChunkDecodeReduceEncode<D, Code>::TempStorage warp[WARPS];
 };
 
 struct FusedArgs {
@@ -40,10 +46,12 @@ struct FusedArgs {
 };
 
 template <DType D, class Code>
-__global__ void __launch_bounds__(CodecPolicy::THREADS, 3) decompress_reduce_kernel(FusedArgs args) {
-  using Fused = warp::WarpChunkDecodeReduce<D, Code>;
+__global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_reduce_kernel(FusedArgs args) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  Fused fused(reinterpret_cast<typename Fused::TempStorage*>(smem_raw)[threadIdx.x / 32]);
+  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(smem_raw);
+  auto cta = cooperative_groups::this_thread_block();
+  warp::LoadPairTable(table, cta);
+  warp::WarpChunkDecodeReduce<D, Code> fused(table);
   auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
     return fused.DecodeReduce(chunk, bytes, format::chunk_elems(args.n, c), c * format::CHUNK_TILES,
                               warp::ConstPlanes{view.plane0(), view.plane1()}, view.check(c), args.local, args.out,
@@ -67,10 +75,12 @@ ZIPCOMM_DEVICE void forward_stream_frame(const uint8_t* in, uint8_t* fwd, const 
 }
 
 template <DType D, class Code>
-__global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_forward_kernel(FusedArgs args) {
-  using Fused = warp::WarpChunkDecodeForward<D, Code>;
+__global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_forward_kernel(FusedArgs args) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  Fused fused(reinterpret_cast<typename Fused::TempStorage*>(smem_raw)[threadIdx.x / 32]);
+  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(smem_raw);
+  auto cta = cooperative_groups::this_thread_block();
+  warp::LoadPairTable(table, cta);
+  warp::WarpChunkDecodeForward<D, Code> fused(table);
   auto check = [&](const format::StreamView& view) {
     return view.total_bytes() > args.fwd_capacity ? Status::buffer_too_small : Status::ok;
   };
@@ -91,7 +101,7 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) decompress_forward_kerne
 /// Chunk c of the incoming stream, decoded and reduced tile by tile, for encode_chunks.
 template <DType D, class Code>
 struct StreamReducedSource {
-  warp::ReducedTileSource<D, Code, false> tiles;
+  warp::ReducedTileSource<D, Code> tiles;
   const format::StreamView& view;
   ZIPCOMM_DEVICE void begin(uint64_t c, uint32_t elems, uint64_t first_tile) {
     const uint8_t* chunk;
@@ -106,9 +116,10 @@ struct StreamReducedSource {
 template <DType D, class Code>
 __global__ void __launch_bounds__(FusedEncodePolicy::THREADS)
     decompress_reduce_compress_kernel(FusedArgs in_args, CompressArgs out_args) {
-  using Fused = warp::WarpChunkDecodeReduceEncode<D, Code>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  typename Fused::TempStorage& temp = reinterpret_cast<typename Fused::TempStorage*>(smem_raw)[threadIdx.x / 32];
+  auto& smem = *reinterpret_cast<FusedEncodeSmem<D, Code, FusedEncodePolicy::WARPS>*>(smem_raw);
+  auto cta = cooperative_groups::this_thread_block();
+  warp::LoadPairTable(smem.tables, cta);
   format::StreamView view;
   Status hs = view.open(in_args.in, in_args.in_bytes, D, Code::ID);
   if (hs == Status::ok && view.layout.n != in_args.n) hs = Status::size_mismatch;
@@ -116,9 +127,9 @@ __global__ void __launch_bounds__(FusedEncodePolicy::THREADS)
     if (blockIdx.x == 0 && threadIdx.x == 0) report(out_args.status, hs);
     return;
   }
-  StreamReducedSource<D, Code> source{warp::ReducedTileSource<D, Code, false>(temp.dec, in_args.local, in_args.op),
+  StreamReducedSource<D, Code> source{warp::ReducedTileSource<D, Code>(smem.tables.decode, in_args.local, in_args.op),
                                      view};
-  encode_chunks<D, Code>(out_args, temp.enc, source);
+  encode_chunks<D, Code>(out_args, smem.warp[threadIdx.x / 32], smem.tables.encode, source);
 }
 
 template <DType D, class Code>
@@ -140,8 +151,8 @@ cudaError_t launch_decompress_reduce(void* d_temp, size_t& temp_bytes, const voi
   if (e != cudaSuccess) return e;
   FusedArgs args{static_cast<const uint8_t*>(d_in), in_bytes, d_local, d_out, n, op, nullptr, 0, d_status,
                  static_cast<unsigned long long*>(d_temp)};
-  const size_t smem = sizeof(typename warp::WarpChunkDecodeReduce<D, Code>::TempStorage) * CodecPolicy::WARPS;
-  return launch_persistent(decompress_reduce_kernel<D, Code>, CodecPolicy::THREADS, smem,
+  const size_t smem = sizeof(warp::PairDecodeTable);
+  return launch_persistent(decompress_reduce_kernel<D, Code>, DecodePolicy::THREADS, smem,
                            format::layout_for(D, n).num_chunks, stream, args);
 }
 
@@ -165,8 +176,8 @@ cudaError_t launch_decompress_forward(void* d_temp, size_t& temp_bytes, const vo
   if (e != cudaSuccess) return e;
   FusedArgs args{static_cast<const uint8_t*>(d_in), in_bytes, nullptr, d_out, n, ReduceOp::sum(),
                  static_cast<uint8_t*>(d_fwd), fwd_capacity, d_status, static_cast<unsigned long long*>(d_temp)};
-  const size_t smem = sizeof(typename warp::WarpChunkDecodeForward<D, Code>::TempStorage) * CodecPolicy::WARPS;
-  return launch_persistent(decompress_forward_kernel<D, Code>, CodecPolicy::THREADS, smem,
+  const size_t smem = sizeof(warp::PairDecodeTable);
+  return launch_persistent(decompress_forward_kernel<D, Code>, DecodePolicy::THREADS, smem,
                            format::layout_for(D, n).num_chunks, stream, args);
 }
 
@@ -200,7 +211,7 @@ cudaError_t launch_decompress_reduce_compress(void* d_temp, size_t& temp_bytes, 
                         reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(d_temp) + 16),
                         static_cast<unsigned long long*>(d_temp),
                         ReduceOp::sum()};
-  const size_t smem = sizeof(typename warp::WarpChunkDecodeReduceEncode<D, Code>::TempStorage) * FusedEncodePolicy::WARPS;
+  const size_t smem = sizeof(FusedEncodeSmem<D, Code, FusedEncodePolicy::WARPS>);
   auto kernel = decompress_reduce_compress_kernel<D, Code>;
   int grid = 1;
   e = persistent_grid(kernel, FusedEncodePolicy::THREADS, smem, L.num_chunks, grid);
