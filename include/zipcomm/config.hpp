@@ -30,7 +30,9 @@ enum class Status : uint32_t {
   size_mismatch = 5,      ///< element counts of the operands disagree
   timeout = 6,            ///< a bounded wait on a peer expired
   checksum_mismatch = 7,  ///< a chunk decoded to elements whose check differs from the stored one
-  unsupported_version = 8,  ///< a stream of another format version (v1 streams carry no checksums)
+  unsupported_version = 8,  ///< a stream of another format version (v1 and v2 streams are not read)
+  not_finite = 9,         ///< lossy quantization tier: a NaN or infinity in the input, or a group whose range
+                          ///< or reconstruction is not finite (include/zipcomm/quant/)
 };
 
 ZIPCOMM_HOST_DEVICE const char* status_string(Status s) {
@@ -44,6 +46,7 @@ ZIPCOMM_HOST_DEVICE const char* status_string(Status s) {
     case Status::timeout: return "timeout";
     case Status::checksum_mismatch: return "checksum mismatch";
     case Status::unsupported_version: return "unsupported format version";
+    case Status::not_finite: return "not finite (NaN, infinity or a range that overflows)";
   }
   return "unknown status";
 }

@@ -493,7 +493,8 @@ NB_MODULE(_zipcomm_ext, m) {
       .value("size_mismatch", Status::size_mismatch)
       .value("timeout", Status::timeout)
       .value("checksum_mismatch", Status::checksum_mismatch)
-      .value("unsupported_version", Status::unsupported_version);
+      .value("unsupported_version", Status::unsupported_version)
+      .value("not_finite", Status::not_finite);
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
