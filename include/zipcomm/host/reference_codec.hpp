@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../format.hpp"
+#include "element_bits.hpp"
 #include "../thread/chunk_check.hpp"
 #include "../thread/pair_code.hpp"
 #include "../thread/float_bits.hpp"
@@ -20,28 +21,6 @@ using format::Header;
 using format::Layout;
 
 namespace detail {
-
-template <DType D>
-inline uint32_t load_bits(const uint8_t* src, uint64_t i) {
-  if (D == DType::fp32) {
-    uint32_t v;
-    std::memcpy(&v, src + 4 * i, 4);
-    return v;
-  }
-  uint16_t v;
-  std::memcpy(&v, src + 2 * i, 2);
-  return v;
-}
-
-template <DType D>
-inline void store_bits(uint8_t* dst, uint64_t i, uint32_t b) {
-  if (D == DType::fp32) {
-    std::memcpy(dst + 4 * i, &b, 4);
-  } else {
-    uint16_t v = static_cast<uint16_t>(b);
-    std::memcpy(dst + 2 * i, &v, 2);
-  }
-}
 
 inline void put_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 inline uint32_t get_u32(const uint8_t* p) {

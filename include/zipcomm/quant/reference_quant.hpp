@@ -16,6 +16,7 @@
 
 #include "../config.hpp"
 #include "../format.hpp"
+#include "../host/element_bits.hpp"
 #include "group_quantizer.hpp"
 #include "quant_format.hpp"
 
@@ -25,27 +26,8 @@ namespace host {
 
 namespace detail {
 
-template <DType D>
-inline uint32_t load_bits(const uint8_t* src, uint64_t i) {
-  if (D == DType::fp32) {
-    uint32_t v;
-    std::memcpy(&v, src + 4 * i, 4);
-    return v;
-  }
-  uint16_t v;
-  std::memcpy(&v, src + 2 * i, 2);
-  return v;
-}
-
-template <DType D>
-inline void store_bits(uint8_t* dst, uint64_t i, uint32_t b) {
-  if (D == DType::fp32) {
-    std::memcpy(dst + 4 * i, &b, 4);
-  } else {
-    const uint16_t v = static_cast<uint16_t>(b);
-    std::memcpy(dst + 2 * i, &v, 2);
-  }
-}
+using zipcomm::host::detail::load_bits;
+using zipcomm::host::detail::store_bits;
 
 inline float get_f32(const uint8_t* p) {
   float v;

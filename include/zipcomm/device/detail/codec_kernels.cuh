@@ -49,7 +49,7 @@ struct EncodeSmem {
 constexpr uint64_t FLAG_AGGREGATE = 1ull << 62;
 constexpr uint64_t FLAG_INCLUSIVE = 2ull << 62;
 constexpr uint64_t VALUE_MASK = (1ull << 62) - 1;
-constexpr uint64_t SPIN_LIMIT = 1ull << 26;  // ~minutes of polling: only a broken GPU would hit it
+constexpr uint64_t SPIN_LIMIT = 1ull << 26;  // ~20 s of polling (256 ns sleeps): only a broken GPU would hit it
 
 struct CompressArgs {
   const void* in;
@@ -92,7 +92,7 @@ ZIPCOMM_DEVICE uint64_t look_back(uint64_t* state, uint64_t c, bool& timed_out) 
           s = FLAG_INCLUSIVE;
           break;
         }
-        __nanosleep(256);  // a predecessor still coding: long enough not to take its SM's issue slots
+        __nanosleep(256);  // a predecessor still coding: long enough to leave its SM's schedulers to others
       }
     }
     const uint32_t inclusive = __ballot_sync(warp::FULL_MASK, (s >> 62) == 2);
