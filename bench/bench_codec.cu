@@ -320,6 +320,10 @@ int main(int argc, char** argv) {
   bench_dataset<DType::fp16, thread::PairCode>("llama_grads_scaled", file("llama_grads_scaled.f16"), mib, reps,
                                                    targets, rows);
   bench_dataset<DType::fp32, thread::PairCode>("llama_grads", file("llama_grads.f32"), mib, reps, targets, rows);
+  bench_dataset<DType::fp32, thread::PairCode>("tiny_lm_grads_autocast", file("tiny_lm_grads_autocast.f32"), mib, reps,
+                                               targets, rows);
+  bench_dataset<DType::fp32, thread::PairCode>("tiny_lm_grads_fp32", file("tiny_lm_grads_fp32.f32"), mib, reps,
+                                               targets, rows);
 
   std::printf("\nzipcomm codec benchmark on %s (%d SMs); %llu MiB per data set, median of %d\n", prop.name,
               prop.multiProcessorCount, (unsigned long long)mib, reps);

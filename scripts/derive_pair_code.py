@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Design-time derivation of the pair code's codeword lengths (zipcomm wire format v3).
+"""Design-time derivation of the pair code's codeword lengths (zipcomm wire format, since v3).
 
 Documents and reproduces the PairCode::LENGTHS table of include/zipcomm/thread/pair_code.hpp. It is not used
 at run time: the lengths are frozen in the wire format (docs/FORMAT.md) and never change with the data.

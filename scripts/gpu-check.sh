@@ -2,10 +2,11 @@
 # One run on a GPU machine: build, run every test (GPU ones included), the stress run (full mode),
 # compute-sanitizer on the GPU tests, then the benchmarks. Logs go to $OUT. Needs
 # Catch2 carried in .deps/.
-# Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p]    (full: everything; quick: no sanitizers, 64 MiB
+# Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p|codec]    (full: everything; quick: no sanitizers, 64 MiB
 # benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second run;
 # p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples and bench_p2p, no sanitizers - a short run
-# for a change confined to the P2P links). Env: ZIPCOMM_BENCHES (subset), ZIPCOMM_P2P_ARGS, ZIPCOMM_P2P_TIMEOUT (s, 300),
+# for a change confined to the P2P links; codec: the codec targets: every GPU test but [p2p], memcheck on the
+# codec, block and fused tests, bench and bench_fused - a short run for a change to the codec). Env: ZIPCOMM_BENCHES (subset), ZIPCOMM_P2P_ARGS, ZIPCOMM_P2P_TIMEOUT (s, 300),
 # ZIPCOMM_P2P_DATA (folder with llama_grads.bf16 for bench_p2p; tests/data), ZIPCOMM_P2P_ARGS2 (a second bench_p2p run
 # after the first, e.g. on other data: its output goes to bench_p2p2.*), ZIPCOMM_P2P_BATCH (bench_p2p --batch cases,
 # 16x64,4x256,64x16; its JSON travels in the logs' archive), ZIPCOMM_STRESS_SECONDS (full mode: seconds of transfers
@@ -27,6 +28,7 @@ cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTU
 # -k 0: a target that fails to build is reported, and everything else still builds and runs.
 TARGETS=()
 [ "$MODE" = p2p ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_p2p zipcomm_p2p_pipeline zipcomm_rl_weight_sync zipcomm_probe_split zipcomm_probe_concurrent zipcomm_probe_copy_engines)
+[ "$MODE" = codec ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench zipcomm_bench_fused)
 if ! cmake --build $BUILD -j"$(nproc)" "${TARGETS[@]}" -- -k 0 > "$OUT/build.log" 2>&1; then
   log "build had FAILURES (the rest runs)"; grep -E "error|FAILED" "$OUT/build.log" | head -40
   [ -x $BUILD/tests/gpu/zipcomm_gpu_tests ] || exit 1
@@ -40,6 +42,12 @@ if [ "$MODE" = p2p ]; then
   $GPU_TESTS "[p2p]" --durations yes > "$OUT/gpu_tests.log" 2>&1
   log "gpu tests [p2p] rc=$?: $(tail -3 "$OUT/gpu_tests.log" | tr '\n' ' ')"
   ZIPCOMM_BENCHES=p2p
+elif [ "$MODE" = codec ]; then
+  timeout 240 $GPU_TESTS "~[p2p]" --durations yes > "$OUT/gpu_tests.log" 2>&1
+  log "gpu tests ~[p2p] rc=$?: $(tail -3 "$OUT/gpu_tests.log" | tr '\n' ' ')"
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 99 $GPU_TESTS "[codec],[block],[fused]~[large]" > "$OUT/memcheck.log" 2>&1
+  log "memcheck rc=$?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+  ZIPCOMM_BENCHES=${ZIPCOMM_BENCHES:-codec fused}
 elif [ "$MODE" != san ]; then
 # GPU tests one at a time: some run sender and receiver kernels side by side and need the GPU to themselves.
 ctest --test-dir $BUILD --output-on-failure -j4 -LE gpu > "$OUT/ctest.log" 2>&1
@@ -87,7 +95,7 @@ BENCHES=${ZIPCOMM_BENCHES:-codec p2p fused ring}  # a subset runs faster
 [ "$MODE" = san ] && BENCHES=""
 want() { [[ " $BENCHES " == *" $1 "* ]]; }
 if want codec; then
-  $BUILD/bench/zipcomm_bench --data tests/data --mib $MIB --reps 20 --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
+  $BUILD/bench/zipcomm_bench --data tests/data --mib $MIB --reps 20 ${ZIPCOMM_BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
   log "bench rc=$?"
 fi
 # P2P pipeline over the pinned-host link: GB/s vs message size, coded modes vs raw; PNG when matplotlib is there

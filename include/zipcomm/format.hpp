@@ -1,4 +1,4 @@
-// zipcomm wire format v3: constants, header and layout arithmetic (docs/FORMAT.md is the specification).
+// zipcomm wire format v4: constants, header and layout arithmetic (docs/FORMAT.md is the specification).
 // Everything here is constexpr/host-device so host reference code and device kernels agree by construction.
 #pragma once
 
@@ -22,7 +22,7 @@ ZIPCOMM_HOST_DEVICE bool code_valid(uint8_t c) { return c == 3; }
 namespace format {
 
 constexpr uint32_t MAGIC = 0x4D43505Au;  // bytes "ZPCM" in memory order
-constexpr uint8_t VERSION = 3;  // v3: pair code, one contiguous stream per lane (v1, v2 streams are refused)
+constexpr uint8_t VERSION = 4;  // v4: low mantissa bits dropped per tile where zero (v1-v3 streams are refused)
 constexpr uint32_t HEADER_BYTES = 64;
 
 constexpr int LANES = 32;                  // lane streams per chunk (one warp)
@@ -62,6 +62,42 @@ struct Traits<DType::fp32> {
 ZIPCOMM_HOST_DEVICE constexpr uint32_t elem_bytes(DType d) { return d == DType::fp32 ? 4u : 2u; }
 ZIPCOMM_HOST_DEVICE constexpr int exp_bits(DType d) { return d == DType::fp16 ? 5 : 8; }
 
+/// Low mantissa bits: the mantissa bits below the top 7 (fp16 m[2..0], fp32 m[15..0]; bf16 has none). Each
+/// tile stores them at one of a few widths, named by a 2-bit width code; the bits below the stored width are
+/// zero in every element of the tile (bf16 values widened to fp32, or converted to fp16, need none).
+ZIPCOMM_HOST_DEVICE constexpr uint32_t low_bits(DType d) { return d == DType::fp16 ? 3u : d == DType::fp32 ? 16u : 0u; }
+ZIPCOMM_HOST_DEVICE constexpr bool has_low(DType d) { return low_bits(d) != 0; }
+/// Valid width codes: fp32 0, 1, 2 store 16, 8, 0 low bits; fp16 0, 1 store 3, 0.
+ZIPCOMM_HOST_DEVICE constexpr uint32_t low_code_count(DType d) { return d == DType::fp32 ? 3u : d == DType::fp16 ? 2u : 1u; }
+ZIPCOMM_HOST_DEVICE constexpr uint32_t low_stored_bits(DType d, uint32_t code) {
+  return d == DType::fp32 ? 16u - 8u * code : d == DType::fp16 ? (code ? 0u : 3u) : 0u;
+}
+/// The width code that stores no low bits.
+ZIPCOMM_HOST_DEVICE constexpr uint32_t low_none_code(DType d) { return low_code_count(d) - 1u; }
+/// Bytes of one tile's low part at width `code` with `valid` elements: fp32 whole bytes per element in element
+/// order, padded to 16; fp16 three bit-planes of 32 bytes (one byte per lane), whatever `valid` is.
+ZIPCOMM_HOST_DEVICE constexpr uint32_t low_tile_bytes(DType d, uint32_t code, uint32_t valid) {
+  return d == DType::fp32 ? static_cast<uint32_t>(align_up(uint64_t(valid) * (low_stored_bits(d, code) / 8), ALIGN))
+                          : d == DType::fp16 && code == 0 ? 96u : 0u;
+}
+/// Bytes of the low part of a chunk of `elems` elements with every tile at full width (code 0).
+ZIPCOMM_HOST_DEVICE constexpr uint32_t full_low_chunk_bytes(DType d, uint32_t elems) {
+  return d == DType::fp32 ? static_cast<uint32_t>((elems / TILE_ELEMS) * 512u +
+                                                  align_up(2ull * (elems % TILE_ELEMS), ALIGN))
+                          : d == DType::fp16 ? static_cast<uint32_t>(div_up(elems, TILE_ELEMS) * 96u) : 0u;
+}
+/// How an encoder picks the tiles' width codes: the fewest low bits that hold each tile (the device codec, the
+/// host reference), or always full width (writers that place low bits before they have seen a whole stream:
+/// the fused hops, the P2P links, the block codec).
+enum class LowWidths : uint8_t { minimal, full };
+
+/// The width code of tile t from its chunk's 16 bytes of codes (as four little-endian words).
+ZIPCOMM_HOST_DEVICE constexpr uint32_t low_code_at(const uint32_t (&codes)[4], uint32_t t) {
+  // selects, not an indexed load: the codes stay in registers
+  const uint32_t w = t < 32 ? (t < 16 ? codes[0] : codes[1]) : (t < 48 ? codes[2] : codes[3]);
+  return (w >> (2 * (t % 16))) & 3u;
+}
+
 /// Fixed part of the stream header (64 bytes, little-endian).
 struct Header {
   uint32_t magic;
@@ -71,9 +107,9 @@ struct Header {
   uint8_t chunk_log2;       // log2(CHUNK_ELEMS); fixed at 14, stored so readers can check
   uint64_t num_elements;
   uint64_t total_bytes;     // whole compressed stream, header included
-  uint64_t plane1_offset;   // byte offsets from the start of the stream
-  uint64_t table_offset;
-  uint64_t exp_offset;
+  uint64_t table_offset;    // byte offsets from the start of the stream
+  uint64_t low_offset;
+  uint64_t exp_offset;      // low_offset + the length of the low section
   uint32_t header_check;    // FNV-1a over bytes [0, 48) of the header
   uint32_t reserved0;
   uint32_t reserved1;
@@ -81,30 +117,43 @@ struct Header {
 };
 static_assert(sizeof(Header) == HEADER_BYTES, "header is 64 bytes");
 
-/// Where each section of a stream of `n` elements of `dtype` lives. Depends only on (dtype, n).
+/// Where each section of a stream of `n` elements of `dtype` lives. All but the last two offsets depend only on
+/// (dtype, n); the low section's length (`low_bytes`) sets where the exponent section starts.
 struct Layout {
   uint64_t n;
   uint64_t num_chunks;
   uint64_t num_tiles;
-  uint64_t plane0_offset, plane0_bytes;  // one byte per element
-  uint64_t plane1_offset, plane1_bytes;  // fp16: 3 bit-planes per tile; fp32: 2 bytes per element
+  uint64_t plane0_offset, plane0_bytes;  // one byte per element: sign and the top 7 mantissa bits
+  uint64_t widths_offset, widths_bytes;  // fp16, fp32: a 2-bit low width code per tile
   uint64_t table_offset;                 // num_chunks x uint64 end offsets into the exponent section
-  uint64_t check_offset;                 // num_chunks x uint32 chunk checks (thread::ChunkCheck), after the ends
+  uint64_t low_table_offset;             // fp16, fp32: num_chunks x uint64 end offsets into the low section
+  uint64_t check_offset;                 // num_chunks x uint32 chunk checks (thread::ChunkCheck)
+  uint64_t low_offset;                   // low section: each chunk's tiles' low mantissa bits
+  uint64_t low_max_bytes;                // the low section with every tile at full width
+  uint64_t low_bytes;                    // this stream's low section
   uint64_t exp_offset;                   // exponent section: one 16-byte aligned stream per chunk
 };
 
-ZIPCOMM_HOST_DEVICE Layout layout_for(DType dtype, uint64_t n) {
+/// The layout of a stream whose low section is `low_bytes` long (default: every tile at full width).
+ZIPCOMM_HOST_DEVICE Layout layout_for(DType dtype, uint64_t n, uint64_t low_bytes = ~0ull) {
   Layout l{};
   l.n = n;
   l.num_chunks = div_up(n, CHUNK_ELEMS);
   l.num_tiles = div_up(n, TILE_ELEMS);
+  const uint64_t low_tables = has_low(dtype) ? 1 : 0;
   l.plane0_offset = HEADER_BYTES;
   l.plane0_bytes = n;
-  l.plane1_offset = align_up(l.plane0_offset + l.plane0_bytes, ALIGN);
-  l.plane1_bytes = dtype == DType::fp16 ? l.num_tiles * 96 : dtype == DType::fp32 ? 2 * n : 0;
-  l.table_offset = align_up(l.plane1_offset + l.plane1_bytes, ALIGN);
-  l.check_offset = l.table_offset + 8 * l.num_chunks;
-  l.exp_offset = align_up(l.check_offset + 4 * l.num_chunks, ALIGN);
+  l.widths_offset = align_up(l.plane0_offset + l.plane0_bytes, ALIGN);
+  l.widths_bytes = low_tables * div_up(l.num_tiles, 4);
+  l.table_offset = align_up(l.widths_offset + l.widths_bytes, ALIGN);
+  l.low_table_offset = l.table_offset + 8 * l.num_chunks;
+  l.check_offset = l.low_table_offset + low_tables * 8 * l.num_chunks;
+  l.low_offset = align_up(l.check_offset + 4 * l.num_chunks, ALIGN);
+  const uint64_t full = n / CHUNK_ELEMS;
+  const uint32_t tail = static_cast<uint32_t>(n - full * CHUNK_ELEMS);
+  l.low_max_bytes = full * full_low_chunk_bytes(dtype, CHUNK_ELEMS) + full_low_chunk_bytes(dtype, tail);
+  l.low_bytes = low_bytes == ~0ull ? l.low_max_bytes : low_bytes;
+  l.exp_offset = l.low_offset + l.low_bytes;
   return l;
 }
 
@@ -119,6 +168,11 @@ ZIPCOMM_HOST_DEVICE uint32_t chunk_tiles(uint32_t elems) { return static_cast<ui
 ZIPCOMM_HOST_DEVICE uint32_t lane_valid_count(uint32_t elems, uint32_t tile, uint32_t lane) {
   int64_t left = int64_t(elems) - int64_t(tile) * TILE_ELEMS - int64_t(lane) * ITEMS_PER_LANE;
   return left <= 0 ? 0u : left >= ITEMS_PER_LANE ? uint32_t(ITEMS_PER_LANE) : uint32_t(left);
+}
+/// Elements in tile `tile` of a chunk of `elems` elements (0..256).
+ZIPCOMM_HOST_DEVICE uint32_t tile_valid_count(uint32_t elems, uint32_t tile) {
+  int64_t left = int64_t(elems) - int64_t(tile) * TILE_ELEMS;
+  return left <= 0 ? 0u : left >= TILE_ELEMS ? uint32_t(TILE_ELEMS) : uint32_t(left);
 }
 /// Where a coded chunk's 32 lane word counts (one byte each) start: after the anchors (one byte per tile) and
 /// the 2-bit fractions packed four per byte.
@@ -149,12 +203,20 @@ ZIPCOMM_HOST_DEVICE bool chunk_range_valid(DType d, uint64_t n, uint64_t c, uint
          end - start <= raw_chunk_bytes(d, chunk_elems(n, c)) && (!last || end == exp_bytes);
 }
 
+/// Whether chunk c's low part [start, end) (offsets into a low section of low_bytes) can be valid.
+ZIPCOMM_HOST_DEVICE bool low_range_valid(DType d, uint64_t n, uint64_t c, uint64_t start, uint64_t end,
+                                         uint64_t low_bytes) {
+  const bool last = c + 1 == div_up(n, CHUNK_ELEMS);
+  return start <= end && end <= low_bytes && start % ALIGN == 0 && end % ALIGN == 0 &&
+         end - start <= full_low_chunk_bytes(d, chunk_elems(n, c)) && (!last || end == low_bytes);
+}
+
 /// The alignment gaps between sections (zero in every stream): [begin, end) of gap g, g < SECTION_GAPS.
 constexpr int SECTION_GAPS = 3;
 ZIPCOMM_HOST_DEVICE void section_gap(const Layout& l, int g, uint64_t& begin, uint64_t& end) {
-  begin = g == 0 ? l.plane0_offset + l.plane0_bytes : g == 1 ? l.plane1_offset + l.plane1_bytes
+  begin = g == 0 ? l.plane0_offset + l.plane0_bytes : g == 1 ? l.widths_offset + l.widths_bytes
                                                               : l.check_offset + 4 * l.num_chunks;
-  end = g == 0 ? l.plane1_offset : g == 1 ? l.table_offset : l.exp_offset;
+  end = g == 0 ? l.widths_offset : g == 1 ? l.table_offset : l.low_offset;
 }
 
 /// Applies op(byte offset) to the gap bytes first, first + step, ... (a warp splits them by lane): writers
@@ -174,7 +236,13 @@ ZIPCOMM_HOST_DEVICE bool section_gaps_zero(const uint8_t* stream, const Layout& 
   return seen == 0;
 }
 
-/// Upper bound of the compressed size of n elements (every chunk raw).
+/// The width-code bits of the positions past the last tile (in the last byte of the widths section) are zero.
+ZIPCOMM_HOST_DEVICE bool widths_tail_zero(const uint8_t* stream, const Layout& l) {
+  if (l.widths_bytes == 0 || l.num_tiles % 4 == 0) return true;
+  return (stream[l.widths_offset + l.widths_bytes - 1] >> (2 * (l.num_tiles % 4))) == 0;
+}
+
+/// Upper bound of the compressed size of n elements (every tile's low bits kept, every chunk raw).
 ZIPCOMM_HOST_DEVICE uint64_t max_compressed_bytes(DType dtype, uint64_t n) {
   Layout l = layout_for(dtype, n);
   uint64_t full = n / CHUNK_ELEMS;
@@ -188,8 +256,9 @@ ZIPCOMM_HOST_DEVICE uint32_t fnv1a(const uint8_t* p, uint32_t len) {
   return h;
 }
 
-ZIPCOMM_HOST_DEVICE Header make_header(DType dtype, CodeId code, uint64_t n, uint64_t total_bytes) {
-  Layout l = layout_for(dtype, n);
+/// The header of a stream of n elements whose low section is low_bytes long.
+ZIPCOMM_HOST_DEVICE Header make_header(DType dtype, CodeId code, uint64_t n, uint64_t total_bytes, uint64_t low_bytes) {
+  Layout l = layout_for(dtype, n, low_bytes);
   Header h{};
   h.magic = MAGIC;
   h.version = VERSION;
@@ -198,15 +267,21 @@ ZIPCOMM_HOST_DEVICE Header make_header(DType dtype, CodeId code, uint64_t n, uin
   h.chunk_log2 = 14;
   h.num_elements = n;
   h.total_bytes = total_bytes;
-  h.plane1_offset = l.plane1_offset;
   h.table_offset = l.table_offset;
+  h.low_offset = l.low_offset;
   h.exp_offset = l.exp_offset;
   h.header_check = fnv1a(reinterpret_cast<const uint8_t*>(&h), 48);
   return h;
 }
 
+/// The layout a header describes (its low section's length included). Meaningful once the header is valid.
+ZIPCOMM_HOST_DEVICE Layout layout_of(const Header& h) {
+  return layout_for(static_cast<DType>(h.dtype), h.num_elements, h.exp_offset - h.low_offset);
+}
+
 /// Checks everything in a header that can be checked without the rest of the stream. A well-formed header of
-/// another version (v1 and v2 have the same header) gives unsupported_version, so a reader can say what it saw.
+/// another version (v1 to v3 have the same magic and check) gives unsupported_version, so a reader can say what
+/// it saw.
 ZIPCOMM_HOST_DEVICE Status validate_header(const Header& h, uint64_t available_bytes) {
   if (h.magic != MAGIC) return Status::bad_header;
   if (fnv1a(reinterpret_cast<const uint8_t*>(&h), 48) != h.header_check) return Status::bad_header;
@@ -215,13 +290,23 @@ ZIPCOMM_HOST_DEVICE Status validate_header(const Header& h, uint64_t available_b
   if (h.reserved0 || h.reserved1 || h.reserved2) return Status::bad_header;  // writers zero them
   if (h.num_elements > (uint64_t(1) << 50)) return Status::bad_header;
   Layout l = layout_for(static_cast<DType>(h.dtype), h.num_elements);
-  if (h.plane1_offset != l.plane1_offset || h.table_offset != l.table_offset || h.exp_offset != l.exp_offset)
+  if (h.table_offset != l.table_offset || h.low_offset != l.low_offset || h.exp_offset < l.low_offset ||
+      h.exp_offset > l.exp_offset || h.exp_offset % ALIGN)
     return Status::bad_header;
-  if (h.total_bytes < l.exp_offset || h.total_bytes > max_compressed_bytes(static_cast<DType>(h.dtype), h.num_elements))
+  if (h.total_bytes < h.exp_offset || h.total_bytes > max_compressed_bytes(static_cast<DType>(h.dtype), h.num_elements))
     return Status::bad_header;
   if (h.total_bytes > available_bytes) return Status::corrupt_stream;  // truncated
   return Status::ok;
 }
+
+/// One chunk's raw bits, for a reader: plane 0 of its stream (indexed by element), the stream's width codes
+/// (indexed by tile) and the chunk's low part, `low_bytes` long.
+struct ConstPlanes {
+  const uint8_t* plane0;
+  const uint8_t* widths;
+  const uint8_t* low;
+  uint32_t low_bytes;
+};
 
 /// A stream whose header was checked: where its sections and chunks are. `in` must be 8-byte aligned.
 struct StreamView {
@@ -238,13 +323,14 @@ struct StreamView {
     if (s != Status::ok) return s;
     if (h.dtype != uint8_t(dtype) || h.code != uint8_t(code)) return Status::bad_header;
     base = in;
-    layout = layout_for(dtype, h.num_elements);
+    layout = layout_of(h);
     exp_bytes = h.total_bytes - layout.exp_offset;
-    return section_gaps_zero(in, layout) ? Status::ok : Status::corrupt_stream;  // at most 45 bytes
+    return section_gaps_zero(in, layout) && widths_tail_zero(in, layout) ? Status::ok : Status::corrupt_stream;
   }
   ZIPCOMM_HOST_DEVICE uint64_t total_bytes() const { return layout.exp_offset + exp_bytes; }
   ZIPCOMM_HOST_DEVICE const uint8_t* plane0() const { return base + layout.plane0_offset; }
-  ZIPCOMM_HOST_DEVICE const uint8_t* plane1() const { return base + layout.plane1_offset; }
+  ZIPCOMM_HOST_DEVICE const uint8_t* widths() const { return base + layout.widths_offset; }
+  ZIPCOMM_HOST_DEVICE const uint8_t* low() const { return base + layout.low_offset; }
   ZIPCOMM_HOST_DEVICE const uint64_t* table() const { return reinterpret_cast<const uint64_t*>(base + layout.table_offset); }
   /// The stored check of chunk c (the decoder compares it with the check of what it decoded).
   ZIPCOMM_HOST_DEVICE uint32_t check(uint64_t c) const {
@@ -256,6 +342,27 @@ struct StreamView {
     p = base + layout.exp_offset;
     bytes = 0;
     if (!chunk_range_valid(dtype, layout.n, c, start, end, exp_bytes)) return false;
+    p += start;
+    bytes = static_cast<uint32_t>(end - start);
+    return true;
+  }
+  /// Chunk c's raw bits for a decoder: plane 0, the width codes and its low part (an empty one when its low
+  /// table entries are inconsistent: chunk_low tells).
+  ZIPCOMM_HOST_DEVICE ConstPlanes chunk_planes(DType dtype, uint64_t c) const {
+    const uint8_t* p;
+    uint32_t bytes;
+    chunk_low(dtype, c, p, bytes);
+    return ConstPlanes{plane0(), widths(), p, bytes};
+  }
+  /// Chunk c's low part; false (and bytes = 0) when its low table entries are inconsistent. Whether its
+  /// length matches its tiles' width codes is for the chunk's decoder to check.
+  ZIPCOMM_HOST_DEVICE bool chunk_low(DType dtype, uint64_t c, const uint8_t*& p, uint32_t& bytes) const {
+    p = low();
+    bytes = 0;
+    if (!has_low(dtype)) return true;
+    const uint64_t* t = reinterpret_cast<const uint64_t*>(base + layout.low_table_offset);
+    const uint64_t start = c ? t[c - 1] : 0, end = t[c];
+    if (!low_range_valid(dtype, layout.n, c, start, end, layout.low_bytes)) return false;
     p += start;
     bytes = static_cast<uint32_t>(end - start);
     return true;

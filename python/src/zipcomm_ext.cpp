@@ -228,8 +228,8 @@ nb::dict header_info(const format::Header& h, uint64_t raw_chunks) {
   r["chunks"] = format::layout_for(d, h.num_elements).num_chunks;
   r["raw_chunks"] = raw_chunks;
   r["chunk_elements"] = uint64_t(1) << h.chunk_log2;
-  r["plane1_offset"] = h.plane1_offset;
   r["table_offset"] = h.table_offset;
+  r["low_offset"] = h.low_offset;
   r["exp_offset"] = h.exp_offset;
   r["header_check"] = h.header_check;
   return r;

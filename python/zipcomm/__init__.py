@@ -2,7 +2,7 @@
 
 A thin client of the zipcomm C++ library (header-only, include/zipcomm): the host reference codec for arrays
 in host memory, the device-wide GPU codec for arrays on a CUDA device (when the package was built with nvcc).
-Both write the same bytes: wire format v3 (docs/FORMAT.md). Every decoded bit equals the input bit (NaN
+Both write the same bytes: wire format v4 (docs/FORMAT.md). Every decoded bit equals the input bit (NaN
 payloads, infinities, subnormals and -0 included).
 
 Arrays are taken through DLPack: NumPy, torch, CuPy and other DLPack arrays, with no dependency on any of them
@@ -11,7 +11,7 @@ except NumPy. NumPy has no bfloat16: pass ``ml_dtypes.bfloat16`` arrays, or bf16
 
     >>> import numpy as np, zipcomm
     >>> x = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
-    >>> buf = zipcomm.compress(x)                  # numpy uint8 array: one wire format v3 stream
+    >>> buf = zipcomm.compress(x)                  # numpy uint8 array: one wire format v4 stream
     >>> y = zipcomm.decompress(buf)                # 1-D float32, bit-identical to x.ravel()
     >>> zipcomm.info(buf)["elements"]
     100000
@@ -85,15 +85,16 @@ _STATUS_HELP = """
     (docs/FORMAT.md, section 14)."""
 
 _FORMAT_HELP = """
-    Wire format v3 (docs/FORMAT.md): one self-contained stream per array, little-endian:
-        [0, 64)            header: magic "ZPCM", version 3, dtype (1 bf16, 2 fp16, 3 fp32), code (3 pair),
+    Wire format v4 (docs/FORMAT.md): one self-contained stream per array, little-endian:
+        [0, 64)            header: magic "ZPCM", version 4, dtype (1 bf16, 2 fp16, 3 fp32), code (3 pair),
                            chunk_log2 14, element count, total bytes, section offsets, FNV-1a check
-        plane0             one byte per element, stored raw: bf16 sign and 7 mantissa bits, fp16 the low 8
-                           mantissa bits, fp32 sign and the top 7 mantissa bits
-        plane1             stored raw: fp16 sign and mantissa bits 9-8 (3 bit-planes per 256-element tile),
-                           fp32 the low 16 mantissa bits, bf16 nothing
-        chunk table        per chunk of 16384 elements: end offset of its exponent stream, then a 32-bit check
-                           of its elements
+        plane0             one byte per element, stored raw: the sign and the top 7 mantissa bits
+        width codes        fp16, fp32: 2 bits per 256-element tile, how many low mantissa bits the tile keeps
+                           (fp32 16, 8 or 0; fp16 3 or 0): bits that are zero in every element are dropped, so
+                           bf16 values widened to fp32 or converted to fp16 cost what bf16 costs
+        chunk tables       per chunk of 16384 elements: end offsets of its exponent stream and of its low
+                           bits (fp16, fp32), then a 32-bit check of its elements
+        low section        per chunk, per tile: the low mantissa bits it keeps
         exponent section   per chunk: the exponents coded two at a time with a fixed prefix code (the pair
                            code) on their distance below a per-tile (256 elements) maximum, one bit stream per
                            lane of a warp, or stored raw when that is not smaller
@@ -163,7 +164,7 @@ def _in_framework_of(x: Any, result: Any) -> Any:
 
 
 def compress(x: Any, code: str = "pair", *, dtype: Any = None) -> Any:
-    """Compresses an array of bf16, fp16 or fp32 elements, losslessly, into one wire format v3 stream.
+    """Compresses an array of bf16, fp16 or fp32 elements, losslessly, into one wire format v4 stream.
 
     Args:
         x: a C-contiguous array of any shape (its elements are taken in row-major order; the shape is not
@@ -171,7 +172,7 @@ def compress(x: Any, code: str = "pair", *, dtype: Any = None) -> Any:
             float16 or float32; or integer bit patterns with ``dtype``: uint16/int16 with "bf16" or "fp16",
             uint32/int32 with "fp32". A non-contiguous array raises ValueError (pass a contiguous copy:
             numpy.ascontiguousarray(x), x.contiguous()); another dtype raises TypeError naming it.
-        code: the exponent code: "pair", the only one (format v3).
+        code: the exponent code: "pair", the only one (format v4).
         dtype: what the elements are when x holds bit patterns: "bf16", "fp16", "fp32" (or a NumPy/torch
             dtype). For a float array it may be given and must agree.
 
@@ -196,7 +197,7 @@ compress.__doc__ += _FORMAT_HELP + "\n" + _STATUS_HELP  # type: ignore[operator]
 
 
 def decompress(buf: Any, out: Any = None) -> Any:
-    """Decompresses one wire format v3 stream, checking all of it (every chunk's check of its elements).
+    """Decompresses one wire format v4 stream, checking all of it (every chunk's check of its elements).
 
     Args:
         buf: the stream: a uint8 array (host or CUDA), bytes, bytearray or memoryview. Bytes after the
@@ -255,7 +256,7 @@ def info(buf: Any) -> dict[str, Any]:
 
     Returns a dict: version, dtype ("bf16" | "fp16" | "fp32"), code ("pair"), elements,
     original_bytes, compressed_bytes (the header's total_bytes), ratio (compressed / original), chunks,
-    raw_chunks (chunks whose exponents are stored raw), chunk_elements, plane1_offset, table_offset,
+    raw_chunks (chunks whose exponents are stored raw), chunk_elements, table_offset, low_offset,
     exp_offset, header_check, buffer_bytes (the length of buf; bytes past compressed_bytes are ignored).
 
     Raises ZipcommError for a header that does not check out (bad_header, unsupported_version) or a buffer

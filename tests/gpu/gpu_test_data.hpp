@@ -59,6 +59,25 @@ inline std::vector<uint8_t> gaussian_bytes(zipcomm::DType d, uint64_t n, float s
   return out;
 }
 
+/// fp16, fp32 data whose tiles' low mantissa bits are zero in some tiles (as bf16 values widened or converted
+/// are): per 256-element tile at random, fp32 keeps all, the top 8 or none of its 16 low bits, fp16 all or none
+/// of its 3. Every width code of the format then appears.
+inline void drop_low_bits_in_some_tiles(zipcomm::DType d, std::vector<uint8_t>& raw, std::mt19937_64& rng) {
+  if (d == zipcomm::DType::bf16) return;
+  const uint64_t eb = zipcomm::format::elem_bytes(d), n = raw.size() / eb;
+  for (uint64_t tile = 0; tile * 256 < n; ++tile) {
+    const uint32_t k = uint32_t(rng() % 3);
+    const uint32_t keep = d == zipcomm::DType::fp32 ? (k == 0 ? ~0u : k == 1 ? 0xFFFFFF00u : 0xFFFF0000u)
+                                                    : (k == 0 ? 0xFFFFu : 0xFFF8u);
+    for (uint64_t i = tile * 256; i < n && i < tile * 256 + 256; ++i) {
+      uint32_t v = 0;
+      std::memcpy(&v, &raw[i * eb], eb);
+      v &= keep;
+      std::memcpy(&raw[i * eb], &v, eb);
+    }
+  }
+}
+
 /// n bf16 elements for the P2P links: Gaussian with a per-block scale, sprinkled with specials (zeros, -0, inf,
 /// NaN payloads, subnormals), so every path of the codec and of the planes is exercised.
 inline std::vector<uint8_t> test_bf16(uint64_t n, std::mt19937_64& rng) {

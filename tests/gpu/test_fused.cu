@@ -41,10 +41,12 @@ std::vector<uint8_t> test_data(DType d, uint64_t n, std::mt19937_64& rng, double
   return v;
 }
 
-std::vector<uint8_t> host_compress(DType d, const std::vector<uint8_t>& raw, uint64_t n) {
+/// The host reference's stream: minimal widths (device::compress), full widths (the fused writers).
+std::vector<uint8_t> host_compress(DType d, const std::vector<uint8_t>& raw, uint64_t n,
+                                   format::LowWidths widths = format::LowWidths::minimal) {
   std::vector<uint8_t> s(format::max_compressed_bytes(d, n));
   uint64_t bytes = 0;
-  REQUIRE(host::compress(d, CodeId::pair, raw.data(), n, s.data(), s.size(), &bytes) == Status::ok);
+  REQUIRE(host::compress(d, CodeId::pair, raw.data(), n, s.data(), s.size(), &bytes, widths) == Status::ok);
   s.resize(bytes);
   return s;
 }
@@ -81,7 +83,7 @@ void check_device_steps(const std::vector<uint8_t>& a, const std::vector<uint8_t
     REQUIRE(std::equal(want.begin(), want.end(), got.begin() + offset));
     REQUIRE(got[offset + raw] == 0xEE);  // nothing written past n elements
 
-    const auto want_stream = host_compress(D, want, n);
+    const auto want_stream = host_compress(D, want, n, format::LowWidths::full);
     CUDA_OK(device::decompress_reduce_compress<D>(d_temp.ptr, temp_bytes, d_stream.ptr, stream.size(), d_local.as(offset),
                                                   n, op, d_enc.ptr, d_enc.bytes, d_bytes.as<uint64_t>(),
                                                   d_status.as<Status>()));
@@ -309,7 +311,7 @@ void block_level_case(std::mt19937_64& rng, bool corrupt) {
       REQUIRE(host::reduce(D, op, h.a.data(), h.b.data(), want.data(), n) == Status::ok);
       CUDA_OK(cudaMemcpy(got.data(), jobs[k].out, n * eb, cudaMemcpyDeviceToHost));
       REQUIRE(got == want);
-      const auto want_stream = host_compress(D, want, n);
+      const auto want_stream = host_compress(D, want, n, format::LowWidths::full);
       REQUIRE(done[k].enc_bytes == want_stream.size());
       std::vector<uint8_t> enc(want_stream.size());
       CUDA_OK(cudaMemcpy(enc.data(), jobs[k].enc, enc.size(), cudaMemcpyDeviceToHost));
@@ -339,11 +341,11 @@ __global__ void warp_reduce_encode(const uint8_t* in, uint64_t in_bytes, const u
   view.chunk(DType::bf16, c, chunk, bytes);
   Fused fused(temp, tables, local, op);
   Status s;
-  const format::Layout L = view.layout;
+  const format::Layout L = view.layout;  // bf16: no low bits
   const warp::ChunkInfo info =
       fused.Encode(chunk, bytes, view.check(c), format::chunk_elems(L.n, c), c * format::CHUNK_TILES,
-                   warp::ConstPlanes{view.plane0(), view.plane1()},
-                   warp::Planes{out_stream + L.plane0_offset, out_stream + L.plane1_offset}, s);
+                   view.chunk_planes(DType::bf16, c),
+                   warp::Planes{out_stream + L.plane0_offset, out_stream + L.widths_offset, out_stream + L.low_offset, true}, s);
   fused.Store(slots + c * format::raw_chunk_bytes(DType::bf16, format::CHUNK_ELEMS), info);
   if (warp::lane_id() == 0) slot_bytes[c] = info.bytes, checks[c] = info.check, status[c] = s;
 }

@@ -1,4 +1,4 @@
-// Wire format v3: layout arithmetic, chunk layout helpers, header make/validate, header integrity, older
+// Wire format v4: layout arithmetic, chunk layout helpers, header make/validate, header integrity, older
 // versions refused.
 #include "test_util.hpp"
 
@@ -20,21 +20,31 @@ void check_layout(DType d, uint64_t n) {
   REQUIRE(l.num_tiles == tiles);
   REQUIRE(l.plane0_offset == 64);
   REQUIRE(l.plane0_bytes == n);
-  const uint64_t p1 = d == DType::fp16 ? tiles * 96 : d == DType::fp32 ? 2 * n : 0;
-  REQUIRE(l.plane1_bytes == p1);
-  REQUIRE(l.plane1_offset == au16(64 + n));
-  REQUIRE(l.table_offset == au16(l.plane1_offset + p1));
-  REQUIRE(l.check_offset == l.table_offset + 8 * chunks);
-  REQUIRE(l.exp_offset == au16(l.table_offset + 12 * chunks));
+  const bool low = d != DType::bf16;
+  REQUIRE(l.widths_offset == au16(64 + n));
+  REQUIRE(l.widths_bytes == (low ? (tiles + 3) / 4 : 0));
+  REQUIRE(l.table_offset == au16(l.widths_offset + l.widths_bytes));
+  REQUIRE(l.low_table_offset == l.table_offset + 8 * chunks);
+  REQUIRE(l.check_offset == l.low_table_offset + (low ? 8 * chunks : 0));
+  REQUIRE(l.low_offset == au16(l.check_offset + 4 * chunks));
+  // full width: fp32 two bytes per element, each tile padded to 16; fp16 96 bytes per tile
+  const uint64_t full_low = d == DType::fp32 ? (n / 256) * 512 + au16(2 * (n % 256)) : d == DType::fp16 ? 96 * tiles : 0;
+  REQUIRE(l.low_max_bytes == full_low);
+  REQUIRE(l.low_bytes == full_low);
+  REQUIRE(l.exp_offset == l.low_offset + full_low);
+  const Layout lz = format::layout_for(d, n, 0);  // every tile's low bits dropped
+  REQUIRE(lz.exp_offset == lz.low_offset);
+  REQUIRE(lz.table_offset == l.table_offset);
   // alignment, order, disjointness, no gap of a whole alignment unit
-  for (uint64_t off : {l.plane0_offset, l.plane1_offset, l.table_offset, l.exp_offset}) REQUIRE(off % 16 == 0);
+  for (uint64_t off : {l.plane0_offset, l.widths_offset, l.table_offset, l.low_offset, l.exp_offset})
+    REQUIRE(off % 16 == 0);
   REQUIRE(l.plane0_offset >= format::HEADER_BYTES);
-  REQUIRE(l.plane0_offset + l.plane0_bytes <= l.plane1_offset);
-  REQUIRE(l.plane1_offset - (l.plane0_offset + l.plane0_bytes) < 16);
-  REQUIRE(l.plane1_offset + l.plane1_bytes <= l.table_offset);
-  REQUIRE(l.table_offset - (l.plane1_offset + l.plane1_bytes) < 16);
-  REQUIRE(l.check_offset + 4 * l.num_chunks <= l.exp_offset);
-  REQUIRE(l.exp_offset - (l.check_offset + 4 * l.num_chunks) < 16);
+  REQUIRE(l.plane0_offset + l.plane0_bytes <= l.widths_offset);
+  REQUIRE(l.widths_offset - (l.plane0_offset + l.plane0_bytes) < 16);
+  REQUIRE(l.widths_offset + l.widths_bytes <= l.table_offset);
+  REQUIRE(l.table_offset - (l.widths_offset + l.widths_bytes) < 16);
+  REQUIRE(l.check_offset + 4 * l.num_chunks <= l.low_offset);
+  REQUIRE(l.low_offset - (l.check_offset + 4 * l.num_chunks) < 16);
   // chunk sizes sum to n; raw bound
   const uint32_t eb = d == DType::fp16 ? 5 : 8;
   const uint64_t full = n / 16384, tail = n % 16384;
@@ -74,11 +84,12 @@ TEST_CASE("layout sizes are exact past 2^32 elements (arithmetic only)", "[forma
   const uint64_t n = two32 + 1;  // 262145 chunks, 16777217 tiles
   const Layout l = format::layout_for(DType::fp32, n);
   CHECK(l.num_chunks == 262145);
-  CHECK(l.plane1_offset == au16(64 + n));
-  CHECK(l.table_offset == au16(l.plane1_offset + 2 * n));
+  CHECK(l.widths_offset == au16(64 + n));
+  CHECK(l.widths_bytes == (16777217ull + 3) / 4);
+  CHECK(l.low_max_bytes == 2 * (n - 1) + 16);
   CHECK(format::max_compressed_bytes(DType::fp32, n) == l.exp_offset + 262144ull * 16384 + 16);
   const Layout h = format::layout_for(DType::fp16, n);
-  CHECK(h.plane1_bytes == 16777217ull * 96);
+  CHECK(h.low_max_bytes == 16777217ull * 96);
   CHECK(format::max_compressed_bytes(DType::fp16, n) == h.exp_offset + 262144ull * 10240 + 16);
 }
 
@@ -140,19 +151,21 @@ TEST_CASE("header make/validate", "[format]") {
     const uint64_t n = it % 2 ? rng() % 100000 : rng() % (uint64_t(1) << 50);
     const Layout l = format::layout_for(d, n);
     const uint64_t mx = format::max_compressed_bytes(d, n);
-    const uint64_t total = l.exp_offset + rng() % (mx - l.exp_offset + 1);
-    INFO("dtype " << dtype_name(d) << " n " << n << " total " << total);
-    Header h = format::make_header(d, c, n, total);
+    const uint64_t low = rng() % 4 == 0 ? l.low_max_bytes : rng() % (l.low_max_bytes / 16 + 1) * 16;
+    const Layout lv = format::layout_for(d, n, low);
+    const uint64_t total = lv.exp_offset + rng() % (mx - lv.exp_offset + 1);
+    INFO("dtype " << dtype_name(d) << " n " << n << " low " << low << " total " << total);
+    Header h = format::make_header(d, c, n, total, low);
     REQUIRE(h.magic == format::MAGIC);
     REQUIRE(std::memcmp(&h.magic, "ZPCM", 4) == 0);
-    REQUIRE(h.version == 3);
+    REQUIRE(h.version == 4);
     REQUIRE(h.code == 3);
     REQUIRE(h.chunk_log2 == 14);
     REQUIRE(h.num_elements == n);
     REQUIRE(h.total_bytes == total);
-    REQUIRE(h.plane1_offset == l.plane1_offset);
     REQUIRE(h.table_offset == l.table_offset);
-    REQUIRE(h.exp_offset == l.exp_offset);
+    REQUIRE(h.low_offset == l.low_offset);
+    REQUIRE(h.exp_offset == lv.exp_offset);
     REQUIRE(h.reserved0 == 0);
     REQUIRE(h.reserved1 == 0);
     REQUIRE(h.reserved2 == 0);
@@ -162,9 +175,15 @@ TEST_CASE("header make/validate", "[format]") {
     REQUIRE(format::validate_header(h, 0) == Status::corrupt_stream);
 
     // out-of-range sizes, with a valid check value so only the semantic test can reject them
-    REQUIRE(format::validate_header(format::make_header(d, c, n, l.exp_offset - 1 - rng() % 64), ~0ull) ==
+    REQUIRE(format::validate_header(format::make_header(d, c, n, lv.exp_offset - 1 - rng() % 64, low), ~0ull) ==
             Status::bad_header);
-    REQUIRE(format::validate_header(format::make_header(d, c, n, mx + 1 + rng() % 64), ~0ull) == Status::bad_header);
+    REQUIRE(format::validate_header(format::make_header(d, c, n, mx + 1 + rng() % 64, low), ~0ull) ==
+            Status::bad_header);
+    // a low section longer than every tile at full width, or not a multiple of 16
+    REQUIRE(format::validate_header(format::make_header(d, c, n, mx, l.low_max_bytes + 16 * (1 + rng() % 8)),
+                                    ~0ull) == Status::bad_header);
+    if (low) REQUIRE(format::validate_header(format::make_header(d, c, n, mx, low - 1 - rng() % 15), ~0ull) ==
+                     Status::bad_header);
     auto resigned = [](Header x) {
       x.header_check = format::fnv1a(reinterpret_cast<const uint8_t*>(&x), 48);
       return x;
@@ -173,9 +192,9 @@ TEST_CASE("header make/validate", "[format]") {
     b.magic ^= 1u << (rng() % 32);
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     b = h;
-    b.version = uint8_t(h.version + 1 + rng() % 255);  // v1 and v2 among them
+    b.version = uint8_t(h.version + 1 + rng() % 255);  // v1 to v3 among them
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::unsupported_version);
-    for (uint8_t v : {0, 1, 2, 4, 255}) {
+    for (uint8_t v : {0, 1, 2, 3, 5, 255}) {
       b.version = v;
       REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::unsupported_version);
     }
@@ -196,13 +215,15 @@ TEST_CASE("header make/validate", "[format]") {
     b.num_elements = (uint64_t(1) << 50) + 1 + rng() % 1000;
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     b = h;
-    b.plane1_offset += 16;
+    b.low_offset += 16;
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     b = h;
     b.table_offset -= 16;
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     b = h;
-    b.exp_offset += 16;
+    b.exp_offset = l.exp_offset + 16;
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    b.exp_offset = l.low_offset - 16;
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     b = h;
     b.header_check ^= 1u << (rng() % 32);
@@ -211,7 +232,7 @@ TEST_CASE("header make/validate", "[format]") {
 }
 
 TEST_CASE("read_header rejects short buffers and null pointers", "[format]") {
-  Header h = format::make_header(DType::bf16, CodeId::pair, 0, 64);
+  Header h = format::make_header(DType::bf16, CodeId::pair, 0, 64, 0);
   Header out;
   REQUIRE(host::read_header(&h, 64, &out) == Status::ok);
   for (uint64_t b = 0; b < 64; ++b) REQUIRE(host::read_header(&h, b, &out) != Status::ok);
@@ -226,9 +247,11 @@ std::vector<Header> sample_headers(std::mt19937_64& rng) {
     for (CodeId c : zt::kCodes)
       for (uint64_t n : {uint64_t(0), uint64_t(1), uint64_t(16385), uint64_t(rng() % 10000000),
                          uint64_t(1) << 33}) {
-        const uint64_t lo = format::layout_for(d, n).exp_offset, hi = format::max_compressed_bytes(d, n);
-        hs.push_back(format::make_header(d, c, n, lo + rng() % (hi - lo + 1)));
-        hs.push_back(format::make_header(d, c, n, hi));
+        const Layout l = format::layout_for(d, n);
+        const uint64_t low = rng() % (l.low_max_bytes / 16 + 1) * 16;
+        const uint64_t lo = format::layout_for(d, n, low).exp_offset, hi = format::max_compressed_bytes(d, n);
+        hs.push_back(format::make_header(d, c, n, lo + rng() % (hi - lo + 1), low));
+        hs.push_back(format::make_header(d, c, n, hi, l.low_max_bytes));
       }
   return hs;
 }
@@ -248,13 +271,13 @@ TEST_CASE("every single-bit flip in a valid header is rejected", "[format]") {
   }
 }
 
-TEST_CASE("streams of format v1 and v2 are refused as unsupported_version", "[format]") {
+TEST_CASE("streams of format v1 to v3 are refused as unsupported_version", "[format]") {
   ZT_RNG("old versions refused");
   for (DType d : zt::kDTypes) {
     const zt::Tensor t = zt::gaussian(d, 40000, rng);
     const auto s = zt::compress_ok(CodeId::pair, t);
-    // v1 and v2 had the same header; their streams carried code 1 (gaussian) or 2 (window3).
-    for (uint8_t version : {1, 2})
+    // v1 to v3 had the same magic and header check; v1 and v2 streams carried code 1 (gaussian) or 2 (window3).
+    for (uint8_t version : {1, 2, 3})
       for (uint8_t code : {1, 2, 3}) {
         INFO("dtype " << dtype_name(d) << " version " << int(version) << " code " << int(code));
         std::vector<uint8_t> old = s;

@@ -1,4 +1,4 @@
-// The pair code of wire format v3 (thread::PairCode, thread/pair_code.hpp), checked exhaustively over its small
+// The pair code of the wire format (since v3) (thread::PairCode, thread/pair_code.hpp), checked exhaustively over its small
 // spaces: the frozen lengths give a complete canonical prefix code per fraction bucket, the decode table maps
 // every 12-bit window to the codeword that prefixes it, the encode table's entries (escaped pairs included)
 // decode back to their pair, and the symbol mapping is right for every (exponent, anchor).
@@ -424,7 +424,7 @@ zt::Tensor tensor_of(DType d, const std::vector<uint32_t>& bits) {
 std::vector<uint8_t> with_chunk(const std::vector<uint8_t>& stream, const std::vector<uint8_t>& chunk) {
   format::Header h;
   std::memcpy(&h, stream.data(), sizeof h);
-  const format::Layout l = format::layout_for(static_cast<DType>(h.dtype), h.num_elements);
+  const format::Layout l = format::layout_of(h);
   REQUIRE(l.num_chunks == 1);
   std::vector<uint8_t> s(stream.begin(), stream.begin() + l.exp_offset);
   s.insert(s.end(), chunk.begin(), chunk.end());

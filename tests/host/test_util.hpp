@@ -43,7 +43,7 @@ inline std::mt19937_64 make_rng(const char* tag) {
 
 inline const char* code_name(CodeId c) { return c == CodeId::pair ? "pair" : "?"; }
 constexpr DType kDTypes[3] = {DType::bf16, DType::fp16, DType::fp32};
-constexpr CodeId kCodes[1] = {CodeId::pair};  // the codes of format v3 (one)
+constexpr CodeId kCodes[1] = {CodeId::pair};  // the codes of format v4 (one)
 
 // ---- element conversion -------------------------------------------------------------------------------------
 inline uint32_t f32_bits(float x) {
@@ -125,11 +125,12 @@ inline Tensor random_bits(DType d, uint64_t n, std::mt19937_64& rng) {
 constexpr size_t kGuard = 64;
 constexpr uint8_t kGuardByte = 0xA5;
 
-inline std::vector<uint8_t> compress_ok(CodeId code, const Tensor& t) {
+inline std::vector<uint8_t> compress_ok(CodeId code, const Tensor& t,
+                                        format::LowWidths widths = format::LowWidths::minimal) {
   const uint64_t bound = format::max_compressed_bytes(t.dtype, t.n);
   std::vector<uint8_t> buf(bound + 2 * kGuard, kGuardByte);
   uint64_t out = ~0ull;
-  Status s = host::compress(t.dtype, code, t.bytes.data(), t.n, buf.data() + kGuard, bound, &out);
+  Status s = host::compress(t.dtype, code, t.bytes.data(), t.n, buf.data() + kGuard, bound, &out, widths);
   REQUIRE(s == Status::ok);
   REQUIRE(out <= bound);
   for (size_t i = 0; i < kGuard; ++i) REQUIRE(buf[i] == kGuardByte);
@@ -184,7 +185,7 @@ inline std::vector<bool> raw_chunk_map(const std::vector<uint8_t>& s) {
   format::Header h;
   std::memcpy(&h, s.data(), sizeof h);
   const DType d = static_cast<DType>(h.dtype);
-  const format::Layout l = format::layout_for(d, h.num_elements);
+  const format::Layout l = format::layout_of(h);
   std::vector<bool> raw(l.num_chunks);
   uint64_t start = 0;
   for (uint64_t c = 0; c < l.num_chunks; ++c) {

@@ -39,7 +39,7 @@ def test_build_info_and_cuda_available() -> None:
 
 def test_help_explains_format_and_statuses() -> None:
     text = pydoc.render_doc(zipcomm.compress, renderer=pydoc.plaintext)
-    for words in ("Wire format v3", "docs/FORMAT.md", "header", "plane0", "chunk table", "exponent section",
+    for words in ("Wire format v4", "docs/FORMAT.md", "header", "plane0", "chunk table", "exponent section",
                   "checksum_mismatch", "corrupt_stream", "bad_header", "unsupported_version", "C-contiguous"):
         assert words in text, words
     for name in ("decompress", "info", "stats", "max_compressed_bytes", "cuda_available", "build_info"):

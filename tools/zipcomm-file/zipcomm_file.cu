@@ -636,7 +636,7 @@ struct StreamStats {
 /// Chunk counts of a stream whose header read_header accepted (so its chunk table lies inside the stream).
 StreamStats stream_stats(const uint8_t* s, const format::Header& h) {
   const DType d = DType(h.dtype);
-  const format::Layout l = format::layout_for(d, h.num_elements);
+  const format::Layout l = format::layout_of(h);
   StreamStats st;
   st.chunks = l.num_chunks;
   uint64_t prev = 0;

@@ -91,14 +91,13 @@ class BlockDecodeReduce {
       return temp_.status.collect(group);
     }
     warp::LoadPairTable(temp_.table, group);
-    const warp::ConstPlanes planes{view.plane0(), view.plane1()};
     WarpFused fused(temp_.table);
     for (uint64_t c = warp_id; c < view.layout.num_chunks; c += WARPS) {
-      const uint8_t* chunk;
-      uint32_t bytes;
-      const bool range_ok = view.chunk(D, c, chunk, bytes);
-      Status s = fused.DecodeReduce(chunk, bytes, format::chunk_elems(n, c), c * format::CHUNK_TILES, planes,
-                                    view.check(c), local, out, op);
+      const uint8_t *chunk, *low;
+      uint32_t bytes, low_bytes;
+      const bool range_ok = view.chunk(D, c, chunk, bytes) && view.chunk_low(D, c, low, low_bytes);
+      Status s = fused.DecodeReduce(chunk, bytes, format::chunk_elems(n, c), c * format::CHUNK_TILES,
+                                    view.chunk_planes(D, c), view.check(c), local, out, op);
       if (!range_ok) s = Status::corrupt_stream;
       if (warp::lane_id() == 0) temp_.status.report(s);
     }
@@ -140,25 +139,24 @@ class BlockDecodeForward {
     }
     const format::Layout& L = view.layout;
     if (warp_id == 0) {
-      // Header, the alignment gaps and the chunk table: everything but planes and chunk streams.
+      // Header, the alignment gaps and the chunk tables: everything but raw bits and chunk streams.
       for (uint64_t b = lane; b < L.plane0_offset; b += 32) fwd[b] = in[b];
       format::for_section_gaps(L, lane, 32, [&](uint64_t b) { fwd[b] = in[b]; });
-      // chunk ends, checks and their padding: 16-byte aligned at both ends
+      // chunk ends, low ends, checks and their padding: 16-byte aligned at both ends
       const uint4* src = reinterpret_cast<const uint4*>(in + L.table_offset);
       uint4* dst = reinterpret_cast<uint4*>(fwd + L.table_offset);
-      for (uint64_t i = lane; i < (L.exp_offset - L.table_offset) / 16; i += 32) dst[i] = src[i];
+      for (uint64_t i = lane; i < (L.low_offset - L.table_offset) / 16; i += 32) dst[i] = src[i];
     }
     warp::LoadPairTable(temp_.table, group);
-    const warp::ConstPlanes planes{view.plane0(), view.plane1()};
-    const warp::Planes fwd_planes{fwd + L.plane0_offset, fwd + L.plane1_offset};
     WarpFused fused(temp_.table);
     for (uint64_t c = warp_id; c < L.num_chunks; c += WARPS) {
-      const uint8_t* chunk;
-      uint32_t bytes;
-      const bool range_ok = view.chunk(D, c, chunk, bytes);
+      const uint8_t *chunk, *low;
+      uint32_t bytes, low_bytes;
+      const bool range_ok = view.chunk(D, c, chunk, bytes) && view.chunk_low(D, c, low, low_bytes);
       uint8_t* fwd_chunk = range_ok ? fwd + (chunk - in) : nullptr;
-      Status s = fused.DecodeForward(chunk, bytes, format::chunk_elems(n, c), c * format::CHUNK_TILES, planes,
-                                     view.check(c), out, fwd_chunk, fwd_planes);
+      const warp::Planes fwd_planes{fwd + L.plane0_offset, fwd + L.widths_offset, fwd + (low - in), false};
+      Status s = fused.DecodeForward(chunk, bytes, format::chunk_elems(n, c), c * format::CHUNK_TILES,
+                                     view.chunk_planes(D, c), view.check(c), out, fwd_chunk, fwd_planes);
       if (!range_ok) s = Status::corrupt_stream;
       if (lane == 0) temp_.status.report(s);
     }
@@ -190,11 +188,11 @@ class BlockDecodeReduceEncode {
     bool pending = false;  // a chunk's first-pass status not yet reported
     ZIPCOMM_DEVICE void begin(uint64_t c, uint32_t elems, uint64_t first_tile) {
       flush();
-      const uint8_t* chunk;
-      uint32_t bytes;
-      if (!view->chunk(D, c, chunk, bytes)) bytes = 0;  // decoder reports corrupt_stream and reads nothing
-      tiles.set_chunk(chunk, bytes, elems, first_tile, warp::ConstPlanes{view->plane0(), view->plane1()},
-                      view->check(c));
+      const uint8_t *chunk, *low;
+      uint32_t bytes, low_bytes;
+      // an inconsistent chunk: the decoder reports corrupt_stream and reads nothing
+      if (!view->chunk(D, c, chunk, bytes) || !view->chunk_low(D, c, low, low_bytes)) bytes = 0;
+      tiles.set_chunk(chunk, bytes, elems, first_tile, view->chunk_planes(D, c), view->check(c));
       pending = true;
     }
     ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[warp::ITEMS]) { tiles(t, x); }

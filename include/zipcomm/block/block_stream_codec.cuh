@@ -70,8 +70,8 @@ class BlockStreamEncoder {
     }
     warp::LoadPairTable(temp_.table, group);
     WarpEnc enc(temp_.warp[warp_id], temp_.table);
-    const warp::Planes planes{out + L.plane0_offset, out + L.plane1_offset};
     uint64_t* table = reinterpret_cast<uint64_t*>(out + L.table_offset);
+    uint64_t* low_table = reinterpret_cast<uint64_t*>(out + L.low_table_offset);
     uint32_t* checks = reinterpret_cast<uint32_t*>(out + L.check_offset);
     uint64_t base = 0;
     for (uint64_t round = 0; round * WARPS < L.num_chunks; ++round) {
@@ -81,8 +81,12 @@ class BlockStreamEncoder {
       const uint64_t first_tile = c * format::CHUNK_TILES;
       warp::ChunkInfo info{0, 0, false, 0};
       if (mine) {
+        // every tile at full width: chunk c's low part starts where c full chunks' end
+        const uint64_t low_start = c * format::full_low_chunk_bytes(D, format::CHUNK_ELEMS);
         source.begin(c, elems, first_tile);
-        info = enc.Encode(elems, first_tile, source, planes);
+        info = enc.Encode(elems, first_tile, source,
+                          warp::Planes{out + L.plane0_offset, out + L.widths_offset, out + L.low_offset + low_start, true});
+        if (format::has_low(D) && lane == 0) low_table[c] = low_start + format::full_low_chunk_bytes(D, elems);
       }
       if (lane == 0) temp_.sizes[warp_id] = info.bytes;
       group.sync();
@@ -104,7 +108,7 @@ class BlockStreamEncoder {
     }
     const uint64_t total = L.exp_offset + base;
     if (group.thread_rank() == 0)
-      *reinterpret_cast<format::Header*>(out) = format::make_header(D, Code::ID, n, total);
+      *reinterpret_cast<format::Header*>(out) = format::make_header(D, Code::ID, n, total, L.low_bytes);
     return total;
   }
 
@@ -141,8 +145,8 @@ class BlockStreamDecoder {
     Status s = format::validate_header(h, in_bytes);
     if (s == Status::ok && (h.dtype != uint8_t(D) || h.code != uint8_t(Code::ID))) s = Status::bad_header;
     if (s == Status::ok && h.num_elements > max_elems) s = Status::buffer_too_small;
-    if (s == Status::ok && !format::section_gaps_zero(in, format::layout_for(D, h.num_elements)))
-      s = Status::corrupt_stream;
+    format::StreamView view;
+    if (s == Status::ok) s = view.open(in, in_bytes, D, Code::ID);  // the gaps between sections
     if (s == Status::ok) n = h.num_elements;
     return s;
   }
@@ -156,25 +160,22 @@ class BlockStreamDecoder {
     uint64_t n = 0;
     Status st = ReadHeader(in, in_bytes, max_elems, n);
     if (st == Status::ok) {
-      const format::Layout L = format::layout_for(D, n);
-      const uint64_t exp_bytes = reinterpret_cast<const format::Header*>(in)->total_bytes - L.exp_offset;
-      const uint64_t* table = reinterpret_cast<const uint64_t*>(in + L.table_offset);
-      const uint32_t* checks = reinterpret_cast<const uint32_t*>(in + L.check_offset);
-      const warp::ConstPlanes planes{in + L.plane0_offset, in + L.plane1_offset};
+      format::StreamView view;
+      view.open(in, in_bytes, D, Code::ID);  // ok: ReadHeader checked it
       WarpDec dec(temp_.table);
-      for (uint64_t c = warp_id; c < L.num_chunks; c += WARPS) {
-        const uint64_t start = c ? table[c - 1] : 0, end = table[c];
+      for (uint64_t c = warp_id; c < view.layout.num_chunks; c += WARPS) {
+        const uint8_t *chunk, *low;
+        uint32_t bytes, low_bytes;
         const uint32_t elems = format::chunk_elems(n, c);
         Status s = Status::ok;
-        if (!format::chunk_range_valid(D, n, c, start, end, exp_bytes)) {
+        if (!view.chunk(D, c, chunk, bytes) || !view.chunk_low(D, c, low, low_bytes)) {
           s = Status::corrupt_stream;
         } else {
           const uint64_t first_tile = c * format::CHUNK_TILES;
           auto chunk_sink = [&](uint32_t t, const uint32_t (&x)[warp::ITEMS], uint32_t cnt) {
             sink(first_tile + t, x, cnt);
           };
-          s = dec.Decode(in + L.exp_offset + start, uint32_t(end - start), elems, first_tile, planes, checks[c],
-                         chunk_sink);
+          s = dec.Decode(chunk, bytes, elems, first_tile, view.chunk_planes(D, c), view.check(c), chunk_sink);
         }
         if (s != Status::ok && lane == 0) atomicCAS(&temp_.status, 0u, uint32_t(s));
       }

@@ -291,13 +291,21 @@ struct WarpItemCheck {
   }
 };
 
-/// Writes the planes section of one item (the stream bytes [64, table_offset) of a stream of these elements).
-/// The item's check comes from the encoder, which reads the same elements.
+/// Where an item's raw bits go in its planes section (p2p_protocol.cuh item_plane_bytes): plane 0 at the
+/// start, its width codes (all full) and its low part at full width, as a one-chunk stream lays them out.
+template <DType D>
+ZIPCOMM_DEVICE warp::Planes item_planes(uint8_t* planes_section, uint32_t elems) {
+  const format::Layout L = format::layout_for(D, elems);
+  return warp::Planes{planes_section, planes_section + (L.widths_offset - format::HEADER_BYTES),
+                      planes_section + (L.table_offset - format::HEADER_BYTES), true};
+}
+
+/// Writes the planes section of one item. The item's check comes from the encoder, which reads the same
+/// elements.
 template <DType D>
 ZIPCOMM_DEVICE void split_item_planes(uint8_t* dst, const void* in, bool vector, uint64_t elem0, uint32_t elems) {
-  const format::Layout L = format::layout_for(D, elems);
-  const uint64_t p1 = L.plane1_offset - format::HEADER_BYTES;
-  const warp::Planes planes{dst, dst + p1};
+  const warp::Planes planes = item_planes<D>(dst, elems);
+  constexpr uint32_t TILE_LOW = format::low_tile_bytes(D, 0, format::TILE_ELEMS);  // every tile at full width
   const uint32_t lane = warp::lane_id();
   const uint32_t tiles = format::chunk_tiles(elems);
   // Whole tiles of an aligned input: SPLIT_TILES tiles' loads in flight before any is used. One tile at a time
@@ -315,7 +323,8 @@ ZIPCOMM_DEVICE void split_item_planes(uint8_t* dst, const void* in, bool vector,
 #pragma unroll
     for (uint32_t u = 0; u < SPLIT_TILES; ++u) {
       const uint64_t at = uint64_t(t0 + u) * format::TILE_ELEMS + lane * warp::ITEMS;
-      warp::write_planes<D>(planes, t0 + u, at, warp::ITEMS, x[u]);
+      warp::write_planes<D>(planes.plane0, planes.low + (t0 + u) * TILE_LOW, 0, format::TILE_ELEMS, at, warp::ITEMS,
+                            x[u]);
     }
   }
   for (uint32_t t = whole; t < tiles; ++t) {  // the rest: partial tiles, or any alignment
@@ -326,10 +335,9 @@ ZIPCOMM_DEVICE void split_item_planes(uint8_t* dst, const void* in, bool vector,
       warp::load_items<D, true>(in, elem0 + at, cnt, x);
     else
       warp::load_items<D, false>(in, elem0 + at, cnt, x);
-    warp::write_planes<D>(planes, t, at, cnt, x);
+    warp::write_planes<D>(planes.plane0, planes.low + t * TILE_LOW, 0, format::tile_valid_count(elems, t), at, cnt, x);
   }
-  warp_zero(dst, elems, p1);  // the stream's gaps are zero
-  warp_zero(dst, p1 + L.plane1_bytes, L.table_offset - format::HEADER_BYTES);
+  warp_zero(dst, elems, planes.low - dst);  // the stream's gap, the width codes (full) and their gap are zero
 }
 
 /// Check of an item read from the (read-only) input.
@@ -535,9 +543,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
     if (coded) {
       warp::ArrayTileSource<D> load(static_cast<const uint8_t*>(a.in) + elem0 * eb, ReduceOp::sum());
       load.begin(0, elems, 0);
-      const format::Layout L = format::layout_for(D, elems);
-      const warp::Planes discard{scratch, scratch + (L.plane1_offset - format::HEADER_BYTES)};
-      const warp::ChunkInfo info = enc.Encode(elems, 0, load, discard);
+      const warp::ChunkInfo info = enc.Encode(elems, 0, load, p2p_detail::item_planes<D>(scratch, elems));
       uint32_t exclusive = 0;
       const Status s = p2p_detail::look_back(a.lookback + uint64_t(slot) * MAX_FRAME_ITEMS, j, q, info.bytes, a.control,
                                              a.timeout_ns, exclusive);
@@ -743,8 +749,9 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
         }
         __syncwarp();
         __threadfence();  // the warp's own staging writes, before the decoder's loads
-        const format::Layout L = format::layout_for(D, elems);
-        const warp::ConstPlanes planes{base + planes_at, base + planes_at + (L.plane1_offset - format::HEADER_BYTES)};
+        const warp::Planes at = p2p_detail::item_planes<D>(const_cast<uint8_t*>(base + planes_at), elems);
+        const warp::ConstPlanes planes{at.plane0, at.widths, at.low,
+                                       uint32_t(format::layout_for(D, elems).low_max_bytes)};
         auto sink = [&](uint32_t t, const uint32_t(&x)[warp::ITEMS], uint32_t cnt) {
           const uint64_t at = uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
           if (vector)

@@ -75,9 +75,11 @@ ZIPCOMM_HOST_DEVICE uint32_t largest_item_elems(const PipelineShape& s) {
   return most;
 }
 
-/// Bytes of one item's planes section: the stream bytes [64, table_offset) of an item of `elems`.
+/// Bytes of one item's planes section: the bytes [64, table_offset) of an item of `elems` as a one-chunk stream
+/// (plane 0, the width codes: all full), then its low section at full width.
 ZIPCOMM_HOST_DEVICE uint64_t item_plane_bytes(DType d, uint64_t elems) {
-  return format::layout_for(d, elems).table_offset - format::HEADER_BYTES;
+  const format::Layout L = format::layout_for(d, elems);
+  return L.table_offset - format::HEADER_BYTES + L.low_max_bytes;
 }
 /// Item table: per item {u32 end offset of its chunk stream (coded frames; 0 in raw ones), u32 check: the
 /// item's elements' thread::chunk_check, as a one-chunk stream stores it}.

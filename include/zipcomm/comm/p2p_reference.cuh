@@ -50,12 +50,13 @@ inline Status host_encode_frame(const FramePlan& plan, const FrameInfo& fi, Code
       const uint64_t first = fi.first_elem + uint64_t(j) * fi.item_elems;
       stream.assign(format::max_compressed_bytes(plan.dtype, elems), 0);
       uint64_t bytes = 0;
-      const Status s =
-          host::compress(plan.dtype, code, message + first * eb, elems, stream.data(), stream.size(), &bytes);
+      const Status s = host::compress(plan.dtype, code, message + first * eb, elems, stream.data(), stream.size(),
+                                      &bytes, format::LowWidths::full);
       if (s != Status::ok) return s;
       const format::Layout L = format::layout_for(plan.dtype, elems);
-      std::memcpy(frame.data() + item_planes_offset(plan, fi, j), stream.data() + format::HEADER_BYTES,
-                  L.table_offset - format::HEADER_BYTES);
+      uint8_t* planes = frame.data() + item_planes_offset(plan, fi, j);
+      std::memcpy(planes, stream.data() + format::HEADER_BYTES, L.table_offset - format::HEADER_BYTES);
+      std::memcpy(planes + (L.table_offset - format::HEADER_BYTES), stream.data() + L.low_offset, L.low_max_bytes);
       frame.insert(frame.end(), stream.begin() + L.exp_offset, stream.begin() + bytes);
       end += uint32_t(bytes - L.exp_offset);
       std::memcpy(frame.data() + fi.planes_bytes + FRAME_HEADER_BYTES + ITEM_ENTRY_BYTES * j, &end, 4);
@@ -100,12 +101,14 @@ inline Status host_decode_frame(const FramePlan& plan, const FrameInfo& fi, Code
     const format::Layout L = format::layout_for(plan.dtype, elems);
     // Rebuild the item's one-chunk stream and let the reference decoder check and decode it.
     stream.assign(L.exp_offset + (end - start), 0);
-    const format::Header vh = format::make_header(plan.dtype, code, elems, stream.size());
+    const format::Header vh = format::make_header(plan.dtype, code, elems, stream.size(), L.low_max_bytes);
     std::memcpy(stream.data(), &vh, sizeof vh);
-    std::memcpy(stream.data() + format::HEADER_BYTES, frame + item_planes_offset(plan, fi, j),
-                L.table_offset - format::HEADER_BYTES);
+    const uint8_t* planes = frame + item_planes_offset(plan, fi, j);
+    std::memcpy(stream.data() + format::HEADER_BYTES, planes, L.table_offset - format::HEADER_BYTES);
+    std::memcpy(stream.data() + L.low_offset, planes + (L.table_offset - format::HEADER_BYTES), L.low_max_bytes);
     const uint64_t chunk_end = end - start;
     std::memcpy(stream.data() + L.table_offset, &chunk_end, 8);
+    if (format::has_low(plan.dtype)) std::memcpy(stream.data() + L.low_table_offset, &L.low_max_bytes, 8);
     const uint32_t check = item_check(table, j);
     std::memcpy(stream.data() + L.check_offset, &check, 4);
     std::memcpy(stream.data() + L.exp_offset, chunks + start, end - start);

@@ -243,10 +243,12 @@ ZIPCOMM_HOST_DEVICE uint64_t ring_chunk_elems(DType d, uint64_t slot_bytes) {
   return 0;
 }
 
-/// The default slot: one fp32 chunk of 8 x 16384 elements (one codec chunk per warp of an 8-warp block);
-/// bf16 and fp16 chunks then hold 16 codec chunks.
+/// The default slot: one fp32 chunk of 8 x 16384 elements (one codec chunk per warp of an 8-warp block), or
+/// one bf16 or fp16 chunk of 16 codec chunks.
 ZIPCOMM_HOST_DEVICE uint64_t ring_default_slot_bytes() {
-  return format::align_up(ring_slot_need(DType::fp32, 8 * uint64_t(format::CHUNK_ELEMS)), RING_SLOT_ALIGN);
+  const uint64_t wide = ring_slot_need(DType::fp32, 8 * uint64_t(format::CHUNK_ELEMS));
+  const uint64_t half = ring_slot_need(DType::fp16, 16 * uint64_t(format::CHUNK_ELEMS));
+  return format::align_up(wide > half ? wide : half, RING_SLOT_ALIGN);
 }
 
 }  // namespace comm

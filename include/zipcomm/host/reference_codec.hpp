@@ -1,4 +1,4 @@
-// Host reference encoder and decoder for wire format v3 (plain C++; no CUDA needed).
+// Host reference encoder and decoder for wire format v4 (plain C++; no CUDA needed).
 //
 // It codes one lane's stream at a time, element by element, so it writes exactly the bytes the device code
 // writes. Tests use it as the oracle, and it lets a CPU read what a GPU wrote.
@@ -241,98 +241,155 @@ inline Status decode_chunk(const uint8_t* in, uint32_t bytes, uint32_t elems, ui
   return Status::ok;
 }
 
+/// Elements [first, first + elems) of the input as bits, and their plane-0 bytes in the stream.
 template <DType D>
-inline void split_planes(const uint8_t* src, uint64_t n, uint8_t* stream, const Layout& l,
-                         std::vector<uint32_t>& chunk_bits, uint64_t first, uint32_t elems) {
-  using FB = thread::FloatBits<D>;
+inline void split_plane0(const uint8_t* src, uint8_t* stream, const Layout& l, uint32_t* bits, uint64_t first,
+                         uint32_t elems) {
   for (uint32_t k = 0; k < elems; ++k) {
-    uint64_t i = first + k;
-    uint32_t b = load_bits<D>(src, i);
-    chunk_bits[k] = b;
-    stream[l.plane0_offset + i] = static_cast<uint8_t>(FB::plane0(b));
-    if constexpr (D == DType::fp32) {
-      uint16_t lo = static_cast<uint16_t>(b & 0xFFFFu);
-      std::memcpy(stream + l.plane1_offset + 2 * i, &lo, 2);
-    } else if constexpr (D == DType::fp16) {
-      uint32_t p1 = thread::FloatBits<DType::fp16>::plane1(b);
-      uint64_t tile = i / format::TILE_ELEMS;
-      uint32_t lane = (i % format::TILE_ELEMS) / format::ITEMS_PER_LANE, v = i % format::ITEMS_PER_LANE;
-      for (uint32_t k3 = 0; k3 < 3; ++k3)
-        if ((p1 >> (2 - k3)) & 1u) stream[l.plane1_offset + tile * 96 + k3 * 32 + lane] |= uint8_t(1u << v);
+    bits[k] = load_bits<D>(src, first + k);
+    stream[l.plane0_offset + first + k] = static_cast<uint8_t>(thread::FloatBits<D>::plane0(bits[k]));
+  }
+}
+
+/// The width code of one tile (bits[0..valid)) under `widths`.
+template <DType D>
+inline uint32_t tile_low_code(const uint32_t* bits, uint32_t valid, format::LowWidths widths) {
+  uint32_t low_or = 0;
+  for (uint32_t k = 0; k < valid; ++k) low_or |= thread::FloatBits<D>::low(bits[k]);
+  return widths == format::LowWidths::full ? 0u : thread::low_code_for<D>(low_or);
+}
+
+/// Writes one tile's low part at width `code` into out (low_tile_bytes of it, already zero).
+template <DType D>
+inline void put_low_tile(const uint32_t* bits, uint32_t valid, uint32_t code, uint8_t* out) {
+  const uint32_t stored = format::low_stored_bits(D, code);
+  for (uint32_t k = 0; k < valid; ++k) {
+    const uint32_t low = thread::FloatBits<D>::low(bits[k]);
+    if (D == DType::fp32 && stored == 16) out[2 * k] = uint8_t(low), out[2 * k + 1] = uint8_t(low >> 8);
+    if (D == DType::fp32 && stored == 8) out[k] = uint8_t(low >> 8);
+    if (D == DType::fp16 && stored == 3)
+      for (uint32_t j = 0; j < 3; ++j)  // plane j holds mantissa bit 2 - j; byte = lane, bit = item
+        if ((low >> (2 - j)) & 1u) out[j * 32 + k / format::ITEMS_PER_LANE] |= uint8_t(1u << (k % format::ITEMS_PER_LANE));
+  }
+}
+
+/// ORs one tile's low bits (width `code`, `valid` elements) into bits; false if a byte or bit that no element
+/// owns is not zero, or if an fp32 tile at the 8-bit width stores only zeros (no writer makes one: it would
+/// let a flipped width code go unseen in a short tile, where both widths take 16 bytes).
+template <DType D>
+inline bool get_low_tile(const uint8_t* in, uint32_t valid, uint32_t code, uint32_t* bits) {
+  const uint32_t stored = format::low_stored_bits(D, code), bytes = format::low_tile_bytes(D, code, valid);
+  if (D == DType::fp32 && stored) {
+    const uint32_t per = stored / 8;
+    uint32_t any = 0;
+    for (uint32_t k = 0; k < valid; ++k) {
+      bits[k] |= per == 2 ? uint32_t(in[2 * k]) | uint32_t(in[2 * k + 1]) << 8 : uint32_t(in[k]) << 8;
+      any |= in[k];
     }
+    if (per == 1 && !any) return false;
+    for (uint32_t b = valid * per; b < bytes; ++b)
+      if (in[b]) return false;
   }
-  (void)n;
-}
-
-template <DType D>
-inline uint32_t merge_planes(const uint8_t* stream, const Layout& l, uint64_t i) {
-  using FB = thread::FloatBits<D>;
-  uint32_t p0 = stream[l.plane0_offset + i], p1 = 0;
-  if constexpr (D == DType::fp32) {
-    uint16_t lo;
-    std::memcpy(&lo, stream + l.plane1_offset + 2 * i, 2);
-    p1 = lo;
-  } else if constexpr (D == DType::fp16) {
-    uint64_t tile = i / format::TILE_ELEMS;
-    uint32_t lane = (i % format::TILE_ELEMS) / format::ITEMS_PER_LANE, v = i % format::ITEMS_PER_LANE;
-    for (uint32_t k3 = 0; k3 < 3; ++k3)
-      p1 |= uint32_t((stream[l.plane1_offset + tile * 96 + k3 * 32 + lane] >> v) & 1u) << (2 - k3);
-  }
-  return FB::assemble(0, p0, p1);
-}
-
-template <DType D, class Code>
-inline Status compress_typed(const uint8_t* src, uint64_t n, uint8_t* dst, uint64_t capacity, uint64_t* out_bytes) {
-  const Layout l = format::layout_for(D, n);
-  const uint64_t bound = format::max_compressed_bytes(D, n);
-  if (capacity < bound) return Status::buffer_too_small;  // the stream may need every byte of the bound
-  std::memset(dst, 0, l.exp_offset);
-  std::vector<uint32_t> chunk_bits(format::CHUNK_ELEMS);
-  uint64_t exp_pos = 0;
-  for (uint64_t c = 0; c < l.num_chunks; ++c) {
-    uint32_t elems = format::chunk_elems(n, c);
-    split_planes<D>(src, n, dst, l, chunk_bits, c * format::CHUNK_ELEMS, elems);
-    exp_pos += encode_chunk<D, Code>(chunk_bits.data(), elems, dst + l.exp_offset + exp_pos);
-    std::memcpy(dst + l.table_offset + 8 * c, &exp_pos, 8);
-    put_u32(dst + l.check_offset + 4 * c, thread::chunk_check<D>(chunk_bits.data(), elems));
-  }
-  const uint64_t total = l.exp_offset + exp_pos;
-  Header h = format::make_header(D, Code::ID, n, total);
-  std::memcpy(dst, &h, sizeof h);
-  *out_bytes = total;
-  return Status::ok;
-}
-
-/// fp16: the plane-1 bits of positions past n in the last tile are zero (no element owns them).
-template <DType D>
-inline bool fp16_tail_bits_zero(const uint8_t* stream, const Layout& l) {
-  if (D != DType::fp16 || l.n % format::TILE_ELEMS == 0) return true;
-  const uint64_t tile = l.num_tiles - 1;
-  const uint8_t* t = stream + l.plane1_offset + tile * 96;
-  for (uint32_t lane = 0; lane < format::LANES; ++lane) {
-    const uint32_t cnt = format::lane_valid_count(uint32_t(l.n - tile * format::TILE_ELEMS), 0, lane);
-    const uint32_t unused = 0xFFu & ~((1u << cnt) - 1u);
-    for (uint32_t k3 = 0; k3 < 3; ++k3)
-      if (t[k3 * 32 + lane] & unused) return false;
+  if (D == DType::fp16 && stored) {
+    for (uint32_t j = 0; j < 3; ++j)
+      for (uint32_t pos = 0; pos < format::TILE_ELEMS; ++pos) {
+        const uint32_t bit = (in[j * 32 + pos / format::ITEMS_PER_LANE] >> (pos % format::ITEMS_PER_LANE)) & 1u;
+        if (pos >= valid && bit) return false;
+        if (pos < valid) bits[pos] |= bit << (2 - j);
+      }
   }
   return true;
 }
 
 template <DType D, class Code>
+inline Status compress_typed(const uint8_t* src, uint64_t n, uint8_t* dst, uint64_t capacity, uint64_t* out_bytes,
+                             format::LowWidths widths) {
+  const uint64_t bound = format::max_compressed_bytes(D, n);
+  if (capacity < bound) return Status::buffer_too_small;  // the stream may need every byte of the bound
+  // The low section's length comes first: it sets where the exponent section starts.
+  const Layout fixed = format::layout_for(D, n);
+  std::vector<uint32_t> chunk_bits(format::CHUNK_ELEMS);
+  std::vector<uint8_t> codes(fixed.num_tiles);
+  std::vector<uint64_t> low_end(fixed.num_chunks);
+  uint64_t low_bytes = 0;
+  for (uint64_t c = 0; c < fixed.num_chunks; ++c) {
+    const uint32_t elems = format::chunk_elems(n, c);
+    for (uint32_t k = 0; k < elems; ++k) chunk_bits[k] = load_bits<D>(src, c * format::CHUNK_ELEMS + k);
+    for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
+      const uint32_t v = format::tile_valid_count(elems, t);
+      const uint32_t code = tile_low_code<D>(chunk_bits.data() + t * format::TILE_ELEMS, v, widths);
+      codes[c * format::CHUNK_TILES + t] = uint8_t(code);
+      low_bytes += format::low_tile_bytes(D, code, v);
+    }
+    low_end[c] = low_bytes;
+  }
+  const Layout l = format::layout_for(D, n, low_bytes);
+  std::memset(dst, 0, l.exp_offset);
+  uint64_t exp_pos = 0;
+  for (uint64_t c = 0; c < l.num_chunks; ++c) {
+    const uint32_t elems = format::chunk_elems(n, c);
+    split_plane0<D>(src, dst, l, chunk_bits.data(), c * format::CHUNK_ELEMS, elems);
+    uint64_t low_at = l.low_offset + (c ? low_end[c - 1] : 0);
+    for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
+      const uint64_t tile = c * format::CHUNK_TILES + t;
+      const uint32_t v = format::tile_valid_count(elems, t);
+      if (format::has_low(D)) dst[l.widths_offset + tile / 4] |= uint8_t(codes[tile] << (2 * (tile % 4)));
+      put_low_tile<D>(chunk_bits.data() + t * format::TILE_ELEMS, v, codes[tile], dst + low_at);
+      low_at += format::low_tile_bytes(D, codes[tile], v);
+    }
+    if (format::has_low(D)) std::memcpy(dst + l.low_table_offset + 8 * c, &low_end[c], 8);
+    exp_pos += encode_chunk<D, Code>(chunk_bits.data(), elems, dst + l.exp_offset + exp_pos);
+    std::memcpy(dst + l.table_offset + 8 * c, &exp_pos, 8);
+    put_u32(dst + l.check_offset + 4 * c, thread::chunk_check<D>(chunk_bits.data(), elems));
+  }
+  const uint64_t total = l.exp_offset + exp_pos;
+  Header h = format::make_header(D, Code::ID, n, total, low_bytes);
+  std::memcpy(dst, &h, sizeof h);
+  *out_bytes = total;
+  return Status::ok;
+}
+
+/// Chunk c's elements without their exponents: plane 0 and the low parts of its tiles, checked against the
+/// width codes, the low table and the zero padding.
+template <DType D>
+inline Status merge_planes(const uint8_t* stream, const Layout& l, uint64_t c, uint32_t elems, uint32_t* bits) {
+  for (uint32_t k = 0; k < elems; ++k)
+    bits[k] = thread::FloatBits<D>::assemble(0, stream[l.plane0_offset + c * format::CHUNK_ELEMS + k], 0);
+  if (!format::has_low(D)) return Status::ok;
+  const uint64_t start = c ? get_u64(stream + l.low_table_offset + 8 * (c - 1)) : 0;
+  const uint64_t end = get_u64(stream + l.low_table_offset + 8 * c);
+  if (!format::low_range_valid(D, l.n, c, start, end, l.low_bytes)) return Status::corrupt_stream;
+  uint64_t at = start;
+  for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
+    const uint64_t tile = c * format::CHUNK_TILES + t;
+    const uint32_t code = (stream[l.widths_offset + tile / 4] >> (2 * (tile % 4))) & 3u;
+    const uint32_t v = format::tile_valid_count(elems, t);
+    if (code >= format::low_code_count(D)) return Status::corrupt_stream;
+    const uint32_t bytes = format::low_tile_bytes(D, code, v);
+    if (at + bytes > end) return Status::corrupt_stream;
+    if (!get_low_tile<D>(stream + l.low_offset + at, v, code, bits + t * format::TILE_ELEMS))
+      return Status::corrupt_stream;
+    at += bytes;
+  }
+  return at == end ? Status::ok : Status::corrupt_stream;
+}
+
+template <DType D, class Code>
 inline Status decompress_typed(const uint8_t* src, const Header& h, uint8_t* dst) {
   const uint64_t n = h.num_elements;
-  const Layout l = format::layout_for(D, n);
+  const Layout l = format::layout_for(D, n, h.exp_offset - h.low_offset);
   const uint64_t exp_bytes = h.total_bytes - l.exp_offset;
-  if (!format::section_gaps_zero(src, l) || !fp16_tail_bits_zero<D>(src, l)) return Status::corrupt_stream;
+  if (!format::section_gaps_zero(src, l) || !format::widths_tail_zero(src, l)) return Status::corrupt_stream;
   std::vector<uint32_t> chunk_bits(format::CHUNK_ELEMS);
   uint64_t start = 0;
   for (uint64_t c = 0; c < l.num_chunks; ++c) {
     uint64_t end = get_u64(src + l.table_offset + 8 * c);
     if (!format::chunk_range_valid(D, n, c, start, end, exp_bytes)) return Status::corrupt_stream;
     uint32_t elems = format::chunk_elems(n, c);
-    for (uint32_t k = 0; k < elems; ++k) chunk_bits[k] = merge_planes<D>(src, l, c * format::CHUNK_ELEMS + k);
+    Status s = merge_planes<D>(src, l, c, elems, chunk_bits.data());
+    if (s != Status::ok) return s;
     uint64_t len = end - start;
-    Status s = decode_chunk<D, Code>(src + l.exp_offset + start, uint32_t(len), elems, chunk_bits.data());
+    s = decode_chunk<D, Code>(src + l.exp_offset + start, uint32_t(len), elems, chunk_bits.data());
     if (s != Status::ok) return s;
     if (thread::chunk_check<D>(chunk_bits.data(), elems) != get_u32(src + l.check_offset + 4 * c))
       return Status::checksum_mismatch;
@@ -354,15 +411,16 @@ inline Status read_header(const void* src, uint64_t bytes, Header* out) {
 }
 
 /// Compresses n elements of `dtype` (raw bits at src, any alignment) into dst.
-/// dst_capacity must be at least format::max_compressed_bytes(dtype, n).
+/// dst_capacity must be at least format::max_compressed_bytes(dtype, n). `widths`: minimal writes the bytes of
+/// device::compress, full those of the fused and block-level writers.
 inline Status compress(DType dtype, CodeId code, const void* src, uint64_t n, void* dst, uint64_t dst_capacity,
-                       uint64_t* out_bytes) {
+                       uint64_t* out_bytes, format::LowWidths widths = format::LowWidths::minimal) {
   if ((!src && n) || !dst || !out_bytes || !dtype_valid(uint8_t(dtype)) || !code_valid(uint8_t(code)))
     return Status::invalid_argument;
   auto s = static_cast<const uint8_t*>(src);
   auto d = static_cast<uint8_t*>(dst);
   return thread::visit_codec(dtype, code, Status::invalid_argument, [&](auto dt, auto c) {
-    return detail::compress_typed<decltype(dt)::value, decltype(c)>(s, n, d, dst_capacity, out_bytes);
+    return detail::compress_typed<decltype(dt)::value, decltype(c)>(s, n, d, dst_capacity, out_bytes, widths);
   });
 }
 

@@ -83,7 +83,8 @@ inline Status decompress_reduce(const void* in, uint64_t in_bytes, DType dtype, 
   return reduce(dtype, op, decoded.data(), local, out, n);
 }
 
-/// Decode + reduce + encode: out = encode(combine(decode(in), pre(local))).
+/// Decode + reduce + encode: out = encode(combine(decode(in), pre(local))), every tile's low bits at full
+/// width (the bytes of device::decompress_reduce_compress, which places them before it has seen a chunk).
 inline Status decompress_reduce_compress(const void* in, uint64_t in_bytes, DType dtype, CodeId code,
                                          const void* local, uint64_t n, const ReduceOp& op, void* out,
                                          uint64_t out_capacity, uint64_t* out_bytes) {
@@ -93,7 +94,7 @@ inline Status decompress_reduce_compress(const void* in, uint64_t in_bytes, DTyp
   std::vector<uint8_t> reduced(n * format::elem_bytes(dtype));
   Status s = decompress_reduce(in, in_bytes, dtype, code, local, reduced.data(), n, op);
   if (s != Status::ok) return s;
-  s = compress(dtype, code, reduced.data(), n, out, out_capacity, out_bytes);
+  s = compress(dtype, code, reduced.data(), n, out, out_capacity, out_bytes, format::LowWidths::full);
   if (s != Status::ok) *out_bytes = 0;
   return s;
 }

@@ -8,8 +8,8 @@
 namespace zipcomm {
 namespace thread {
 
-/// Per-dtype bit surgery. `plane0` is the byte every dtype stores per element; fp16 adds 3 bits (sign, m9, m8)
-/// kept in bit-planes, fp32 adds the low 16 mantissa bits.
+/// Per-dtype bit surgery. `plane0` is the byte every dtype stores per element: the sign and the top 7 mantissa
+/// bits. `low` is the rest of the mantissa (format::low_bits: fp16 3 bits, fp32 16), stored per tile at a width.
 template <DType D>
 struct FloatBits;
 
@@ -20,7 +20,8 @@ struct FloatBits<DType::bf16> {
   ZIPCOMM_HOST_DEVICE static uint32_t exponent(uint32_t b) { return (b >> 7) & 0xFFu; }
   ZIPCOMM_HOST_DEVICE static uint32_t magnitude(uint32_t b) { return b & 0x7FFFu; }
   ZIPCOMM_HOST_DEVICE static uint32_t plane0(uint32_t b) { return ((b >> 8) & 0x80u) | (b & 0x7Fu); }
-  ZIPCOMM_HOST_DEVICE static constexpr uint32_t assemble(uint32_t e, uint32_t p0, uint32_t /*p1*/) {
+  ZIPCOMM_HOST_DEVICE static uint32_t low(uint32_t) { return 0; }
+  ZIPCOMM_HOST_DEVICE static constexpr uint32_t assemble(uint32_t e, uint32_t p0, uint32_t /*low*/) {
     return ((p0 & 0x80u) << 8) | (e << 7) | (p0 & 0x7Fu);
   }
 };
@@ -31,11 +32,10 @@ struct FloatBits<DType::fp16> {
   static constexpr int EXP_BITS = 5, MANT_BITS = 10;
   ZIPCOMM_HOST_DEVICE static uint32_t exponent(uint32_t b) { return (b >> 10) & 0x1Fu; }
   ZIPCOMM_HOST_DEVICE static uint32_t magnitude(uint32_t b) { return b & 0x7FFFu; }
-  ZIPCOMM_HOST_DEVICE static uint32_t plane0(uint32_t b) { return b & 0xFFu; }
-  /// 3 bits: bit 2 = sign, bit 1 = mantissa bit 9, bit 0 = mantissa bit 8.
-  ZIPCOMM_HOST_DEVICE static uint32_t plane1(uint32_t b) { return ((b >> 13) & 4u) | ((b >> 8) & 3u); }
-  ZIPCOMM_HOST_DEVICE static constexpr uint32_t assemble(uint32_t e, uint32_t p0, uint32_t p1) {
-    return ((p1 & 4u) << 13) | (e << 10) | ((p1 & 3u) << 8) | (p0 & 0xFFu);
+  ZIPCOMM_HOST_DEVICE static uint32_t plane0(uint32_t b) { return ((b >> 8) & 0x80u) | ((b >> 3) & 0x7Fu); }
+  ZIPCOMM_HOST_DEVICE static uint32_t low(uint32_t b) { return b & 7u; }
+  ZIPCOMM_HOST_DEVICE static constexpr uint32_t assemble(uint32_t e, uint32_t p0, uint32_t low) {
+    return ((p0 & 0x80u) << 8) | (e << 10) | ((p0 & 0x7Fu) << 3) | (low & 7u);
   }
 };
 
@@ -46,11 +46,20 @@ struct FloatBits<DType::fp32> {
   ZIPCOMM_HOST_DEVICE static uint32_t exponent(uint32_t b) { return (b >> 23) & 0xFFu; }
   ZIPCOMM_HOST_DEVICE static uint32_t magnitude(uint32_t b) { return b & 0x7FFFFFFFu; }
   ZIPCOMM_HOST_DEVICE static uint32_t plane0(uint32_t b) { return ((b >> 24) & 0x80u) | ((b >> 16) & 0x7Fu); }
-  ZIPCOMM_HOST_DEVICE static uint32_t plane1(uint32_t b) { return b & 0xFFFFu; }
-  ZIPCOMM_HOST_DEVICE static constexpr uint32_t assemble(uint32_t e, uint32_t p0, uint32_t p1) {
-    return ((p0 & 0x80u) << 24) | (e << 23) | ((p0 & 0x7Fu) << 16) | (p1 & 0xFFFFu);
+  ZIPCOMM_HOST_DEVICE static uint32_t low(uint32_t b) { return b & 0xFFFFu; }
+  ZIPCOMM_HOST_DEVICE static constexpr uint32_t assemble(uint32_t e, uint32_t p0, uint32_t low) {
+    return ((p0 & 0x80u) << 24) | (e << 23) | ((p0 & 0x7Fu) << 16) | (low & 0xFFFFu);
   }
 };
+
+/// The largest width code (fewest bits stored) whose dropped low bits are all zero in `low_or`, the OR of the
+/// low bits of a tile's elements.
+template <DType D>
+ZIPCOMM_HOST_DEVICE uint32_t low_code_for(uint32_t low_or) {
+  if constexpr (D == DType::fp32) return low_or == 0 ? 2u : (low_or & 0xFFu) == 0 ? 1u : 0u;
+  else if constexpr (D == DType::fp16) return low_or == 0 ? 1u : 0u;
+  else return 0u;
+}
 
 /// Top two mantissa bits of a magnitude: where the tile maximum sits inside its binade. Selects the code table.
 template <DType D>

@@ -1,4 +1,4 @@
-// Thread level: the pair code of wire format v3. A lane codes the exponents of its items two at a time: each
+// Thread level: the pair code of the wire format (since v3). A lane codes the exponents of its items two at a time: each
 // pair of tile-relative symbols gets one prefix codeword of at most 12 bits, so one lookup in a 4096-entry table
 // decodes both. The code is static (no histogram pass, no table in the stream): its codeword lengths are frozen
 // here and in docs/FORMAT.md, derived once by scripts/derive_pair_code.py.

@@ -145,79 +145,109 @@ class LaneItemsPrefetch {
   bool vector_ = false;
 };
 
-/// The raw sign/mantissa planes of one stream (16-byte aligned base, offsets from format::Layout).
+/// Where one chunk's raw bits go (writers): plane 0 of the stream (indexed by element), the stream's width
+/// codes (indexed by tile; unused for bf16) and the chunk's low part. `full`: every tile at full width, and
+/// the writer stores the chunk's (zero) width codes; else it reads the codes already there (compress's first
+/// pass writes them).
 struct Planes {
   uint8_t* plane0;
-  uint8_t* plane1;
+  uint8_t* widths;
+  uint8_t* low;
+  bool full;
 };
-struct ConstPlanes {
-  const uint8_t* plane0;
-  const uint8_t* plane1;
+/// Where one chunk's raw bits come from (readers).
+using format::ConstPlanes;
+
+/// A chunk's width codes (format::low_code_at) and the offset of the next tile's low part in the chunk's.
+struct LowCursor {
+  uint32_t codes[4] = {0, 0, 0, 0};
+  uint32_t at = 0;
+  ZIPCOMM_DEVICE uint32_t code(uint32_t t) const { return format::low_code_at(codes, t); }
 };
 
-/// Writes the planes of a lane's items of tile `tile` (global tile index); `first` = its first element.
-/// Items past `count` are written as zero where they share a byte with valid ones (fp16 bit-planes).
+/// The width codes of the chunk whose first tile is `first_tile` (16 bytes, 16-byte aligned: all of a
+/// chunk's codes, zero past its last tile).
+ZIPCOMM_DEVICE LowCursor load_low_codes(const uint8_t* widths, uint64_t first_tile) {
+  LowCursor c;
+  const uint4 v = __ldg(reinterpret_cast<const uint4*>(widths + first_tile / 4));
+  c.codes[0] = v.x, c.codes[1] = v.y, c.codes[2] = v.z, c.codes[3] = v.w;
+  return c;
+}
+
+/// Writes the raw bits of a lane's items of one tile: plane-0 bytes at element `first`, low bits at width
+/// `code` into the tile's low part `tile_low` (the tile has `tile_valid` elements; a lane's `count` of them).
+/// Bytes and bits of a short last tile that no element owns are written as zero.
 template <DType D>
-ZIPCOMM_DEVICE void write_planes(const Planes& pl, uint64_t tile, uint64_t first, uint32_t count,
-                                 const uint32_t (&x)[ITEMS]) {
+ZIPCOMM_DEVICE void write_planes(uint8_t* plane0, uint8_t* tile_low, uint32_t code, uint32_t tile_valid,
+                                 uint64_t first, uint32_t count, const uint32_t (&x)[ITEMS]) {
   using FB = thread::FloatBits<D>;
+  const uint32_t lane = lane_id();
   uint32_t p0[ITEMS];
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) p0[i] = FB::plane0(x[i]);
   if (count == ITEMS) {
-    *reinterpret_cast<uint2*>(pl.plane0 + first) =
+    *reinterpret_cast<uint2*>(plane0 + first) =
         make_uint2(p0[0] | p0[1] << 8 | p0[2] << 16 | p0[3] << 24, p0[4] | p0[5] << 8 | p0[6] << 16 | p0[7] << 24);
   } else {
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i)
-      if (uint32_t(i) < count) pl.plane0[first + i] = uint8_t(p0[i]);
+      if (uint32_t(i) < count) plane0[first + i] = uint8_t(p0[i]);
   }
+  uint32_t lo[ITEMS];
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) lo[i] = uint32_t(i) < count ? FB::low(x[i]) : 0u;
   if constexpr (D == DType::fp16) {
-    uint32_t s = 0, m9 = 0, m8 = 0;
+    if (code == 0) {  // three bit-planes: mantissa bits 2, 1, 0; byte = lane, bit = item
+      uint32_t m2 = 0, m1 = 0, m0 = 0;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      uint32_t p1 = uint32_t(i) < count ? FB::plane1(x[i]) : 0u;
-      s |= ((p1 >> 2) & 1u) << i;
-      m9 |= ((p1 >> 1) & 1u) << i;
-      m8 |= (p1 & 1u) << i;
+      for (int i = 0; i < ITEMS; ++i) {
+        m2 |= ((lo[i] >> 2) & 1u) << i;
+        m1 |= ((lo[i] >> 1) & 1u) << i;
+        m0 |= (lo[i] & 1u) << i;
+      }
+      tile_low[lane] = uint8_t(m2);
+      tile_low[32 + lane] = uint8_t(m1);
+      tile_low[64 + lane] = uint8_t(m0);
     }
-    uint8_t* t = pl.plane1 + tile * 96 + lane_id();
-    t[0] = uint8_t(s);
-    t[32] = uint8_t(m9);
-    t[64] = uint8_t(m8);
   } else if constexpr (D == DType::fp32) {
-    if (count == ITEMS) {
-      *reinterpret_cast<uint4*>(pl.plane1 + 2 * first) =
-          make_uint4((x[0] & 0xFFFFu) | x[1] << 16, (x[2] & 0xFFFFu) | x[3] << 16, (x[4] & 0xFFFFu) | x[5] << 16,
-                     (x[6] & 0xFFFFu) | x[7] << 16);
-    } else {
-#pragma unroll
-      for (int i = 0; i < ITEMS; ++i)
-        if (uint32_t(i) < count) reinterpret_cast<uint16_t*>(pl.plane1 + 2 * first)[i] = uint16_t(x[i]);
+    // A lane's bytes are one aligned vector; a short tile's padding lies in the vectors of lanes up to the one
+    // that ends at the tile's 16-byte boundary.
+    if (code == 0 && 16 * lane < format::low_tile_bytes(D, 0, tile_valid)) {
+      *reinterpret_cast<uint4*>(tile_low + 16 * lane) =
+          make_uint4(lo[0] | lo[1] << 16, lo[2] | lo[3] << 16, lo[4] | lo[5] << 16, lo[6] | lo[7] << 16);
+    } else if (code == 1 && 8 * lane < format::low_tile_bytes(D, 1, tile_valid)) {
+      *reinterpret_cast<uint2*>(tile_low + 8 * lane) =
+          make_uint2(lo[0] >> 8 | (lo[1] >> 8) << 8 | (lo[2] >> 8) << 16 | (lo[3] >> 8) << 24,
+                     lo[4] >> 8 | (lo[5] >> 8) << 8 | (lo[6] >> 8) << 16 | (lo[7] >> 8) << 24);
     }
   }
 }
 
-/// A lane's raw plane bytes for one tile, as loaded: the plane-0 bytes of its 8 items (zero past `count`),
-/// fp16's sign/m9/m8 bit bytes, fp32's low mantissa halves. Kept packed so that a decoder can carry the next
-/// tile's planes in a few registers while it decodes this one, and unpack them when it assembles.
+/// A lane's raw bits for one tile, as loaded: the plane-0 bytes of its 8 items (zero past `count`) and
+/// their low bits (fp16: the three bit-plane bytes; fp32: 16-bit halves, two per word). Kept packed so that a
+/// decoder can carry the next tile's in a few registers while it decodes this one, and unpack them when it
+/// assembles.
 template <DType D>
 struct LanePlanes {
   uint2 p0;
-  uint32_t p1[D == DType::fp32 ? 4 : 1];
+  uint32_t low[D == DType::fp32 ? 4 : 1];
 };
 
-/// Loads the planes of a lane's items of tile `tile` (global tile index); `first` = its first element.
+/// Loads the raw bits of a lane's items of one tile (arguments as write_planes). `bad` is set when a byte or
+/// bit that no element owns is not zero, or when an fp32 tile at the 8-bit width stores only zeros (format:
+/// no writer makes one). Called by the whole warp (a vote).
 template <DType D>
-ZIPCOMM_DEVICE LanePlanes<D> load_planes(const ConstPlanes& pl, uint64_t tile, uint64_t first, uint32_t count) {
+ZIPCOMM_DEVICE LanePlanes<D> load_planes(const uint8_t* plane0, const uint8_t* tile_low, uint32_t code,
+                                         uint32_t tile_valid, uint64_t first, uint32_t count, uint32_t& bad) {
+  const uint32_t lane = lane_id();
   LanePlanes<D> r{};
   if (count == ITEMS) {
-    r.p0 = __ldg(reinterpret_cast<const uint2*>(pl.plane0 + first));
+    r.p0 = __ldg(reinterpret_cast<const uint2*>(plane0 + first));
   } else {
     uint32_t lo = 0, hi = 0;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
-      const uint32_t b = uint32_t(i) < count ? pl.plane0[first + i] : 0u;
+      const uint32_t b = uint32_t(i) < count ? plane0[first + i] : 0u;
       if (i < 4)
         lo |= b << (8 * i);
       else
@@ -226,45 +256,47 @@ ZIPCOMM_DEVICE LanePlanes<D> load_planes(const ConstPlanes& pl, uint64_t tile, u
     r.p0 = make_uint2(lo, hi);
   }
   if constexpr (D == DType::fp16) {
-    const uint8_t* t = pl.plane1 + tile * 96 + lane_id();
-    r.p1[0] = uint32_t(t[0]) | uint32_t(t[32]) << 8 | uint32_t(t[64]) << 16;
+    if (code == 0) {
+      r.low[0] = uint32_t(tile_low[lane]) | uint32_t(tile_low[32 + lane]) << 8 | uint32_t(tile_low[64 + lane]) << 16;
+      const uint32_t unused = (0xFFu << count) & 0xFFu;
+      bad |= (r.low[0] & (unused | unused << 8 | unused << 16)) != 0;
+    }
   } else if constexpr (D == DType::fp32) {
-    if (count == ITEMS) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(pl.plane1 + 2 * first));
-      r.p1[0] = v.x, r.p1[1] = v.y, r.p1[2] = v.z, r.p1[3] = v.w;
-    } else {
+    if (code == 0 && 16 * lane < format::low_tile_bytes(D, 0, tile_valid)) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(tile_low + 16 * lane));
+      r.low[0] = v.x, r.low[1] = v.y, r.low[2] = v.z, r.low[3] = v.w;
+    } else if (code == 1 && 8 * lane < format::low_tile_bytes(D, 1, tile_valid)) {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(tile_low + 8 * lane));
+      // bytes b0..b3 of v.x become the high bytes of halves: (b0 << 8) | (b1 << 24), (b2 << 8) | (b3 << 24)
+      r.low[0] = __byte_perm(v.x, 0, 0x1404), r.low[1] = __byte_perm(v.x, 0, 0x3424);
+      r.low[2] = __byte_perm(v.y, 0, 0x1404), r.low[3] = __byte_perm(v.y, 0, 0x3424);
+    }
+    if (code == 1) bad |= !__any_sync(FULL_MASK, r.low[0] | r.low[1] | r.low[2] | r.low[3]);
+    if (count < ITEMS) {  // halves of missing items are padding
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i)
-        if (uint32_t(i) < count)
-          r.p1[i / 2] |= uint32_t(reinterpret_cast<const uint16_t*>(pl.plane1 + 2 * first)[i]) << (16 * (i % 2));
+        if (uint32_t(i) >= count) bad |= (r.low[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
     }
   }
   return r;
 }
 
-/// The elements of loaded planes (exponent fields zero).
+/// The elements of loaded raw bits (exponent fields zero).
 template <DType D>
 ZIPCOMM_DEVICE void unpack_planes(const LanePlanes<D>& r, uint32_t (&x)[ITEMS]) {
   using FB = thread::FloatBits<D>;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const uint32_t p0 = ((i < 4 ? r.p0.x : r.p0.y) >> (8 * (i % 4))) & 0xFFu;
-    uint32_t p1 = 0;
+    uint32_t lo = 0;
     if constexpr (D == DType::fp16) {
-      const uint32_t w = r.p1[0];
-      p1 = ((w >> i) & 1u) << 2 | ((w >> (8 + i)) & 1u) << 1 | ((w >> (16 + i)) & 1u);
+      const uint32_t w = r.low[0];
+      lo = ((w >> i) & 1u) << 2 | ((w >> (8 + i)) & 1u) << 1 | ((w >> (16 + i)) & 1u);
     } else if constexpr (D == DType::fp32) {
-      p1 = (r.p1[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+      lo = (r.low[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
     }
-    x[i] = FB::assemble(0, p0, p1);
+    x[i] = FB::assemble(0, p0, lo);
   }
-}
-
-/// Reads the planes of a lane's items into x (exponent fields left zero).
-template <DType D>
-ZIPCOMM_DEVICE void read_planes(const ConstPlanes& pl, uint64_t tile, uint64_t first, uint32_t count,
-                                uint32_t (&x)[ITEMS]) {
-  unpack_planes<D>(load_planes<D>(pl, tile, first, count), x);
 }
 
 }  // namespace warp

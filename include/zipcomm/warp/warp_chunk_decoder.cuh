@@ -19,10 +19,11 @@ namespace zipcomm {
 namespace warp {
 
 /// Where decode + forward copies a chunk: its exponent stream (16-byte aligned; nullptr: not copied) and
-/// the planes of the forward stream (plane0 nullptr: not copied).
+/// its raw bits, into the forward stream's plane 0, width codes and the chunk's low part (plane0 nullptr: not
+/// copied).
 struct ChunkForward {
   uint8_t* chunk = nullptr;
-  Planes planes{nullptr, nullptr};
+  Planes planes{nullptr, nullptr, nullptr, false};
 };
 
 /// \brief Decodes one chunk; all 32 lanes of the warp call every member together.
@@ -86,21 +87,26 @@ class WarpChunkDecoder {
     elems_ = elems;
     tiles_ = format::chunk_tiles(elems);
     first_tile_ = first_tile;
-    planes_ = planes;
+    plane0_ = planes.plane0;
+    low_ = planes.low;
     full_tiles_ = elems / format::TILE_ELEMS;
     lane_first_ = first_tile * format::TILE_ELEMS + lane * ITEMS;
     const uint32_t raw_bytes = format::raw_chunk_bytes(D, elems);
     raw_ = bytes == raw_bytes;
     bad_ = 0;
+    low_cursor_ = LowCursor{};
+    if constexpr (format::has_low(D)) BeginLow(planes);
     if (forward != nullptr) {
       if (forward->chunk != nullptr && bytes % 16 == 0) copy_bytes(forward->chunk, stream, bytes);
       const uint64_t first_elem = first_tile * format::TILE_ELEMS;
       if (forward->planes.plane0 != nullptr) {
         copy_bytes(forward->planes.plane0 + first_elem, planes.plane0 + first_elem, elems);
-        if constexpr (D == DType::fp16)
-          copy_bytes(forward->planes.plane1 + first_tile * 96, planes.plane1 + first_tile * 96, tiles_ * 96);
-        if constexpr (D == DType::fp32)
-          copy_bytes(forward->planes.plane1 + 2 * first_elem, planes.plane1 + 2 * first_elem, 2 * elems);
+        if constexpr (format::has_low(D)) {
+          if (lane == 0)
+            *reinterpret_cast<uint4*>(forward->planes.widths + first_tile / 4) = make_uint4(
+                low_cursor_.codes[0], low_cursor_.codes[1], low_cursor_.codes[2], low_cursor_.codes[3]);
+          if (!bad_) copy_bytes(forward->planes.low, planes.low, planes.low_bytes);
+        }
       }
     }
     hi_ = lo_ = avail_ = 0;
@@ -143,7 +149,7 @@ class WarpChunkDecoder {
         bad_ = 1u;
       }
     }
-    next_ = load_planes<D>(planes_, first_tile_, lane_first_, lane_count(0));
+    next_ = LoadPlanes(0);
   }
 
   /// Tiles in the chunk begun last.
@@ -189,12 +195,41 @@ class WarpChunkDecoder {
     return tile < full_tiles_ ? uint32_t(ITEMS) : format::lane_valid_count(elems_, tile, lane_id());
   }
 
+  // The chunk's width codes, checked: each valid, and the tiles' low parts exactly fill the chunk's low part.
+  // Otherwise no low bit is read (the chunk is corrupt).
+  ZIPCOMM_DEVICE void BeginLow(const ConstPlanes& planes) {
+    const uint32_t lane = lane_id();
+    low_cursor_ = load_low_codes(planes.widths, first_tile_);
+    uint32_t bytes = 0, bad_code = 0;
+#pragma unroll
+    for (uint32_t k = lane; k < 64; k += 32) {
+      if (k >= tiles_) continue;
+      const uint32_t code = low_cursor_.code(k);
+      bad_code |= code >= format::low_code_count(D);
+      bytes += format::low_tile_bytes(D, code, format::tile_valid_count(elems_, k));
+    }
+    const uint32_t total = __reduce_add_sync(FULL_MASK, bytes);
+    if (__any_sync(FULL_MASK, bad_code) || total != planes.low_bytes) {
+      bad_ = 1u;
+      const uint32_t none = format::low_none_code(D) * 0x55555555u;
+      low_cursor_.codes[0] = low_cursor_.codes[1] = low_cursor_.codes[2] = low_cursor_.codes[3] = none;
+    }
+  }
+
+  // Loads tile t's raw bits (tiles in order): its low part follows the previous tile's.
+  ZIPCOMM_DEVICE LanePlanes<D> LoadPlanes(uint32_t t) {
+    const uint32_t code = low_cursor_.code(t), valid = format::tile_valid_count(elems_, t);
+    const LanePlanes<D> r = load_planes<D>(plane0_, low_ + low_cursor_.at, code, valid,
+                                           lane_first_ + uint64_t(t) * format::TILE_ELEMS, lane_count(t), bad_);
+    low_cursor_.at += format::low_tile_bytes(D, code, valid);
+    return r;
+  }
+
   ZIPCOMM_DEVICE uint32_t RawTile(uint32_t t, uint32_t (&x)[ITEMS]) {
     const uint32_t lane = lane_id();
     const uint32_t cnt = format::lane_valid_count(elems_, t, lane);
-    const LanePlanes<D> planes =
-        load_planes<D>(planes_, first_tile_ + t, lane_first_ + uint64_t(t) * format::TILE_ELEMS, cnt);
-    check_unused_plane_bits(planes, cnt);
+    const LanePlanes<D> planes = next_;
+    if (t + 1 < tiles_) next_ = LoadPlanes(t + 1);
     unpack_planes<D>(planes, x);
     const uint32_t at = (t * format::TILE_ELEMS + lane * ITEMS) * EXP_BITS / 8;
     uint64_t packed = 0;
@@ -217,15 +252,6 @@ class WarpChunkDecoder {
         bad_ |= e != 0;  // padding must be zero
     }
     return cnt;
-  }
-
-  // fp16's bit-planes hold a bit for every position of a tile: those of positions past the stream's end are
-  // zero (the other dtypes load no byte past the end).
-  ZIPCOMM_DEVICE void check_unused_plane_bits(const LanePlanes<D>& planes, uint32_t cnt) {
-    if constexpr (D == DType::fp16) {
-      const uint32_t unused = (0xFFu << cnt) & 0xFFu;
-      bad_ |= (planes.p1[0] & (unused | unused << 8 | unused << 16)) != 0;
-    }
   }
 
   // Word k of the lane's stream; zeros past its end (Finish() rejects a stream whose codewords run into them).
@@ -317,9 +343,7 @@ class WarpChunkDecoder {
   ZIPCOMM_DEVICE uint32_t CodedTile(uint32_t t, uint32_t (&x)[ITEMS]) {
     const uint32_t cnt = lane_count(t);
     const LanePlanes<D> planes = next_;
-    if (t + 1 < tiles_)  // prefetch: the next tile's planes load while this one decodes
-      next_ = load_planes<D>(planes_, first_tile_ + t + 1, lane_first_ + uint64_t(t + 1) * format::TILE_ELEMS,
-                             lane_count(t + 1));
+    if (t + 1 < tiles_) next_ = LoadPlanes(t + 1);  // prefetch: the next tile's bits load while this one decodes
     const uint32_t a = __shfl_sync(FULL_MASK, t < 32 ? anchor_lo_ : anchor_hi_, t & 31);
     const uint32_t f = (__shfl_sync(FULL_MASK, frac_byte_, t >> 2) >> (2 * (t & 3))) & 3u;
 
@@ -352,7 +376,6 @@ class WarpChunkDecoder {
       }
       if (general) GeneralTile(table_f, f, a, cnt, exps);
     }
-    if (cnt < ITEMS) check_unused_plane_bits(planes, cnt);
     unpack_planes<D>(planes, x);
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) x[i] |= exps[i];
@@ -375,7 +398,9 @@ class WarpChunkDecoder {
   uint32_t table_;  // shared-window address of the decode table
   const uint8_t* stream_ = nullptr;
   const uint32_t* words_ = nullptr;  // this lane's stream
-  ConstPlanes planes_{};
+  const uint8_t* plane0_ = nullptr;
+  const uint8_t* low_ = nullptr;  // the chunk's low part
+  LowCursor low_cursor_{};        // its width codes; where the next tile to load starts
   uint64_t first_tile_ = 0, lane_first_ = 0;
   uint32_t bytes_ = 0, elems_ = 0, tiles_ = 0, full_tiles_ = 0;
   bool raw_ = false;

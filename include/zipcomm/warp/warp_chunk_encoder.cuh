@@ -130,13 +130,22 @@ class WarpChunkEncoder {
     acc_ = 0;
     nacc_ = 0;
     words_ = 0;
+    LowCursor low;
+    if constexpr (format::has_low(D)) {
+      if (!planes.full)
+        low = load_low_codes(planes.widths, first_tile);
+      else if (lane == 0)
+        *reinterpret_cast<uint4*>(planes.widths + first_tile / 4) = make_uint4(0u, 0u, 0u, 0u);
+    }
 
     for (uint32_t t = 0; t < tiles; ++t) {
       uint32_t x[ITEMS];
       load(t, x);  // loaders start the next tile's load before they return (ArrayTileSource, the decoders)
       const uint32_t cnt = t < full_tiles ? uint32_t(ITEMS) : format::lane_valid_count(elems, t, lane);
       const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * ITEMS;
-      write_planes<D>(planes, first_tile + t, first, cnt, x);
+      const uint32_t code = low.code(t), valid = t < full_tiles ? format::TILE_ELEMS : elems - t * format::TILE_ELEMS;
+      write_planes<D>(planes.plane0, planes.low + low.at, code, valid, first, cnt, x);
+      low.at += format::low_tile_bytes(D, code, valid);
       check = thread::ChunkCheck::add_items<D>(check, x, cnt);
 
       // Full tiles (all but a chunk's last) take the branches without per-item predicates.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cooperative_groups.h>
+#include <cub/device/device_scan.cuh>
 #include <cuda/atomic>
 #include <cuda_runtime.h>
 
@@ -60,6 +61,7 @@ struct CompressArgs {
   uint64_t* chunk_state;     // num_chunks words, zeroed before launch
   unsigned long long* chunk_counter;  // zeroed before launch
   ReduceOp pre_op;           // avg: scale each element first (a reduction's contribution)
+  format::LowWidths low_widths;  // minimal: low_widths_kernel and the low table's scan ran first
 };
 
 /// The next chunk for this warp, taken in increasing order from a counter shared by the grid.
@@ -118,19 +120,24 @@ template <DType D, class Code, class Source>
 ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpChunkEncoder<D, Code>::TempStorage& temp,
                                   const warp::PairEncodeTable& pair_table, Source& source) {
   const uint32_t lane = warp::lane_id();
-  const format::Layout L = format::layout_for(D, args.n);
+  // Full width: chunk c's low part starts where c full chunks' end. Minimal: the low table holds the scan of
+  // the chunks' low lengths already.
+  const bool full = !format::has_low(D) || args.low_widths == format::LowWidths::full;
+  const format::Layout fixed = format::layout_for(D, args.n);
+  uint64_t* low_table = reinterpret_cast<uint64_t*>(args.out + fixed.low_table_offset);
+  const uint64_t low_bytes = full || fixed.num_chunks == 0 ? fixed.low_max_bytes : low_table[fixed.num_chunks - 1];
+  const format::Layout L = format::layout_for(D, args.n, low_bytes);
 
   // Alignment gaps between sections are part of the stream: zero them (block 0, one warp).
   if (blockIdx.x == 0 && threadIdx.x < 32) {
     format::for_section_gaps(L, lane, 32, [&](uint64_t b) { args.out[b] = 0; });
     if (L.num_chunks == 0 && lane == 0) {
-      *reinterpret_cast<format::Header*>(args.out) = format::make_header(D, Code::ID, 0, L.exp_offset);
+      *reinterpret_cast<format::Header*>(args.out) = format::make_header(D, Code::ID, 0, L.exp_offset, 0);
       *args.out_bytes = L.exp_offset;
     }
   }
 
   warp::WarpChunkEncoder<D, Code> enc(temp, pair_table);
-  const warp::Planes planes{args.out + L.plane0_offset, args.out + L.plane1_offset};
   uint64_t* table = reinterpret_cast<uint64_t*>(args.out + L.table_offset);
   uint32_t* checks = reinterpret_cast<uint32_t*>(args.out + L.check_offset);
   uint8_t* exp_section = args.out + L.exp_offset;
@@ -138,8 +145,13 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
   for (uint64_t c = next_chunk(args.chunk_counter); c < L.num_chunks; c = next_chunk(args.chunk_counter)) {
     const uint32_t elems = format::chunk_elems(args.n, c);
     const uint64_t first_tile = c * format::CHUNK_TILES;
+    const uint64_t low_start =
+        full ? c * format::full_low_chunk_bytes(D, format::CHUNK_ELEMS) : (c ? low_table[c - 1] : 0);
+    const warp::Planes planes{args.out + L.plane0_offset, args.out + L.widths_offset,
+                              args.out + L.low_offset + low_start, full};
     source.begin(c, elems, first_tile);
     const warp::ChunkInfo info = enc.Encode(elems, first_tile, source, planes);
+    if (format::has_low(D) && full && lane == 0) low_table[c] = low_start + format::full_low_chunk_bytes(D, elems);
 
     cuda::atomic_ref<uint64_t, cuda::thread_scope_device> my_state(args.chunk_state[c]);
     if (lane == 0 && c > 0) my_state.store(FLAG_AGGREGATE | info.bytes, cuda::memory_order_relaxed);
@@ -156,15 +168,52 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
       if (timed_out) report(args.status, Status::timeout);
       if (c + 1 == L.num_chunks) {
         const uint64_t total = L.exp_offset + exclusive + info.bytes;
-        *reinterpret_cast<format::Header*>(args.out) = format::make_header(D, Code::ID, args.n, total);
+        *reinterpret_cast<format::Header*>(args.out) = format::make_header(D, Code::ID, args.n, total, low_bytes);
         *args.out_bytes = total;
       }
     }
   }
 }
 
+/// Compress's first pass (fp16, fp32): each chunk's width codes, the narrowest whose dropped low bits are zero
+/// in every element of the tile, into the stream, and the length of its low part into the low table (a scan
+/// then turns the lengths into end offsets). A warp per chunk.
+template <DType D>
+__global__ void __launch_bounds__(CodecPolicy::THREADS) low_widths_kernel(CompressArgs args) {
+  using FB = thread::FloatBits<D>;
+  const uint32_t lane = warp::lane_id();
+  const format::Layout L = format::layout_for(D, args.n);
+  uint64_t* low_table = reinterpret_cast<uint64_t*>(args.out + L.low_table_offset);
+  warp::ArrayTileSource<D> source(args.in, args.pre_op);
+  const uint64_t warps = uint64_t(gridDim.x) * (blockDim.x / 32);
+  for (uint64_t c = blockIdx.x * uint64_t(blockDim.x / 32) + threadIdx.x / 32; c < L.num_chunks; c += warps) {
+    const uint32_t elems = format::chunk_elems(args.n, c), tiles = format::chunk_tiles(elems);
+    source.begin(c, elems, c * format::CHUNK_TILES);
+    warp::LowCursor low;
+    for (uint32_t t = 0; t < tiles; ++t) {
+      uint32_t x[warp::ITEMS];
+      source(t, x);
+      const uint32_t cnt = format::lane_valid_count(elems, t, lane);
+      uint32_t bits = 0;
+#pragma unroll
+      for (int i = 0; i < warp::ITEMS; ++i)
+        if (uint32_t(i) < cnt) bits |= FB::low(x[i]);
+      const uint32_t code = thread::low_code_for<D>(__reduce_or_sync(warp::FULL_MASK, bits));
+      const uint32_t bits_at = code << (2 * (t % 16));
+      if (t < 16) low.codes[0] |= bits_at;
+      else if (t < 32) low.codes[1] |= bits_at;
+      else if (t < 48) low.codes[2] |= bits_at;
+      else low.codes[3] |= bits_at;
+      low.at += format::low_tile_bytes(D, code, format::tile_valid_count(elems, t));
+    }
+    if (lane == 0)
+      *reinterpret_cast<uint4*>(args.out + L.widths_offset + c * 16) = make_uint4(low.codes[0], low.codes[1], low.codes[2], low.codes[3]);
+    if (lane == 0) low_table[c] = low.at;
+  }
+}
+
 template <DType D, class Code>
-__global__ void __launch_bounds__(CodecPolicy::THREADS) compress_kernel(CompressArgs args) {
+__global__ void __launch_bounds__(CodecPolicy::THREADS, 3) compress_kernel(CompressArgs args) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& smem = *reinterpret_cast<EncodeSmem<D, Code, CodecPolicy::WARPS>*>(smem_raw);
   auto cta = cooperative_groups::this_thread_block();
@@ -201,7 +250,9 @@ ZIPCOMM_DEVICE bool decode_chunks(const uint8_t* in, uint64_t in_bytes, uint64_t
   for (uint64_t c = next_chunk(counter); c < view.layout.num_chunks; c = next_chunk(counter)) {
     const uint8_t* chunk;
     uint32_t bytes;
-    const bool range_ok = view.chunk(D, c, chunk, bytes);
+    const uint8_t* low;
+    uint32_t low_bytes;
+    const bool range_ok = view.chunk(D, c, chunk, bytes) && view.chunk_low(D, c, low, low_bytes);
     Status s = chunk_op(c, chunk, bytes, view);
     if (!range_ok) s = Status::corrupt_stream;
     if (warp::lane_id() == 0) report(status, s);
@@ -228,8 +279,8 @@ __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_kernel(De
     auto sink = [&](uint32_t t, const uint32_t (&x)[warp::ITEMS], uint32_t cnt) {
       warp::store_items_any<D>(args.out, vector, lane_first + uint64_t(t) * format::TILE_ELEMS, cnt, x);
     };
-    return dec.Decode(chunk, bytes, format::chunk_elems(view.layout.n, c), first_tile,
-                      warp::ConstPlanes{view.plane0(), view.plane1()}, view.check(c), sink);
+    return dec.Decode(chunk, bytes, format::chunk_elems(view.layout.n, c), first_tile, view.chunk_planes(D, c),
+                      view.check(c), sink);
   };
   HeaderOnly check;
   decode_chunks<D, Code>(args.in, args.in_bytes, args.out_capacity, false, args.status, args.chunk_counter, check,
@@ -275,6 +326,16 @@ inline cudaError_t fail_in_stream(Status* d_status, Status s, cudaStream_t strea
   return e != cudaSuccess ? e : cudaErrorInvalidValue;
 }
 
+/// Temp storage of a stream-writing launch: the chunk counter, the look-back states, and (fp16, fp32 at
+/// minimal width) the scan of the low table.
+inline size_t scan_temp_offset(uint64_t num_chunks) { return format::align_up(16 + 8 * num_chunks, 256); }
+template <DType D>
+inline size_t low_scan_temp_bytes(uint64_t num_chunks) {
+  size_t bytes = 0;
+  if (format::has_low(D) && num_chunks)
+    cub::DeviceScan::InclusiveSum(nullptr, bytes, static_cast<uint64_t*>(nullptr), num_chunks);
+  return bytes;
+}
 inline size_t compress_temp_bytes(uint64_t num_chunks) { return 16 + 8 * num_chunks; }
 constexpr uint64_t MAX_ELEMENTS = uint64_t(1) << 50;  // format::validate_header's bound
 
@@ -293,16 +354,18 @@ cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, 
                             uint64_t out_capacity, uint64_t* d_out_bytes, Status* d_status, cudaStream_t stream,
                             const ReduceOp& pre_op = ReduceOp::sum()) {
   const format::Layout L = format::layout_for(D, n);
-  const size_t need = compress_temp_bytes(L.num_chunks);
+  size_t scan_bytes = low_scan_temp_bytes<D>(L.num_chunks);
+  const size_t need = scan_bytes ? scan_temp_offset(L.num_chunks) + scan_bytes : compress_temp_bytes(L.num_chunks);
   if (d_temp == nullptr) {
     temp_bytes = need;
     return cudaSuccess;
   }
   if (!d_status || !d_out_bytes) return cudaErrorInvalidValue;
   Status host_check = check_compress_args(D, d_temp, temp_bytes, n, d_out, out_capacity);
-  if (host_check == Status::ok && ((!d_in && n) || !reduce_op_valid(pre_op))) host_check = Status::invalid_argument;
+  if (host_check == Status::ok && ((!d_in && n) || !reduce_op_valid(pre_op) || temp_bytes < need))
+    host_check = Status::invalid_argument;
   if (host_check != Status::ok) return fail_in_stream(d_status, host_check, stream);
-  cudaError_t e = cudaMemsetAsync(d_temp, 0, need, stream);
+  cudaError_t e = cudaMemsetAsync(d_temp, 0, compress_temp_bytes(L.num_chunks), stream);
   if (e == cudaSuccess) e = cudaMemsetAsync(d_status, 0, sizeof(Status), stream);  // Status::ok
   if (e != cudaSuccess) return e;
   CompressArgs args{d_in,
@@ -312,7 +375,19 @@ cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, 
                     d_status,
                     reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(d_temp) + 16),
                     static_cast<unsigned long long*>(d_temp),
-                    pre_op};
+                    pre_op,
+                    format::LowWidths::minimal};
+  if (scan_bytes) {
+    int grid = 1;
+    e = persistent_grid(low_widths_kernel<D>, CodecPolicy::THREADS, 0, L.num_chunks, grid);
+    if (e != cudaSuccess) return e;
+    low_widths_kernel<D><<<grid, CodecPolicy::THREADS, 0, stream>>>(args);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    uint64_t* low_table = reinterpret_cast<uint64_t*>(args.out + L.low_table_offset);
+    e = cub::DeviceScan::InclusiveSum(static_cast<uint8_t*>(d_temp) + scan_temp_offset(L.num_chunks), scan_bytes,
+                                      low_table, L.num_chunks, stream);
+    if (e != cudaSuccess) return e;
+  }
   const size_t smem = sizeof(EncodeSmem<D, Code, CodecPolicy::WARPS>);
   return launch_persistent(compress_kernel<D, Code>, CodecPolicy::THREADS, smem, L.num_chunks, stream, args);
 }

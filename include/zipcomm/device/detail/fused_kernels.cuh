@@ -54,19 +54,22 @@ __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_reduce_ke
   warp::WarpChunkDecodeReduce<D, Code> fused(table);
   auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
     return fused.DecodeReduce(chunk, bytes, format::chunk_elems(args.n, c), c * format::CHUNK_TILES,
-                              warp::ConstPlanes{view.plane0(), view.plane1()}, view.check(c), args.local, args.out,
-                              args.op);
+                              view.chunk_planes(D, c), view.check(c), args.local, args.out, args.op);
   };
   HeaderOnly check;
   decode_chunks<D, Code>(args.in, args.in_bytes, args.n, true, args.status, args.chunk_counter, check, chunk_op);
 }
 
-/// The part of a forwarded stream that is neither planes nor chunk streams, spread over the chunks' warps:
-/// chunk c's table entry and check, and for chunk 0 the header and the alignment gaps between sections.
+/// The part of a forwarded stream that is neither raw bits nor chunk streams, spread over the chunks' warps:
+/// chunk c's table entries and check, and for chunk 0 the header and the alignment gaps between sections.
+template <DType D>
 ZIPCOMM_DEVICE void forward_stream_frame(const uint8_t* in, uint8_t* fwd, const format::Layout& L, uint64_t c) {
   const uint32_t lane = warp::lane_id();
   if (lane == 0) {
     reinterpret_cast<uint64_t*>(fwd + L.table_offset)[c] = reinterpret_cast<const uint64_t*>(in + L.table_offset)[c];
+    if (format::has_low(D))
+      reinterpret_cast<uint64_t*>(fwd + L.low_table_offset)[c] =
+          reinterpret_cast<const uint64_t*>(in + L.low_table_offset)[c];
     reinterpret_cast<uint32_t*>(fwd + L.check_offset)[c] = reinterpret_cast<const uint32_t*>(in + L.check_offset)[c];
   }
   if (c != 0) return;
@@ -86,16 +89,18 @@ __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_forward_k
   };
   auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
     const format::Layout& L = view.layout;
-    forward_stream_frame(args.in, args.fwd, L, c);
+    forward_stream_frame<D>(args.in, args.fwd, L, c);
     uint8_t* fwd_chunk = bytes ? args.fwd + (chunk - args.in) : nullptr;
-    return fused.DecodeForward(chunk, bytes, format::chunk_elems(args.n, c), c * format::CHUNK_TILES,
-                               warp::ConstPlanes{view.plane0(), view.plane1()}, view.check(c), args.out, fwd_chunk,
-                               warp::Planes{args.fwd + L.plane0_offset, args.fwd + L.plane1_offset});
+    const format::ConstPlanes planes = view.chunk_planes(D, c);
+    return fused.DecodeForward(chunk, bytes, format::chunk_elems(args.n, c), c * format::CHUNK_TILES, planes,
+                               view.check(c), args.out, fwd_chunk,
+                               warp::Planes{args.fwd + L.plane0_offset, args.fwd + L.widths_offset,
+                                            args.fwd + (planes.low - args.in), false});
   };
   const bool ok =
       decode_chunks<D, Code>(args.in, args.in_bytes, args.n, true, args.status, args.chunk_counter, check, chunk_op);
   if (ok && args.n == 0 && blockIdx.x == 0 && threadIdx.x < 32)  // no chunk: the header travels alone
-    for (uint64_t b = threadIdx.x; b < format::layout_for(D, 0).exp_offset; b += 32) args.fwd[b] = args.in[b];
+    for (uint64_t b = threadIdx.x; b < format::layout_for(D, 0, 0).exp_offset; b += 32) args.fwd[b] = args.in[b];
 }
 
 /// Chunk c of the incoming stream, decoded and reduced tile by tile, for encode_chunks.
@@ -105,9 +110,11 @@ struct StreamReducedSource {
   const format::StreamView& view;
   ZIPCOMM_DEVICE void begin(uint64_t c, uint32_t elems, uint64_t first_tile) {
     const uint8_t* chunk;
-    uint32_t bytes;
+    const uint8_t* low;
+    uint32_t bytes, low_bytes;
     view.chunk(D, c, chunk, bytes);  // bytes = 0 when inconsistent: the decoder reports it, reading nothing
-    tiles.set_chunk(chunk, bytes, elems, first_tile, warp::ConstPlanes{view.plane0(), view.plane1()}, view.check(c));
+    if (!view.chunk_low(D, c, low, low_bytes)) bytes = 0;
+    tiles.set_chunk(chunk, bytes, elems, first_tile, view.chunk_planes(D, c), view.check(c));
   }
   ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[warp::ITEMS]) { tiles(t, x); }
   ZIPCOMM_DEVICE Status status() const { return tiles.status(); }
@@ -210,7 +217,8 @@ cudaError_t launch_decompress_reduce_compress(void* d_temp, size_t& temp_bytes, 
                         d_status,
                         reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(d_temp) + 16),
                         static_cast<unsigned long long*>(d_temp),
-                        ReduceOp::sum()};
+                        ReduceOp::sum(),
+                        format::LowWidths::full};
   const size_t smem = sizeof(FusedEncodeSmem<D, Code, FusedEncodePolicy::WARPS>);
   auto kernel = decompress_reduce_compress_kernel<D, Code>;
   int grid = 1;
