@@ -80,7 +80,7 @@ _STATUS_HELP = """
         size_mismatch        element counts of operands disagree
         timeout              a bounded wait on a peer expired (communication only)
         checksum_mismatch    a chunk decoded to elements whose check differs from the stored one
-        unsupported_version  a stream of another format version (v1 and v2 streams are refused)
+        unsupported_version  a stream of another format version (v1 to v3 streams are refused)
     Every single-bit flip of a stream gives bad_header, corrupt_stream or checksum_mismatch, never wrong data
     (docs/FORMAT.md, section 14)."""
 
@@ -99,7 +99,8 @@ _FORMAT_HELP = """
                            code) on their distance below a per-tile (256 elements) maximum, one bit stream per
                            lane of a warp, or stored raw when that is not smaller
     Sections are 16-byte aligned and the padding is zero. Only the exponents are coded, so real tensors come
-    to about 0.67 of their size (bf16), 0.86 (fp16), 0.83-0.85 (fp32); random bits come to slightly over 1
+    to about 0.67 of their size (bf16), 0.68 (fp16 holding bf16 values), 0.33 (fp32 holding bf16 values) to
+    0.85 (fp32 with full mantissas); random bits come to slightly over 1
     (max_compressed_bytes is the bound)."""
 
 

@@ -29,7 +29,7 @@ def test_import_does_not_load_torch() -> None:
 
 def test_build_info_and_cuda_available() -> None:
     info = zipcomm.build_info()
-    assert info["format_version"] == zipcomm.FORMAT_VERSION == 3
+    assert info["format_version"] == zipcomm.FORMAT_VERSION == 4
     assert info["library_version"] == zipcomm.__version__
     assert zipcomm.cuda_available() == (info["cuda_devices"] > 0)
     if not info["cuda_compiled"]:
@@ -53,7 +53,7 @@ def test_max_compressed_bytes_bounds_random_bits(rng: np.random.Generator) -> No
             bound = zipcomm.max_compressed_bytes(n, kind)
             assert len(zipcomm.compress(x, dtype=kind)) <= bound
     assert zipcomm.max_compressed_bytes(0, "fp32") == zipcomm.HEADER_BYTES
-    assert zipcomm.max_compressed_bytes(np.int64(40000), np.float16) == 80192
+    assert zipcomm.max_compressed_bytes(np.int64(40000), np.float16) == 80256
     assert zipcomm.max_compressed_bytes(40000, "bfloat16") == 80112
 
 
@@ -61,7 +61,7 @@ def test_info_fields(rng: np.random.Generator) -> None:
     x = rng.integers(0, 1 << 32, 20000, dtype=np.uint32)  # random bits: exponents stored raw
     buf = zipcomm.compress(x, "pair", dtype="fp32")
     info = zipcomm.info(bytes(buf) + b"\x00" * 3)
-    assert info["dtype"] == "fp32" and info["code"] == "pair" and info["version"] == 3
+    assert info["dtype"] == "fp32" and info["code"] == "pair" and info["version"] == 4
     assert info["elements"] == 20000 and info["original_bytes"] == 80000
     assert info["compressed_bytes"] == len(buf) and info["buffer_bytes"] == len(buf) + 3
     assert info["chunks"] == 2 and info["raw_chunks"] == 2

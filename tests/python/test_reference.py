@@ -15,11 +15,19 @@ from conftest import REPO, read_data
 
 # docs/FORMAT.md section 15: the first 40000 elements of tests/data/llama_weights.bf16, pair code.
 WORKED_EXAMPLE_HEADER = bytes.fromhex(
-    "5a 50 43 4d 03 01 03 0e  40 9c 00 00 00 00 00 00"
+    "5a 50 43 4d 04 01 03 0e  40 9c 00 00 00 00 00 00"
     "80 d1 00 00 00 00 00 00  80 9c 00 00 00 00 00 00"
-    "80 9c 00 00 00 00 00 00  b0 9c 00 00 00 00 00 00"
-    "c5 37 e0 ec 00 00 00 00  00 00 00 00 00 00 00 00"
+    "b0 9c 00 00 00 00 00 00  b0 9c 00 00 00 00 00 00"
+    "2e 8e 85 95 00 00 00 00  00 00 00 00 00 00 00 00"
 )
+
+
+def u64s(buf: np.ndarray, offset: int, count: int) -> list[int]:
+    return np.frombuffer(bytes(buf[offset:offset + 8 * count]), "<u8").tolist()
+
+
+def u32s(buf: np.ndarray, offset: int, count: int) -> list[int]:
+    return np.frombuffer(bytes(buf[offset:offset + 4 * count]), "<u4").tolist()
 
 
 def test_format_md_worked_example() -> None:
@@ -27,21 +35,38 @@ def test_format_md_worked_example() -> None:
     buf = zipcomm.compress(x, dtype="bf16")
     assert len(buf) == 53632
     assert bytes(buf[:64]) == WORKED_EXAMPLE_HEADER
-    table = np.frombuffer(bytes(buf[40064:40088]), "<u8")
-    checks = np.frombuffer(bytes(buf[40088:40100]), "<u4")
-    assert table.tolist() == [5504, 11008, 13520]
-    assert checks.tolist() == [0x0CFB9371, 0xFEEEED29, 0x1C8EDCB5]
     info = zipcomm.info(buf)
     assert info == {
-        "version": 3, "dtype": "bf16", "code": "pair", "elements": 40000, "original_bytes": 80000,
+        "version": 4, "dtype": "bf16", "code": "pair", "elements": 40000, "original_bytes": 80000,
         "compressed_bytes": 53632, "ratio": 53632 / 80000, "chunks": 3, "raw_chunks": 0,
-        "chunk_elements": 16384, "plane1_offset": 40064, "table_offset": 40064, "exp_offset": 40112,
-        "header_check": 0xECE037C5, "buffer_bytes": 53632,
+        "chunk_elements": 16384, "table_offset": 40064, "low_offset": 40112, "exp_offset": 40112,
+        "header_check": 0x95858E2E, "buffer_bytes": 53632,
     }
+    # bf16: no width codes and no low table; the checks follow the chunk table, the low section is empty.
+    assert u64s(buf, info["table_offset"], 3) == [5504, 11008, 13520]
+    assert u32s(buf, info["table_offset"] + 24, 3) == [0x0CFB9371, 0xFEEEED29, 0x1C8EDCB5]
+    assert not buf[40100:40112].any()
     # Layout and bound of section 15 for the three dtypes.
     assert zipcomm.max_compressed_bytes(40000, "bf16") == 80112
-    assert zipcomm.max_compressed_bytes(40000, "fp16") == 80192
-    assert zipcomm.max_compressed_bytes(40000, "fp32") == 160112
+    assert zipcomm.max_compressed_bytes(40000, "fp16") == 80256
+    assert zipcomm.max_compressed_bytes(40000, "fp32") == 160176
+
+
+def test_format_md_worked_example_width_codes() -> None:
+    # docs/FORMAT.md section 15: tests/data/llama_grads.f32 (bf16 gradients widened to fp32) at minimal widths:
+    # every tile at code 2, no low bits stored.
+    x = read_data("llama_grads.f32", np.uint32)
+    assert x.size == 32768
+    buf = zipcomm.compress(x, dtype="fp32")
+    info = zipcomm.info(buf)
+    assert (len(buf), info["version"], info["table_offset"], info["low_offset"], info["exp_offset"],
+            info["header_check"]) == (44000, 4, 32864, 32912, 32912, 0x1587523A)
+    assert bytes(buf[32832:32864]) == b"\xaa" * 32  # 128 width codes, 2 each
+    table = info["table_offset"]
+    assert u64s(buf, table, 2) == [5536, 11088]  # chunk table
+    assert u64s(buf, table + 16, 2) == [0, 0]  # low table
+    assert u32s(buf, table + 32, 2) == [0x502A4677, 0x32B93058]  # chunk checks
+    np.testing.assert_array_equal(zipcomm.decompress(buf).view(np.uint32), x)
 
 
 def zipcomm_file_cli() -> Path:
