@@ -116,9 +116,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
                    const std::vector<SmTarget>& targets, std::vector<Row>& rows) {
   const uint64_t eb = format::elem_bytes(D);
   const uint64_t n = mib * 1024 * 1024 / eb;
-  std::vector<uint8_t> host(n * eb);
-  for (uint64_t off = 0; off < host.size(); off += sample.size())
-    std::memcpy(host.data() + off, sample.data(), std::min<uint64_t>(sample.size(), host.size() - off));
+  const std::vector<uint8_t> host = bench::tiled_sample(sample, n * eb, eb);
   const uint64_t cap = format::max_compressed_bytes(D, n);
   void *d_in, *d_out, *d_back, *d_temp;
   uint64_t* d_bytes;

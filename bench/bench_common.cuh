@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,17 @@ inline double copy_roofline_tbps(uint64_t bytes, int reps) {
   CK(cudaFree(a));
   CK(cudaFree(b));
   return 2.0 * double(bytes) / ms / 1e9;
+}
+
+/// `bytes` of `sample` repeated. Each copy is cut to whole 256-element tiles, so that every tile of the result is
+/// a tile of the sample and the ratio is the sample's (a copy starting mid-tile would mix two tiles' bits).
+inline std::vector<uint8_t> tiled_sample(const std::vector<uint8_t>& sample, uint64_t bytes, uint64_t elem_bytes) {
+  const uint64_t tile_bytes = 256 * elem_bytes;
+  const uint64_t period = sample.size() >= tile_bytes ? sample.size() / tile_bytes * tile_bytes : sample.size();
+  std::vector<uint8_t> out(bytes);
+  for (uint64_t off = 0; period && off < bytes; off += period)
+    std::memcpy(out.data() + off, sample.data(), std::min<uint64_t>(period, bytes - off));
+  return out;
 }
 
 /// --data DIR --mib N --reps N --json FILE, and --sms N[,M...] where the bench takes it (with_sms); exits with a

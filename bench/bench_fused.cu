@@ -55,9 +55,8 @@ template <DType D>
 void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, uint64_t mib, int reps,
                    double copy_tbps, const std::vector<ReduceOp>& ops, std::vector<Row>& rows) {
   const uint64_t eb = format::elem_bytes(D), n = mib * 1024 * 1024 / eb, B = n * eb;
-  std::vector<uint8_t> a(B), b(B);
-  for (uint64_t off = 0; off < B; off += sample.size())
-    std::memcpy(a.data() + off, sample.data(), std::min<uint64_t>(sample.size(), B - off));
+  const std::vector<uint8_t> a = bench::tiled_sample(sample, B, eb);
+  std::vector<uint8_t> b(B);
   const uint64_t shift = (sample.size() / 3) / eb * eb;
   for (uint64_t i = 0; i < B; ++i) b[i] = a[(i + shift) % B];
   const uint64_t cap = format::max_compressed_bytes(D, n);

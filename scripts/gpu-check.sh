@@ -6,7 +6,9 @@
 # benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second run;
 # p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples and bench_p2p, no sanitizers - a short run
 # for a change confined to the P2P links; codec: the codec targets: every GPU test but [p2p], memcheck on the
-# codec, block and fused tests, bench and bench_fused - a short run for a change to the codec). Env: ZIPCOMM_BENCHES (subset), ZIPCOMM_P2P_ARGS, ZIPCOMM_P2P_TIMEOUT (s, 300),
+# codec, block and fused tests, bench and bench_fused (ZIPCOMM_BENCHES="codec fused ring" adds bench_ring) - a
+# short run for a change to the codec). Env: ZIPCOMM_BENCHES (subset), ZIPCOMM_BENCH_ARGS (more zipcomm_bench flags,
+# e.g. --sms 16), ZIPCOMM_P2P_ARGS, ZIPCOMM_P2P_TIMEOUT (s, 300),
 # ZIPCOMM_P2P_DATA (folder with llama_grads.bf16 for bench_p2p; tests/data), ZIPCOMM_P2P_ARGS2 (a second bench_p2p run
 # after the first, e.g. on other data: its output goes to bench_p2p2.*), ZIPCOMM_P2P_BATCH (bench_p2p --batch cases,
 # 16x64,4x256,64x16; its JSON travels in the logs' archive), ZIPCOMM_STRESS_SECONDS (full mode: seconds of transfers
@@ -28,7 +30,7 @@ cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTU
 # -k 0: a target that fails to build is reported, and everything else still builds and runs.
 TARGETS=()
 [ "$MODE" = p2p ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_p2p zipcomm_p2p_pipeline zipcomm_rl_weight_sync zipcomm_probe_split zipcomm_probe_concurrent zipcomm_probe_copy_engines)
-[ "$MODE" = codec ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench zipcomm_bench_fused)
+[ "$MODE" = codec ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench zipcomm_bench_fused zipcomm_bench_ring)
 if ! cmake --build $BUILD -j"$(nproc)" "${TARGETS[@]}" -- -k 0 > "$OUT/build.log" 2>&1; then
   log "build had FAILURES (the rest runs)"; grep -E "error|FAILED" "$OUT/build.log" | head -40
   [ -x $BUILD/tests/gpu/zipcomm_gpu_tests ] || exit 1
