@@ -4,7 +4,7 @@
 # When pip cannot reach the package index (no network) and the venv does not already hold what is needed, it
 # says so and exits 0: the C++ tests stay the gate there. Otherwise any build or test failure exits non-zero.
 # Env: ZIPCOMM_PYTHON (interpreter, default python3), ZIPCOMM_PYTHON_CUDA (ON/OFF: force the GPU codec in or
-# out), ZIPCOMM_PYTHON_JOBS (build jobs, default nproc), ZIPCOMM_TEST_SEED (replay a run's random tests),
+# out), ZIPCOMM_PYTHON_TORCH (cpu/pypi/off: where torch comes from when missing, default cpu), ZIPCOMM_PYTHON_JOBS (build jobs, default nproc), ZIPCOMM_TEST_SEED (replay a run's random tests),
 # ZIPCOMM_FILE (zipcomm-file to compare bytes with; default: the one in ${ZIPCOMM_BUILD_DIR:-build}).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -45,6 +45,20 @@ if ! "${pip[@]}" install --retries 1 --timeout 20 "${REQUIREMENTS[@]}" >>"$LOG" 
     skip "pip cannot reach the package index (no network?) and $VENV lacks ${REQUIREMENTS[*]}"
   fi
   fail "pip install ${REQUIREMENTS[*]}"
+fi
+
+# torch runs the DDP hook tests (a 4-process gloo training run) and the torch round trips. It is big, so it comes
+# from PyTorch's CPU-only index (~200 MB) unless it is already in the venv; ZIPCOMM_PYTHON_TORCH=pypi takes it
+# from PyPI instead (with its CUDA libraries, several GB), =off leaves it out. Without it those tests skip.
+if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+  case "${ZIPCOMM_PYTHON_TORCH:-cpu}" in
+    off) ;;
+    pypi) "${pip[@]}" install --retries 1 --timeout 60 torch >>"$LOG" 2>&1 || true ;;
+    *) "${pip[@]}" install --retries 1 --timeout 60 torch --index-url https://download.pytorch.org/whl/cpu \
+         >>"$LOG" 2>&1 || true ;;
+  esac
+  "$VENV/bin/python" -c "import torch" >/dev/null 2>&1 ||
+    echo "=== Python package: torch is not installed (ZIPCOMM_PYTHON_TORCH=${ZIPCOMM_PYTHON_TORCH:-cpu}): the DDP hook and torch tests will SKIP ==="
 fi
 
 cuda_args=()
