@@ -33,16 +33,10 @@ def main():
         "raw": "raw: pipelined copy-engine transfer (best chunk)",
         "coded_copy": "coded, copy mode (always coded)",
         "link_copy": "link, copy mode (raw below measured threshold)",
-        "coded_relay": "coded, relay mode (always coded)",
-        "coded_kernel": "coded, kernel mode (always coded)",
-        "link_relay": "link, relay mode (raw below measured threshold)",
-        "link_kernel": "link, kernel mode (raw below measured threshold)",
         "coded_stream": "coded, stream mode (always coded)",
         "link_stream": "link, stream mode (raw below measured threshold)",
     }
-    styles = {"raw": "k-", "coded_copy": "C2--", "coded_relay": "C0--", "coded_kernel": "C1--",
-              "link_copy": "C2-", "link_relay": "C0-", "link_kernel": "C1-", "coded_stream": "C3--",
-              "link_stream": "C3-"}
+    styles = {"raw": "k-", "coded_copy": "C2--", "link_copy": "C2-", "coded_stream": "C3--", "link_stream": "C3-"}
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 9), sharex=True)
     for name, pts in series.items():
         if name.startswith("raw_paired_"):

@@ -1,6 +1,6 @@
 // Probe: how long the P2P sender's plane split of one frame takes, and what bounds it. Each warp splits one
 // 16384-element bf16 item, as the sender's warps do for a transfer's first frame (1056 warps: one 8-warp block
-// per SM; 512 warps: one frame of stream_tuned()). Variants: the sender's split_item_planes (planes only); a split
+// per SM; 512 warps: one frame of the default shape). Variants: the sender's split_item_planes (planes only); a split
 // that also folds the item check (thread::ChunkCheck), and one without; loads only; and U tiles' loads issued
 // before any is written (U = 2, 4, 8).
 // Prints the median kernel time (CUDA events, 30 runs) less an empty kernel's.

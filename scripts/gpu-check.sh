@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# One run on a GPU machine: build, run every test (GPU ones included), the stress run (full mode),
+# One run on a GPU machine: build, run every test (GPU ones included), the stress run (full and p2p modes),
 # compute-sanitizer on the GPU tests, then the benchmarks. Logs go to $OUT. Needs
 # Catch2 carried in .deps/.
 # Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p|codec]    (full: everything; quick: no sanitizers, 64 MiB
 # benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second run;
-# p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples and bench_p2p, no sanitizers - a short run
-# for a change confined to the P2P links; codec: the codec targets: every GPU test but [p2p], memcheck on the
-# codec, block and fused tests, bench and bench_fused (ZIPCOMM_BENCHES="codec fused ring" adds bench_ring) - a
-# short run for a change to the codec). Env: ZIPCOMM_BENCHES (subset), ZIPCOMM_BENCH_ARGS (more zipcomm_bench flags,
-# e.g. --sms 16), ZIPCOMM_P2P_ARGS, ZIPCOMM_P2P_TIMEOUT (s, 300),
-# ZIPCOMM_P2P_DATA (folder with llama_grads.bf16 for bench_p2p; tests/data), ZIPCOMM_P2P_ARGS2 (a second bench_p2p run
-# after the first, e.g. on other data: its output goes to bench_p2p2.*), ZIPCOMM_P2P_BATCH (bench_p2p --batch cases,
-# 16x64,4x256,64x16; its JSON travels in the logs' archive), ZIPCOMM_STRESS_SECONDS (full mode: seconds of transfers
-# under load in scripts/stress.sh, 60)
+# p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples, a short stress run and bench_p2p (stream mode
+# and its copy-mode fallback), no sanitizers - a short run for a change confined to the P2P links; codec: the codec
+# targets: every GPU test but [p2p], memcheck on the codec, block and fused tests, bench and bench_fused
+# (ZIPCOMM_BENCHES="codec fused ring" adds bench_ring) - a short run for a change to the codec). Env:
+# ZIPCOMM_BENCHES (subset), ZIPCOMM_BENCH_ARGS (more zipcomm_bench flags, e.g. --sms 16), ZIPCOMM_P2P_ARGS,
+# ZIPCOMM_P2P_TIMEOUT (s, 300), ZIPCOMM_P2P_DATA (folder with llama_grads.bf16 for bench_p2p; tests/data),
+# ZIPCOMM_P2P_ARGS2 (a second bench_p2p run after the first, e.g. on other data: its output goes to bench_p2p2.*),
+# ZIPCOMM_P2P_BATCH (bench_p2p --batch cases, 16x64,4x256,64x16; its JSON travels in the logs' archive),
+# ZIPCOMM_STRESS_SECONDS (seconds of transfers under load in scripts/stress.sh: 60 in full mode, 30 in p2p mode)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/zipcomm-out}
@@ -29,7 +29,7 @@ cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTU
   -DZIPCOMM_BUILD_FUZZ=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Catch2=ON ${ZIPCOMM_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
 # -k 0: a target that fails to build is reported, and everything else still builds and runs.
 TARGETS=()
-[ "$MODE" = p2p ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_p2p zipcomm_p2p_pipeline zipcomm_rl_weight_sync zipcomm_probe_split zipcomm_probe_concurrent zipcomm_probe_copy_engines)
+[ "$MODE" = p2p ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_p2p zipcomm_p2p_pipeline zipcomm_rl_weight_sync zipcomm_probe_split zipcomm_probe_concurrent zipcomm_probe_copy_engines zipcomm_stress_links zipcomm_stress_load)
 [ "$MODE" = codec ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench zipcomm_bench_fused zipcomm_bench_ring)
 if ! cmake --build $BUILD -j"$(nproc)" "${TARGETS[@]}" -- -k 0 > "$OUT/build.log" 2>&1; then
   log "build had FAILURES (the rest runs)"; grep -E "error|FAILED" "$OUT/build.log" | head -40
@@ -63,11 +63,11 @@ $GPU_TESTS --durations yes > "$OUT/gpu_tests.log" 2>&1
 log "gpu tests rc=$?: $(tail -3 "$OUT/gpu_tests.log" | tr '\n' ' ')"
 fi
 
-# Every link mode, the peer link on GPU 0 and the ring, byte for byte, while another process loads the GPU: rc 1 if a
-# transfer reported ok with wrong bytes (error statuses are counted in the summary, not failed).
-if [ "$MODE" = full ]; then
-  bash scripts/stress.sh --build-dir $BUILD --seconds "${ZIPCOMM_STRESS_SECONDS:-60}" -- --data tests/data \
-    > "$OUT/stress.log" 2>&1
+# Both host link modes, the peer link on GPU 0 and the ring, byte for byte, while another process loads the GPU: rc 1 if a
+# transfer reported ok with wrong bytes (error statuses are counted in the summary, not failed). p2p mode: 30 s.
+if [ "$MODE" = full ] || [ "$MODE" = p2p ]; then
+  STRESS_S=${ZIPCOMM_STRESS_SECONDS:-60}; [ "$MODE" = p2p ] && STRESS_S=${ZIPCOMM_STRESS_SECONDS:-30}
+  bash scripts/stress.sh --build-dir $BUILD --seconds "$STRESS_S" -- --data tests/data > "$OUT/stress.log" 2>&1
   log "stress rc=$?: $(grep -E '^stress summary' "$OUT/stress.log")"
   grep -E 'OK WITH WRONG BYTES|^stress: (FAILED|PASSED)|stress.sh:' "$OUT/stress.log" | head -20 |
     tee -a "$OUT/summary.txt"
@@ -100,7 +100,7 @@ if want codec; then
   $BUILD/bench/zipcomm_bench --data tests/data --mib $MIB --reps 20 ${ZIPCOMM_BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
   log "bench rc=$?"
 fi
-# P2P pipeline over the pinned-host link: GB/s vs message size, coded modes vs raw; PNG when matplotlib is there
+# P2P pipeline over the pinned-host link: GB/s vs message size, the link (both modes) vs raw; PNG when matplotlib is there
 P2P_ARGS=${ZIPCOMM_P2P_ARGS:---sweep}; [ "$MODE" = quick ] && P2P_ARGS="--max-mib 256"
 if want p2p; then
   [ -x $BUILD/bench/zipcomm_probe_split ] && timeout 60 $BUILD/bench/zipcomm_probe_split > "$OUT/probe_split.txt" 2>&1

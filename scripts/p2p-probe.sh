@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One short GPU run for P2P tuning: machine facts (NUMA, topology, nsys), a build of zipcomm_bench_p2p alone,
-# the bench with the arguments given (default: the copy-chain probe and the stream_tuned() link), and, where nsys
+# the bench with the arguments given (default: the copy-chain probe and the default link), and, where nsys
 # is installed, a CUDA trace of one 64 MiB stream-mode variant (every copy's start and duration, as CSV).
 # Usage: bash scripts/p2p-probe.sh [bench arguments...]      Env: ZIPCOMM_NSYS_VARIANT (a --variant spec; "" = none)
 set -uo pipefail
@@ -15,10 +15,10 @@ cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTU
   cmake --build $BUILD --target zipcomm_bench_p2p >> "$OUT/p2p-build.log" 2>&1 || { tail -30 "$OUT/p2p-build.log"; exit 1; }
 BENCH=$BUILD/bench/zipcomm_bench_p2p
 ARGS=("$@")
-[ ${#ARGS[@]} -eq 0 ] && ARGS=(--max-mib 256 --no-curve --chain-probe --variant "stream tuned")
+[ ${#ARGS[@]} -eq 0 ] && ARGS=(--max-mib 256 --no-curve --chain-probe --variant "default")
 timeout 400 $BENCH --data tests/data "${ARGS[@]}" --json "$OUT/probe.json" 2>&1 | tee "$OUT/probe.txt"
 NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
-VARIANT=${ZIPCOMM_NSYS_VARIANT-stream tuned}
+VARIANT=${ZIPCOMM_NSYS_VARIANT-default}
 if [ -n "$NSYS" ] && [ -n "$VARIANT" ]; then
   "$NSYS" profile -t cuda -o /tmp/p2p-trace --force-overwrite true $BENCH --data tests/data --max-mib 64 --no-curve \
     --variant "$VARIANT" --sweep-mib 64,64 > "$OUT/nsys.log" 2>&1

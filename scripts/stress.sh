@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The P2P links and the ring allreduce under load: starts zipcomm_stress_load in the background (another process
 # keeping the GPU's SMs, memory and copy engines busy, with work on non-blocking streams and on the legacy stream),
-# runs zipcomm_stress_links beside it (every link mode, the peer link on GPU 0, the ring; every byte checked), then
+# runs zipcomm_stress_links beside it (both host link modes, the peer link on GPU 0, the ring; every byte checked), then
 # stops the load. ctest runs it as gpu_stress_links (labels gpu and stress).
 #   bash scripts/stress.sh [--build-dir DIR] [--load BIN] [--stress BIN] [--seconds S] [-- STRESS_ARGS...]
 # --seconds: how long the transfers go on (ZIPCOMM_STRESS_SECONDS, else 60); the load runs until it is stopped,

@@ -104,7 +104,7 @@ int run_rank(int rank, int nranks, ncclUniqueId id, const std::vector<uint8_t>& 
     recv_ring.slots = recv_slots;
     recv_ring.slot_bytes = slot_bytes;
     recv_ring.num_slots = SLOTS;
-    CK(rx.init(rank, SLOTS, 0, 0, 2));
+    CK(rx.init(rank, SLOTS, 0, 2));  // two launches at once: one per decode stream
     CK(cudaMemset(rx.control(), 0, sizeof(SideControl)));
     for (auto& s : s_dec) CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (auto& e : landed) CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -183,7 +183,7 @@ int run_rank(int rank, int nranks, ncclUniqueId id, const std::vector<uint8_t>& 
       cudaStream_t d = s_dec[f % 2];
       CK(cudaEventRecord(landed[slot], s_nccl));
       CK(cudaStreamWaitEvent(d, landed[slot], 0));
-      CK(rx.launch(plan, out, 0, f, f + 1, recv_ring, false, false, false, TIMEOUT_NS, d, uint32_t(f % 2), false,
+      CK(rx.launch(plan, out, 0, f, f + 1, recv_ring, false, false, TIMEOUT_NS, d, uint32_t(f % 2), false,
                    int(std::max<uint64_t>(1, format::div_up(fi.items, P2PPolicy::WARPS)))));
       CK(cudaEventRecord(decoded[slot], d));
     }

@@ -18,7 +18,7 @@
 // transfer_raw_many); --batch off sends them one transfer each. A phase that stalls longer than
 // --timeout-s ends the run with an error naming it (ZIPCOMM_RL_TRACE=1 prints each phase as it starts).
 // Usage: zipcomm_rl_weight_sync [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512] [--watch TENSOR]
-//                               [--link-mode stream|copy|kernel|relay] [--reader on|off] [--batch on|off]
+//                               [--link-mode stream|copy] [--reader on|off] [--batch on|off]
 //                               [--timeout-s 120]
 #include <cuda/atomic>
 #include <cuda_runtime.h>
@@ -228,12 +228,12 @@ int main(int argc, char** argv) {
       timeout_s = std::atof(argv[++i]);
     else {
       std::fprintf(stderr, "usage: %s [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512] [--watch TENSOR]"
-                   " [--link-mode stream|copy|kernel|relay] [--reader on|off] [--batch on|off] [--timeout-s 120]\n",
+                   " [--link-mode stream|copy] [--reader on|off] [--batch on|off] [--timeout-s 120]\n",
                    argv[0]);
       return 2;
     }
   }
-  if ((link_mode != "stream" && link_mode != "copy" && link_mode != "kernel" && link_mode != "relay") ||
+  if ((link_mode != "stream" && link_mode != "copy") ||
       (reader != "on" && reader != "off") || (batch != "on" && batch != "off") || !(timeout_s > 0))
     return std::fprintf(stderr, "bad --link-mode, --reader, --batch or --timeout-s (see the usage)\n"), 2;
   // ZIPCOMM_RL_TRACE=1: each phase on stderr as it starts (where a run stalls)
@@ -292,18 +292,11 @@ int main(int argc, char** argv) {
   cudaStream_t sync_stream, reader_stream;
   CK(cudaStreamCreateWithFlags(&sync_stream, cudaStreamNonBlocking));
   CK(cudaStreamCreateWithFlags(&reader_stream, cudaStreamNonBlocking));
-  // Stream mode: the GPU schedules the whole pipeline (no host thread); copy mode where the driver lacks the
-  // stream memory operations it needs.
-  const HostLinkMode mode = link_mode == "copy"     ? HostLinkMode::copy
-                            : link_mode == "kernel" ? HostLinkMode::kernel
-                            : link_mode == "relay"  ? HostLinkMode::relay
-                                                    : HostLinkMode::stream;
+  // Stream mode: the GPU schedules the whole pipeline (no host thread); the link falls back to copy mode where
+  // the driver lacks the stream memory operations it needs.
   HostStagingLink<DType::bf16> link;
-  cudaError_t ie = link.init(0, mode == HostLinkMode::stream ? P2POptions::stream_tuned() : P2POptions(), mode);
-  if (ie == cudaErrorNotSupported && mode == HostLinkMode::stream) ie = link.init(0);
-  CK(ie);
-  const char* mode_names[] = {"?", "relay", "kernel", "copy", "stream"};
-  std::printf("pinned host link, %s mode\n", mode_names[int(link.mode())]);
+  CK(link.init(0, P2POptions(), link_mode == "copy" ? HostLinkMode::copy : HostLinkMode::stream));
+  std::printf("pinned host link, %s mode\n", link.mode() == HostLinkMode::stream ? "stream" : "copy");
   CK(link.calibrate(view(trainer, 2), specs[2].elems));  // a q_proj: what most of the bytes look like
   std::printf("%zu buckets of up to %llu MiB, %s; bypass threshold (measured): %s\n", buckets.size(),
               (unsigned long long)bucket_mib, batch == "on" ? "one batch per sync" : "one transfer each",

@@ -1,7 +1,7 @@
-// GPU tests of the P2P pipeline (include/zipcomm/comm): bit-exact transfers over the pinned-host link (relay and
-// kernel modes) and the peer link (same GPU), odd sizes and alignments, rings that wrap many times, a head region,
-// frames identical to the host reference, corrupt frames, peers that disagree on sizes, and peers that never
-// answer.
+// GPU tests of the P2P pipeline (include/zipcomm/comm): bit-exact transfers over the pinned-host link (stream mode
+// and its fallback, copy mode) and the peer link (same GPU, or two), odd sizes and alignments, rings that wrap many
+// times, batches, a head region, frames identical to the host reference, corrupt frames, peers that disagree on
+// sizes, and peers that never answer.
 // Tags: [p2p]; [concurrent] needs sender and receiver kernels running at once (skip under a sanitizer that
 // serializes launches); [large] moves 1 GiB.
 #include <algorithm>
@@ -48,23 +48,22 @@ P2POptions small_ring_options() {
   return o;
 }
 
-/// stream_tuned() with every element through the frames: no raw head or tail.
-P2POptions frames_only_options() {
-  P2POptions o = P2POptions::stream_tuned();
-  o.stream_raw_head_bytes = o.stream_raw_tail_bytes = 0;
+/// The defaults with 1 MiB of raw staging: stream mode's raw head and tail shrink to half of it (512 KiB each).
+P2POptions small_staging_options() {
+  P2POptions o;
+  o.raw_chunk_bytes = uint64_t(256) << 10;
   return o;
 }
 
-/// Initializes `link` on GPU 0 in `mode`; false, with a warning, where this GPU or driver lacks the mode
-/// (stream mode needs 64-bit stream memory operations).
-bool init_or_skip(HostStagingLink<DType::bf16>& link, const P2POptions& o, HostLinkMode mode) {
-  const cudaError_t ie = link.init(0, o, mode);
-  if (ie == cudaErrorNotSupported) {
-    WARN("mode " << int(mode) << " not supported on this GPU/driver: skipped");
-    return false;
-  }
-  CUDA_OK(ie);
-  return true;
+const char* mode_name(HostLinkMode m) { return m == HostLinkMode::stream ? "stream" : "copy"; }
+
+/// Initializes `link` on GPU 0 asking for `mode`; for stream mode, false (with a warning) where the GPU or driver
+/// lacks 64-bit stream memory operations and the link fell back to copy mode.
+bool init_in_mode(HostStagingLink<DType::bf16>& link, const P2POptions& o, HostLinkMode mode) {
+  CUDA_OK(link.init(0, o, mode));
+  if (link.mode() == mode) return true;
+  WARN("stream mode not supported on this GPU/driver (the link runs in copy mode): skipped");
+  return false;
 }
 
 /// Runs `move(src, dst, n, stream)` on bytes `host` placed at the given byte offsets and checks dst bit-exact,
@@ -171,15 +170,14 @@ TEST_CASE("p2p receiver warps' per-item checks of an item table agree with the h
   REQUIRE(agreed_bad > 60);  // the damage was seen, not only valid tables
 }
 
-TEST_CASE("p2p host staging link (copy and relay modes): bit-exact at odd sizes and alignments, ring wrapping",
+TEST_CASE("p2p host staging link, copy mode (the fallback): bit-exact at odd sizes and alignments, ring wrapping",
           "[gpu][p2p][concurrent]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  const HostLinkMode mode = GENERATE(HostLinkMode::copy, HostLinkMode::relay);
-  CAPTURE(int(mode));
   HostStagingLink<DType::bf16> link;
-  CUDA_OK(link.init(0, small_ring_options(), mode));
+  CUDA_OK(link.init(0, small_ring_options(), HostLinkMode::copy));
+  REQUIRE(link.mode() == HostLinkMode::copy);
   const uint64_t sizes[] = {0, 1, 7, 255, 256, 257, 4095, 16385, 100003, 300000, (uint64_t(1) << 20) + 3};
   for (uint64_t n : sizes) {
     const std::vector<uint8_t> host = test_bf16(n, rng);
@@ -199,15 +197,28 @@ TEST_CASE("p2p host staging link (copy and relay modes): bit-exact at odd sizes 
         [&] { return link.wait(); });
 }
 
-TEST_CASE("p2p host staging link (kernel and stream modes): bit-exact at odd sizes, ring wrapping",
-          "[gpu][p2p][concurrent]") {
+TEST_CASE("p2p host staging link: stream mode where the platform has stream memory operations, else copy mode",
+          "[gpu][p2p]") {
+  p2p_detail::StreamMemOps ops;
+  const HostLinkMode expected = ops.load(0) == cudaSuccess ? HostLinkMode::stream : HostLinkMode::copy;
+  INFO("this GPU and driver: " << mode_name(expected) << " mode");
+  HostStagingLink<DType::bf16> link;
+  CUDA_OK(link.init(0));
+  REQUIRE(link.mode() == expected);
+  CUDA_OK(link.init(0, P2POptions(), HostLinkMode::stream));  // asking for stream mode: the same choice
+  REQUIRE(link.mode() == expected);
+  CUDA_OK(link.init(0, P2POptions(), HostLinkMode::copy));  // the fallback, forced
+  REQUIRE(link.mode() == HostLinkMode::copy);
+  REQUIRE(link.raw_head_elems(uint64_t(1) << 24) == 0);  // copy mode sends every element through the frames
+  REQUIRE(link.raw_tail_elems(uint64_t(1) << 24) == 0);
+}
+
+TEST_CASE("p2p host staging link, stream mode: bit-exact at odd sizes, ring wrapping", "[gpu][p2p][concurrent]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  const HostLinkMode mode = GENERATE(HostLinkMode::kernel, HostLinkMode::stream);
-  CAPTURE(int(mode));
   HostStagingLink<DType::bf16> link;
-  CUDA_OK(link.init(0, small_ring_options(), mode));
+  if (!init_in_mode(link, small_ring_options(), HostLinkMode::stream)) return;
   for (uint64_t n : {uint64_t(1), uint64_t(3000), uint64_t(70001), uint64_t(1) << 21}) {
     const std::vector<uint8_t> host = test_bf16(n, rng);
     check_transfer(
@@ -221,25 +232,28 @@ TEST_CASE("p2p host staging link (kernel and stream modes): bit-exact at odd siz
       [&] { return link.wait(); });
 }
 
-TEST_CASE("p2p stream mode with stream_tuned() (the shipped tuning): bit-exact at sizes around its tiers",
+TEST_CASE("p2p host staging link with the default options: bit-exact at sizes around its tiers, in either mode",
           "[gpu][p2p][concurrent]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  const P2POptions o = P2POptions::stream_tuned();
-  HostStagingLink<DType::bf16> link;
-  CUDA_OK(link.init(0, o, HostLinkMode::stream));
+  const P2POptions o;
   // The tiers' regions from the end: tier 2 alone, tiers 1 and 2, one tier-0 frame and a part, several frames.
   const uint64_t t2 = o.shape.tier[2].region_elems, t1 = o.shape.tier[1].region_elems;
   const uint64_t frame0 = uint64_t(o.shape.tier[0].item_elems) * o.shape.tier[0].frame_items;
-  for (uint64_t n : {uint64_t(1), t2 - 1, t2 + 513, t1 + t2 + 7, t1 + t2 + frame0 + 16385, 3 * frame0 + t1 + t2 + 3})
-    check_transfer(
-        test_bf16(n, rng), 2 * (rng() % 8), 2 * (rng() % 8),
-        [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
-        [&] { return link.wait(); });
+  for (HostLinkMode mode : {HostLinkMode::stream, HostLinkMode::copy}) {
+    CAPTURE(mode_name(mode));
+    HostStagingLink<DType::bf16> link;
+    CUDA_OK(link.init(0, o, mode));
+    for (uint64_t n : {uint64_t(1), t2 - 1, t2 + 513, t1 + t2 + 7, t1 + t2 + frame0 + 16385, 3 * frame0 + t1 + t2 + 3})
+      check_transfer(
+          test_bf16(n, rng), 2 * (rng() % 8), 2 * (rng() % 8),
+          [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
+          [&] { return link.wait(); });
+  }
 }
 
-TEST_CASE("p2p host staging link, every mode: many transfers back to back, each bit-exact",
+TEST_CASE("p2p host staging link, both modes: many transfers back to back, each bit-exact",
           "[gpu][p2p][concurrent]") {
   // The kernels order their item counts at GPU scope and publish each frame with one system-scope release
   // (cumulative through the counters). A missing order shows as a copy engine or the host reading a slot
@@ -248,15 +262,13 @@ TEST_CASE("p2p host staging link, every mode: many transfers back to back, each 
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  const P2POptions frames_only = frames_only_options();
-  const std::pair<HostLinkMode, P2POptions> configs[] = {
-      {HostLinkMode::stream, P2POptions::stream_tuned()}, {HostLinkMode::stream, frames_only},
-      {HostLinkMode::kernel, small_ring_options()},       {HostLinkMode::relay, small_ring_options()},
-      {HostLinkMode::copy, small_ring_options()}};
+  const std::pair<HostLinkMode, P2POptions> configs[] = {{HostLinkMode::stream, P2POptions()},
+                                                         {HostLinkMode::stream, small_staging_options()},
+                                                         {HostLinkMode::copy, small_ring_options()}};
   for (const auto& [mode, o] : configs) {
-    CAPTURE(int(mode), o.stream_raw_head_bytes);
+    CAPTURE(mode_name(mode), o.raw_chunk_bytes);
     HostStagingLink<DType::bf16> link;
-    if (!init_or_skip(link, o, mode)) continue;
+    if (!init_in_mode(link, o, mode)) continue;
     const int reps = mode == HostLinkMode::stream ? 24 : 8;
     for (int k = 0; k < reps; ++k) {
       const uint64_t n = (uint64_t(1) << 18) + rng() % (uint64_t(6) << 20);
@@ -352,20 +364,15 @@ TEST_CASE("p2p host staging link: transfer_many sends a batch as one pipeline, e
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  const P2POptions frames_only = frames_only_options();
-  P2POptions small_stream = small_ring_options();  // 4 slots: the ring wraps inside messages and across them
-  small_stream.stream_flags_on_device = true;
-  small_stream.gate_flag_waits = true;
-  small_stream.copy_stream_pairs = 2;  // a message's frames alternate pairs; the next message starts on pair 0
-  small_stream.decode_streams = 2;
-  const std::pair<HostLinkMode, P2POptions> configs[] = {
-      {HostLinkMode::stream, P2POptions::stream_tuned()}, {HostLinkMode::stream, frames_only},
-      {HostLinkMode::stream, small_stream},               {HostLinkMode::kernel, small_ring_options()},
-      {HostLinkMode::copy, small_ring_options()}};
+  // 4 slots: the ring wraps inside messages and across them
+  const std::pair<HostLinkMode, P2POptions> configs[] = {{HostLinkMode::stream, P2POptions()},
+                                                         {HostLinkMode::stream, small_staging_options()},
+                                                         {HostLinkMode::stream, small_ring_options()},
+                                                         {HostLinkMode::copy, small_ring_options()}};
   for (const auto& [mode, o] : configs) {
-    CAPTURE(int(mode), o.stream_raw_head_bytes, o.slots);
+    CAPTURE(mode_name(mode), o.raw_chunk_bytes, o.slots);
     HostStagingLink<DType::bf16> link;
-    if (!init_or_skip(link, o, mode)) continue;
+    if (!init_in_mode(link, o, mode)) continue;
     auto many = [&](const P2PMessage* m, size_t c, cudaStream_t st, cudaStream_t) {
       return link.transfer_many(m, c, st);
     };
@@ -403,9 +410,9 @@ TEST_CASE("p2p host staging link: transfer_many refuses a bad batch whole, and r
   upload(src.ptr, host.data(), host.size());
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  P2POptions o = P2POptions::stream_tuned();
+  P2POptions o;
   HostStagingLink<DType::bf16> link;
-  if (!init_or_skip(link, o, HostLinkMode::stream)) return;
+  if (!init_in_mode(link, o, HostLinkMode::stream)) return;
   link.set_bypass_threshold(0);
   // A null source, a null destination, or an absurd size in any message refuses the batch before anything moves.
   const P2PMessage good = {src.ptr, dst.ptr, n};
@@ -426,7 +433,7 @@ TEST_CASE("p2p host staging link: transfer_many refuses a bad batch whole, and r
   // A batch whose receiver gives up (1 us timeout): wait() reports it within seconds; after reset() the link works.
   HostStagingLink<DType::bf16> failing;
   o.timeout_ns = 1000;
-  if (!init_or_skip(failing, o, HostLinkMode::stream)) return;
+  if (!init_in_mode(failing, o, HostLinkMode::stream)) return;
   failing.set_bypass_threshold(0);
   const P2PMessage three[] = {{src.ptr, dst.ptr, n}, {src.ptr, dst.as(2 * n), n / 2}, {src.ptr, dst.ptr, n}};
   const auto t0 = std::chrono::steady_clock::now();
@@ -466,10 +473,10 @@ TEST_CASE("p2p host staging link: calibrate() picks raw chunks, sets the bypass 
   DeviceBuffer d_sample(sample.size());
   CUDA_OK(cudaMemcpy(d_sample.ptr, sample.data(), sample.size(), cudaMemcpyHostToDevice));
   for (HostLinkMode mode : {HostLinkMode::stream, HostLinkMode::copy}) {
-    CAPTURE(int(mode));
+    CAPTURE(mode_name(mode));
     HostStagingLink<DType::bf16> link;
     REQUIRE(link.calibrate(d_sample.ptr, n) == cudaErrorInvalidValue);  // not initialized
-    if (!init_or_skip(link, mode == HostLinkMode::stream ? P2POptions::stream_tuned() : P2POptions{}, mode)) continue;
+    if (!init_in_mode(link, P2POptions(), mode)) continue;
     REQUIRE(link.calibrate(nullptr, n) == cudaErrorInvalidValue);
     const uint64_t max_bytes = uint64_t(8) << 20;
     CUDA_OK(link.calibrate(d_sample.ptr, n / 3 + 5, max_bytes));  // a shorter sample (odd length) is tiled
@@ -503,108 +510,49 @@ TEST_CASE("p2p host staging link: calibrate() picks raw chunks, sets the bypass 
   }
 }
 
-TEST_CASE("p2p stream mode: split or not, overflow, flags in pinned or GPU memory, 1 to 4 copy stream pairs, "
-          "copies in pieces: bit-exact, wrapping",
+TEST_CASE("p2p stream mode: overflow, copies whole or in pieces, raw head and tail capped by the staging: "
+          "bit-exact, wrapping",
           "[gpu][p2p][concurrent]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (uint32_t pairs : {0u, P2POptions::MAX_COPY_STREAM_PAIRS + 1}) {  // copy stream pairs: 1 .. 4
-    P2POptions bad = small_ring_options();
-    bad.copy_stream_pairs = pairs;
-    HostStagingLink<DType::bf16> link;
-    REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
-  }
   for (uint64_t piece : {uint64_t(1), P2POptions::MIN_COPY_PIECE_BYTES - 1}) {  // pieces too small to be useful
     P2POptions bad = small_ring_options();
     bad.copy_piece_bytes = piece;
     HostStagingLink<DType::bf16> link;
-    REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
-  }
-  {  // a raw head larger than the raw path's staging
-    P2POptions bad = small_ring_options();
-    bad.stream_raw_head_bytes = HostStagingLink<DType::bf16>::RAW_BUFFERS * bad.raw_chunk_bytes + 1;
-    HostStagingLink<DType::bf16> link;
-    REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
-  }
-  {  // a raw head and tail that together exceed the staging (each alone fits)
-    P2POptions bad = small_ring_options();
-    const uint64_t staging = HostStagingLink<DType::bf16>::RAW_BUFFERS * bad.raw_chunk_bytes;
-    bad.stream_raw_head_bytes = staging / 2;
-    bad.stream_raw_tail_bytes = staging / 2 + 4096;
-    HostStagingLink<DType::bf16> link;
-    REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
-    bad.stream_raw_tail_bytes = staging / 2;
-    REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaSuccess);
-  }
-  {
-    P2POptions bad = small_ring_options();
-    bad.copy_stream_pairs = 3;
-    bad.decode_streams = 2;  // pair k's host -> device stream is decode stream k
-    HostStagingLink<DType::bf16> link;
-    REQUIRE(link.init(0, bad, HostLinkMode::stream) == cudaErrorInvalidValue);
+    REQUIRE(link.init(0, bad) == cudaErrorInvalidValue);
+    REQUIRE(link.init(0, bad, HostLinkMode::copy) == cudaErrorInvalidValue);
   }
   struct Config {
-    bool split;
-    uint32_t budget;  // 8: every frame overflows (the overflow stays in the ring slots)
-    bool device_flags;
-    uint32_t pairs;  // copy stream pairs
-    uint64_t piece;  // copy_piece_bytes (0: whole copies; odd sizes leave a short last piece)
-    uint32_t per_transfer = 0;  // copy_pieces_per_transfer (piece: then the smallest piece)
-    uint32_t split_frames = UINT32_MAX;  // split_send_frames: later frames go in one copy
-    bool signal = true;                  // landed_on_signal_stream
-    bool gate = false;                   // gate_flag_waits
-    uint64_t raw_head = 0;               // stream_raw_head_bytes (capped at a quarter of each message)
-    uint64_t raw_tail = 0;               // stream_raw_tail_bytes (likewise)
+    uint32_t budget;            // exps_budget_per_kelem; 8: every frame overflows (the overflow stays in the ring)
+    uint64_t piece;             // copy_piece_bytes (0: whole copies; odd sizes leave a short last piece)
+    uint32_t per_transfer;      // copy_pieces_per_transfer (0: pieces of `piece`)
+    uint64_t raw_chunk;         // raw_chunk_bytes: the raw staging is 4 of them, the raw head and tail half of it
   };
-  const Config configs[] = {{true, 410, false, 1, 0},     {false, 8, true, 2, 0},   {true, 8, false, 2, 0},
-                            {false, 410, true, 1, 0},     {true, 410, true, 1, 0},  {true, 8, true, 2, 0},
-                            {false, 410, true, 2, 0},     {true, 410, false, 2, 0}, {false, 8, false, 1, 0},
-                            {true, 410, true, 2, 0},      {true, 8, true, 3, 0},    {false, 410, true, 4, 0},
-                            {true, 410, false, 4, 0},     {true, 410, true, 2, 65536}, {true, 8, true, 2, 40000},
-                            {false, 410, true, 1, 99999}, {true, 410, false, 3, 4096},
-                            {true, 410, true, 2, 0, 8},        {false, 8, true, 1, 65536, 8},
-                            {true, 8, false, 2, 16384, 64},
-                            {true, 410, true, 2, 0, 0, 1},     {true, 410, false, 1, 0, 0, 1},
-                            {true, 8, true, 2, 65536, 0, 2},   {true, 410, true, 1, 40000, 0, 3},
-                            {true, 410, true, 3, 0, 8, 1},     {true, 8, false, 2, 0, 0, 0},
-                            {true, 410, true, 2, 0, 0, 1, false},   {true, 8, true, 1, 65536, 0, 2, false},
-                            {true, 410, true, 4, 40000, 0, 3, false},
-                            {true, 410, true, 1, 0, 8, 1, true, true},
-                            {true, 8, true, 3, 65536, 0, 2, true, true},
-                            {false, 410, false, 1, 0, 0, UINT32_MAX, true, true},
-                            {true, 8, true, 1, 0, 0, 1, false, true},
-                            {true, 410, false, 2, 40000, 0, 1, true, true},
-                            {true, 410, true, 1, 0, 8, 1, true, true, 1 << 20},
-                            {false, 8, true, 2, 65536, 0, UINT32_MAX, true, false, 300000},
-                            {true, 410, false, 1, 40000, 0, 1, false, true, 3 << 20},
-                            {true, 410, true, 1, 0, 8, 1, true, true, 2 << 20, 1 << 20},
-                            {true, 8, true, 2, 65536, 0, 1, true, true, 0, 300000},
-                            {false, 410, false, 3, 40000, 0, UINT32_MAX, false, false, 1 << 20, 3 << 20},
-                            {true, 8, false, 1, 0, 0, 2, true, false, 5 << 20, 5 << 20}};
+  const uint64_t MiB = uint64_t(1) << 20;
+  const Config configs[] = {{410, 0, 0, 8 * MiB},         {8, 0, 0, 8 * MiB},          {410, 65536, 0, 8 * MiB},
+                            {8, 40000, 0, 256 << 10},     {410, 99999, 0, 1 * MiB},    {410, 4096, 0, 8 * MiB},
+                            {410, 0, 8, 8 * MiB},         {8, 65536, 8, 300000},       {8, 16384, 64, 8 * MiB},
+                            {410, 4 * MiB, 32, 256 << 10}, {8, 4 * MiB, 32, 1 * MiB},   {410, 4 * MiB, 32, 8 * MiB}};
   for (const Config& c : configs) {
-    CAPTURE(c.split, c.budget, c.device_flags, c.pairs, c.piece, c.per_transfer, c.split_frames, c.signal, c.gate,
-            c.raw_head, c.raw_tail);
+    CAPTURE(c.budget, c.piece, c.per_transfer, c.raw_chunk);
     P2POptions o = small_ring_options();
     o.slots = 8;
-    o.split_send = c.split;
     o.exps_budget_per_kelem = c.budget;
-    o.stream_flags_on_device = c.device_flags;
-    o.copy_stream_pairs = c.pairs;
     o.copy_piece_bytes = c.piece;
     o.copy_pieces_per_transfer = c.per_transfer;
-    o.split_send_frames = c.split_frames;
-    o.landed_on_signal_stream = c.signal;
-    o.gate_flag_waits = c.gate;
-    o.stream_raw_head_bytes = c.raw_head;
-    o.stream_raw_tail_bytes = c.raw_tail;
+    o.raw_chunk_bytes = c.raw_chunk;
     HostStagingLink<DType::bf16> link;
-    CUDA_OK(link.init(0, o, HostLinkMode::stream));
-    // The raw head: a quarter of the message at most, whole 4 KiB, none in a message under 16 KiB.
+    if (!init_in_mode(link, o, HostLinkMode::stream)) return;
+    // The raw head and tail: a quarter of the message at most, and half the staging, whole 4 KiB; none in a
+    // message under 16 KiB.
+    const uint64_t half_staging = HostStagingLink<DType::bf16>::RAW_BUFFERS * c.raw_chunk / 2;
+    const uint64_t head = HostStagingLink<DType::bf16>::RAW_HEAD_BYTES;
+    const uint64_t tail = HostStagingLink<DType::bf16>::RAW_TAIL_BYTES;
     CHECK(link.raw_head_elems(3000) == 0);
-    CHECK(link.raw_head_elems(uint64_t(3) << 20) == std::min<uint64_t>(c.raw_head, uint64_t(3) << 19) / 4096 * 2048);
     CHECK(link.raw_tail_elems(3000) == 0);
-    CHECK(link.raw_tail_elems(uint64_t(3) << 20) == std::min<uint64_t>(c.raw_tail, uint64_t(3) << 19) / 4096 * 2048);
+    CHECK(link.raw_head_elems(uint64_t(3) << 20) == std::min({head, half_staging, uint64_t(3) << 19}) / 4096 * 2048);
+    CHECK(link.raw_tail_elems(uint64_t(3) << 20) == std::min({tail, half_staging, uint64_t(3) << 19}) / 4096 * 2048);
     for (uint64_t n : {uint64_t(3000), uint64_t(70001), uint64_t(1) << 21})
       check_transfer(
           test_bf16(n, rng), 2 * (rng() % 8), 2 * (rng() % 8),
@@ -625,7 +573,7 @@ TEST_CASE("p2p stream mode: section B past the budget goes by the overflow path;
   P2POptions o = small_ring_options();
   o.exps_budget_per_kelem = 8;  // far too small: every frame's chunks spill into the overflow area
   HostStagingLink<DType::bf16> link;
-  CUDA_OK(link.init(0, o, HostLinkMode::stream));
+  if (!init_in_mode(link, o, HostLinkMode::stream)) return;
   // Gaussian, real, and incompressible data (random bits: chunks stay raw, section B near its bound).
   std::vector<uint8_t> noise(2 * ((uint64_t(1) << 20) + 77));
   for (auto& b : noise) b = uint8_t(rng());
@@ -661,8 +609,8 @@ TEST_CASE("p2p links with a head region: bit-exact at sizes around the regions; 
     P2POptions o = small_ring_options();
     o.shape.head = head;
     o.exps_budget_per_kelem = 8;  // far too small at first: head frames overflow too, then the budget adapts
-    for (HostLinkMode mode : {HostLinkMode::copy, HostLinkMode::kernel, HostLinkMode::stream}) {
-      CAPTURE(int(mode));
+    for (HostLinkMode mode : {HostLinkMode::copy, HostLinkMode::stream}) {
+      CAPTURE(mode_name(mode));
       HostStagingLink<DType::bf16> link;
       CUDA_OK(link.init(0, o, mode));
       for (uint64_t n : {uint64_t(1), uint64_t(3000), tail, tail + 5000, tail + head.region_elems - 1,
@@ -672,7 +620,7 @@ TEST_CASE("p2p links with a head region: bit-exact at sizes around the regions; 
             [&](auto s, auto d, uint64_t m, cudaStream_t st) { return link.transfer_coded(s, d, m, st); },
             [&] { return link.wait(); });
       }
-      if (mode != HostLinkMode::stream) continue;
+      if (link.mode() != HostLinkMode::stream) continue;  // the budget is stream mode's
       const std::vector<uint8_t> real = real_bf16(uint64_t(4) << 20);
       for (int k = 0; k < 2; ++k)
         check_transfer(
@@ -708,8 +656,8 @@ TEST_CASE("p2p links within one ring's capacity (no concurrency needed)", "[gpu]
   o.sender_blocks = 4;
   o.receiver_blocks = 4;
   // Stream mode too: its sender finishes alone here, then the copy engines and the receiver follow.
-  for (HostLinkMode mode : {HostLinkMode::copy, HostLinkMode::relay, HostLinkMode::kernel, HostLinkMode::stream}) {
-    CAPTURE(int(mode));
+  for (HostLinkMode mode : {HostLinkMode::copy, HostLinkMode::stream}) {
+    CAPTURE(mode_name(mode));
     HostStagingLink<DType::bf16> link;
     CUDA_OK(link.init(0, o, mode));
     for (uint64_t n : {uint64_t(1), uint64_t(1000), uint64_t(40000)}) {
@@ -837,7 +785,7 @@ TEST_CASE("p2p sender with a head region writes exactly the host reference's fra
     CUDA_OK(cudaMemcpy(got.data(), slot_ptr(ring, base + f), ref.size(), cudaMemcpyDeviceToHost));
     REQUIRE(got == ref);
   }
-  CUDA_OK(p.rx.launch(plan, dst.ptr, base, 0, plan.num_frames, ring, false, false, false, 1000000000ull, p.s_rx));
+  CUDA_OK(p.rx.launch(plan, dst.ptr, base, 0, plan.num_frames, ring, false, false, 1000000000ull, p.s_rx));
   CUDA_OK(cudaStreamSynchronize(p.s_rx));
   REQUIRE(p.status(p.rx.control()) == Status::ok);
   std::vector<uint8_t> back(host.size());
@@ -888,7 +836,7 @@ TEST_CASE("p2p sender writes exactly the host reference's frames; corrupt frames
     const FramePlan rp = make_plan(DType::bf16, FrameKind::coded, expect_n, shape);
     CUDA_OK(p.rx.reset());  // the same sequence numbers again: forget what the last attempt saw
     CUDA_OK(cudaMemsetAsync(dst.ptr, 0, dst.bytes, p.s_rx));
-    CUDA_OK(p.rx.launch(rp, dst.ptr, base, 0, std::min(rp.num_frames, plan.num_frames), ring, false, false, false,
+    CUDA_OK(p.rx.launch(rp, dst.ptr, base, 0, std::min(rp.num_frames, plan.num_frames), ring, false, false,
                         1000000000ull, p.s_rx));
     CUDA_OK(cudaStreamSynchronize(p.s_rx));
     return p.status(p.rx.control());
@@ -964,7 +912,7 @@ TEST_CASE("p2p peers that disagree on sizes, or never answer, end with an error,
   SECTION("receiver alone: timeout") {
     Pair p(4, shape);
     const auto t0 = clock::now();
-    CUDA_OK(p.rx.launch(plan, dst.ptr, 0, 0, plan.num_frames, p.ring.view(), true, true, false, timeout, p.s_rx));
+    CUDA_OK(p.rx.launch(plan, dst.ptr, 0, 0, plan.num_frames, p.ring.view(), true, true, timeout, p.s_rx));
     CUDA_OK(cudaStreamSynchronize(p.s_rx));
     REQUIRE(p.status(p.rx.control()) == Status::timeout);
     REQUIRE(clock::now() - t0 < std::chrono::seconds(5));
@@ -988,7 +936,7 @@ TEST_CASE("p2p peers that disagree on sizes, or never answer, end with an error,
     Pair p(4, shape);
     const FramePlan other = make_plan(DType::bf16, FrameKind::coded, n + 1000, shape);
     CUDA_OK(p.tx.launch(plan, src.ptr, 0, 0, plan.num_frames, p.ring.view(), true, timeout, p.s_tx));
-    CUDA_OK(p.rx.launch(other, dst.ptr, 0, 0, other.num_frames, p.ring.view(), true, true, false, timeout, p.s_rx));
+    CUDA_OK(p.rx.launch(other, dst.ptr, 0, 0, other.num_frames, p.ring.view(), true, true, timeout, p.s_rx));
     CUDA_OK(cudaStreamSynchronize(p.s_rx));
     CUDA_OK(cudaStreamSynchronize(p.s_tx));
     REQUIRE(p.status(p.rx.control()) == Status::size_mismatch);
@@ -999,8 +947,8 @@ TEST_CASE("p2p peers that disagree on sizes, or never answer, end with an error,
     DeviceBuffer done(8);
     CUDA_OK(cudaMemsetAsync(done.ptr, 0, 8, p.s_rx));  // before the receiver sets it
     CUDA_OK(p.tx.launch(plan, src.ptr, 0, 0, plan.num_frames, p.ring.view(), true, timeout * 20, p.s_tx));
-    CUDA_OK(p.rx.launch(plan, dst.ptr, 0, 0, plan.num_frames, p.ring.view(), true, true, false, timeout * 20, p.s_rx, 0,
-                        true, 0, done.as<uint64_t>(), 4242));
+    CUDA_OK(p.rx.launch(plan, dst.ptr, 0, 0, plan.num_frames, p.ring.view(), true, true, timeout * 20, p.s_rx, 0, true,
+                        0, done.as<uint64_t>(), 4242));
     CUDA_OK(cudaStreamSynchronize(p.s_rx));
     CUDA_OK(cudaStreamSynchronize(p.s_tx));
     REQUIRE(p.status(p.rx.control()) == Status::ok);
@@ -1029,7 +977,12 @@ TEST_CASE("p2p host staging link: bad arguments are refused; reset restarts the 
   o.shape.tier[0].item_elems = 1000;  // not whole tiles
   REQUIRE(link.init(0, o) == cudaErrorInvalidValue);
   o.shape = PipelineShape();
-  CUDA_OK(link.init(0, o, HostLinkMode::kernel));
+  o.raw_single_bytes = HostStagingLink<DType::bf16>::RAW_BUFFERS * o.raw_chunk_bytes + 1;  // more than the staging
+  REQUIRE(link.init(0, o) == cudaErrorInvalidValue);
+  o.raw_single_bytes = P2POptions().raw_single_bytes;
+  const HostLinkMode mode = GENERATE(HostLinkMode::stream, HostLinkMode::copy);
+  CAPTURE(mode_name(mode));
+  CUDA_OK(link.init(0, o, mode));
   const std::vector<uint8_t> host = test_bf16(30000, rng);
   DeviceBuffer src(host.size()), dst(host.size());
   CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
@@ -1107,14 +1060,10 @@ TEST_CASE("p2p links transfer and wait while another kernel runs all along", "[g
     CUDA_OK(cudaMemcpy(back.data(), dst.ptr, back.size(), cudaMemcpyDeviceToHost));
     REQUIRE(back == host);
   };
-  const std::pair<HostLinkMode, P2POptions> configs[] = {{HostLinkMode::stream, P2POptions::stream_tuned()},
-                                                         {HostLinkMode::copy, P2POptions{}},
-                                                         {HostLinkMode::kernel, P2POptions{}},
-                                                         {HostLinkMode::relay, P2POptions{}}};
-  for (const auto& [mode, o] : configs) {
-    CAPTURE(int(mode));
+  for (HostLinkMode mode : {HostLinkMode::stream, HostLinkMode::copy}) {
+    CAPTURE(mode_name(mode));
     HostStagingLink<DType::bf16> link;
-    if (!init_or_skip(link, o, mode)) continue;
+    if (!init_in_mode(link, P2POptions(), mode)) continue;
     beside_spinner([&] {  // coded, then raw on top, one wait(); then the first transfers after a wait()
       if (link.transfer_coded(src.ptr, dst.ptr, n, stream) != cudaSuccess) return Status::invalid_argument;
       if (link.transfer_raw(src.ptr, dst.ptr, n, stream) != cudaSuccess) return Status::invalid_argument;
@@ -1157,16 +1106,14 @@ TEST_CASE("p2p links: wait() reports the first error of every transfer since the
   };
   using clock = std::chrono::steady_clock;
 
-  SECTION("host staging link, every mode: a coded transfer that times out, then a raw one that does not") {
-    const std::pair<HostLinkMode, P2POptions> configs[] = {{HostLinkMode::stream, P2POptions::stream_tuned()},
-                                                           {HostLinkMode::kernel, small_ring_options()},
-                                                           {HostLinkMode::relay, small_ring_options()},
+  SECTION("host staging link, both modes: a coded transfer that times out, then a raw one that does not") {
+    const std::pair<HostLinkMode, P2POptions> configs[] = {{HostLinkMode::stream, P2POptions()},
                                                            {HostLinkMode::copy, small_ring_options()}};
     for (auto [mode, o] : configs) {
-      CAPTURE(int(mode));
+      CAPTURE(mode_name(mode));
       o.timeout_ns = 1000;
       HostStagingLink<DType::bf16> link;
-      if (!init_or_skip(link, o, mode)) continue;
+      if (!init_in_mode(link, o, mode)) continue;
       const auto t0 = clock::now();
       CUDA_OK(link.transfer_coded(src.ptr, dst.ptr, n, stream));
       CUDA_OK(link.transfer_raw(src.ptr, dst.ptr, n, stream));
@@ -1200,10 +1147,10 @@ TEST_CASE("p2p links: wait() reports the first error of every transfer since the
     REQUIRE(dst_exact());
   }
   SECTION("stream mode: more failing transfers than status records; the link stops taking them, wait() reports") {
-    P2POptions o = P2POptions::stream_tuned();
+    P2POptions o;
     o.timeout_ns = 1000;
     HostStagingLink<DType::bf16> link;
-    if (!init_or_skip(link, o, HostLinkMode::stream)) return;
+    if (!init_in_mode(link, o, HostLinkMode::stream)) return;
     const uint32_t records = p2p_detail::TransferStatusLog::RECORDS;
     uint32_t issued = 0;
     cudaError_t refused = cudaSuccess;
@@ -1214,7 +1161,7 @@ TEST_CASE("p2p links: wait() reports the first error of every transfer since the
     REQUIRE(link.wait() != Status::ok);
     CUDA_OK(link.reset());
   }
-  SECTION("stream and kernel modes, peer link: more good transfers than status records, one wait()") {
+  SECTION("both host staging link modes, peer link: more good transfers than status records, one wait()") {
     const uint32_t count = p2p_detail::TransferStatusLog::RECORDS + 16;
     std::vector<uint64_t> sizes(count), at(count + 1, 0);
     for (uint32_t k = 0; k < count; ++k) {
@@ -1230,11 +1177,10 @@ TEST_CASE("p2p links: wait() reports the first error of every transfer since the
         REQUIRE(std::equal(back.begin() + at[k], back.begin() + at[k + 1], host.begin()));
       }
     };
-    for (HostLinkMode mode : {HostLinkMode::stream, HostLinkMode::kernel}) {
-      CAPTURE(int(mode));
+    for (HostLinkMode mode : {HostLinkMode::stream, HostLinkMode::copy}) {
+      CAPTURE(mode_name(mode));
       HostStagingLink<DType::bf16> link;
-      if (!init_or_skip(link, mode == HostLinkMode::stream ? P2POptions::stream_tuned() : small_ring_options(), mode))
-        continue;
+      if (!init_in_mode(link, mode == HostLinkMode::stream ? P2POptions() : small_ring_options(), mode)) continue;
       CUDA_OK(cudaMemsetAsync(many.ptr, 0, many.bytes, stream));
       for (uint32_t k = 0; k < count; ++k)
         CUDA_OK(link.transfer_coded(src.ptr, many.as(at[k]), sizes[k], stream));
@@ -1273,7 +1219,7 @@ __global__ void count_diff(const uint16_t* a, const uint16_t* b, uint64_t n, uns
 }
 }  // namespace
 
-TEST_CASE("p2p host staging link: 1 GiB (relay, default shape)", "[gpu][p2p][concurrent][large]") {
+TEST_CASE("p2p host staging link: 1 GiB (default options)", "[gpu][p2p][concurrent][large]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   const uint64_t n = uint64_t(1) << 29;

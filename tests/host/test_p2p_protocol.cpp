@@ -248,12 +248,12 @@ TEST_CASE("p2p plan: the end of a message is cut finer (default shape)", "[p2p]"
   REQUIRE(p.part[1].elems == s.tier[1].region_elems);
   REQUIRE(p.part[0].elems == n - s.tier[1].region_elems - s.tier[2].region_elems);
   REQUIRE(p.frame(0).item_elems == 16384);
-  REQUIRE(p.frame(p.num_frames - 1).item_elems == 256);
+  REQUIRE(p.frame(p.num_frames - 1).item_elems == 512);
   // A small message only has fine items; one that does not fill tier 2 lives there entirely.
   const FramePlan small = make_plan(DType::bf16, FrameKind::coded, 1000, s);
   REQUIRE(small.num_frames == 1);
-  REQUIRE(small.frame(0).item_elems == 256);
-  REQUIRE(small.frame(0).items == 4);
+  REQUIRE(small.frame(0).item_elems == 512);
+  REQUIRE(small.frame(0).items == 2);
   // Remainders of a coarse tier move to the next one: no short item before the last.
   const FramePlan odd = make_plan(DType::bf16, FrameKind::coded, (uint64_t(6) << 20) + 300, s);
   REQUIRE(odd.part[0].elems % 16384 == 0);
@@ -276,13 +276,13 @@ TEST_CASE("p2p plan: the start of a message is cut finer with a head, and the ta
   REQUIRE(p.frame(0).elems == 64 * 2048);
   REQUIRE(p.frame(p.part[0].frames).item_elems == 16384);
   REQUIRE(p.frame(p.part[0].frames).first_elem == s.head.region_elems);
-  REQUIRE(p.frame(p.num_frames - 1).item_elems == 256);
+  REQUIRE(p.frame(p.num_frames - 1).item_elems == 512);
   // A message no longer than the tail has no head: the drain matters at every size, and a message this short
   // is cut fine anyway.
   const FramePlan small = make_plan(DType::bf16, FrameKind::coded, 1000, s);
   REQUIRE(small.num_frames == 1);
   REQUIRE(small.part[0].elems == 0);
-  REQUIRE(small.frame(0).item_elems == 256);
+  REQUIRE(small.frame(0).item_elems == 512);
   REQUIRE(make_plan(DType::bf16, FrameKind::coded, tail, s).part[0].elems == 0);
   // Just past the tail: the head takes whole items of what is left; the rest moves on (body, then tier 1).
   const FramePlan past = make_plan(DType::bf16, FrameKind::coded, tail + 5000, s);
@@ -907,7 +907,7 @@ TEST_CASE("p2p stream-mode section-B budget with a head: its own class, or a tie
   const uint32_t tiers_only[MAX_PIPELINE_TIERS] = {100, 100, 100};
   const ExpsBudget c = adapt_exps_budget(b, tiers_only);
   REQUIRE(c.per_kelem[3] == 410);
-  REQUIRE(c.per_kelem[0] == 106);
+  REQUIRE(c.per_kelem[0] == 101);  // the default margin: 0.5% (rounded down) + 1
   // The margin is the caller's (P2POptions): none gives exactly the need, 5 per mille + 1 rounds down.
   const ExpsBudget exact = adapt_exps_budget(b, tiers_only, 0, 0);
   REQUIRE(exact.per_kelem[0] == 100);

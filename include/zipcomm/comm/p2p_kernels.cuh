@@ -6,10 +6,10 @@
 // earlier items of the frame, writes it, and counts the item done; the frame's last item writes the item
 // table and header and publishes the exponents flag.
 // Receiver: warps take items in order; the warp holding a frame's first item (the leader) waits for the
-// frame's flags on the ring, checks header and item table once, and mirrors what it saw into device memory;
-// every warp then (optionally) pulls its item from the ring into device staging, decodes it into the output,
-// and counts it done; the frame's last item hands the slot back (credit). A transfer is complete once every
-// frame was decoded, never earlier.
+// frame's flags on the ring, checks the header once, and mirrors what it saw into device memory; every warp then
+// checks its item-table entry, decodes its item from the ring (GPU memory) into the output, and counts it done;
+// the frame's last item hands the slot back (credit). A transfer is complete once every frame was decoded, never
+// earlier.
 // Every wait is bounded (Status::timeout) and gives up when the transfer was aborted.
 #pragma once
 
@@ -33,8 +33,9 @@ namespace zipcomm {
 namespace comm {
 
 /// Device handle of one ring of frame slots and its sequence flags. `slots` and the flags may live in pinned
-/// host memory (host staging), in the receiver's GPU memory (peer link) or in local GPU memory (relayed
-/// links); the kernels only need them addressable and use system-scope atomics on the flags.
+/// host memory (a host relay's flags), in the receiver's GPU memory (peer link) or in local GPU memory; the
+/// kernels only need them addressable and use system-scope atomics on the flags. The receiver decodes from
+/// `slots` in place, so its slots are GPU memory.
 struct FrameRingView {
   uint8_t* slots = nullptr;  // num_slots * slot_bytes, 128-byte aligned
   uint64_t slot_bytes = 0;
@@ -417,9 +418,8 @@ struct RecvArgs {
   void* out = nullptr;  // plan.n elements, any alignment
   uint64_t seq_base = 0;
   uint64_t frame_begin = 0, frame_end = 0;
-  FrameRingView ring;          // where frames arrive
-  uint8_t* staging = nullptr;  // device copy of the ring's slots (pull), or nullptr: decode in place
-  bool wait_flags = true;      // false: every frame of the launch is known to be in the ring
+  FrameRingView ring;      // where frames arrive (slots in GPU memory: decoded in place)
+  bool wait_flags = true;  // false: every frame of the launch is known to be in the ring
   bool give_credits = true;
   uint32_t launch_tag = 1;
   unsigned long long* item_counter = nullptr;
@@ -618,7 +618,6 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
   Dec dec(table);
   const uint32_t lane = warp::lane_id();
   const bool coded = a.plan.kind == FrameKind::coded;
-  const bool pull = a.staging != nullptr;
   const bool vector = reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
   const uint32_t eb = format::elem_bytes(D);
   const uint32_t S = a.ring.num_slots;
@@ -638,11 +637,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     const FrameInfo fi = a.plan.frame(f);
     const uint64_t q = a.seq_base + f;
     const uint32_t slot = slot_of(q, S);
-    // Where the frame is, and where it is decoded from: the ring itself,
-    // or device staging the warps pull the (remote) bytes into.
-    const uint8_t* src = a.ring.slot_at(slot);
-    uint8_t* staged = pull ? a.staging + slot * a.ring.slot_bytes : nullptr;
-    const uint8_t* base = pull ? staged : src;
+    const uint8_t* base = a.ring.slot_at(slot);  // the frame, decoded where it is
     uint64_t* trace = a.trace ? a.trace + TRACE_STAMPS * (f - a.frame_begin) : nullptr;
     if (trace && j == 0 && lane == 0) trace[0] = p2p_detail::global_ns();
     uint64_t* mirror_planes = &a.mirror[2 * slot];
@@ -670,27 +665,17 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
         fail(s, true);
         break;
       }
-      // Header (and, for coded frames, the item table) into device memory, then checked there.
-      if (pull) p2p_detail::warp_copy<true>(staged + fi.planes_bytes, src + fi.planes_bytes, FRAME_HEADER_BYTES);
-      __syncwarp();
+      // The header is checked here once; the item table's entries by the warps that use them (step 3): a
+      // whole-table check here sat on the path from a frame's landing to its first decode (5-11 us of the
+      // transfer's tail).
       alignas(16) FrameHeader h;
       {
         const uint4* hv = reinterpret_cast<const uint4*>(base + fi.planes_bytes);
         uint4* hd = reinterpret_cast<uint4*>(&h);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) hd[i] = pull ? hv[i] : __ldcv(hv + i);
+        for (int i = 0; i < 4; ++i) hd[i] = __ldcv(hv + i);
       }
-      Status hs = validate_frame_header(h, a.plan, fi, Code::ID, q);
-      if (hs == Status::ok) {
-        const uint64_t tb = item_table_bytes(fi.items);
-        if (pull)
-          p2p_detail::warp_copy<true>(staged + fi.planes_bytes + FRAME_HEADER_BYTES,
-                                      src + fi.planes_bytes + FRAME_HEADER_BYTES, tb);
-        __syncwarp();
-        __threadfence_block();
-        // The table's entries are checked by the warps that use them (step 3): a whole-table check here sat
-        // on the path from a frame's landing to its first decode (5-11 us of the transfer's tail).
-      }
+      const Status hs = validate_frame_header(h, a.plan, fi, Code::ID, q);
       if (lane == 0) {
         a.frame_status[2 * slot] = uint32_t(hs);
         a.frame_status[2 * slot + 1] = h.exps_bytes;
@@ -711,8 +696,6 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
       fail(s, true);
       break;
     }
-    if (coded && pull)
-      p2p_detail::warp_copy<true>(staged + planes_at, src + planes_at, item_plane_bytes(D, elems));
     s = p2p_detail::warp_wait<false>(
         mirror_exps, [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
     if (s != Status::ok) {
@@ -731,15 +714,14 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
       if (!p2p_detail::warp_item_entry_valid(table, fi, D, a.plan.kind, exps_bytes, j)) {
         fail(Status::corrupt_stream, false);
       } else if (!coded) {
-        p2p_detail::warp_copy<true>(out_bytes, src + planes_at, uint64_t(elems) * eb);
+        p2p_detail::warp_copy<true>(out_bytes, base + planes_at, uint64_t(elems) * eb);
         __syncwarp();
         if (p2p_detail::written_item_check<D>(out_bytes, elems) != expected) fail(Status::checksum_mismatch, false);
       } else {
         const uint32_t start = j ? item_end(table, j - 1) : 0u;
         const uint32_t end = item_end(table, j);
         const uint64_t chunk_at = fi.planes_bytes + FRAME_HEADER_BYTES + item_table_bytes(fi.items) + start;
-        if (pull) p2p_detail::warp_copy<true>(staged + chunk_at, src + chunk_at, end - start);
-        if (a.overflow_slots && !pull) {  // the chunk's bytes past the fixed-size copy: from the overflow area
+        if (a.overflow_slots) {  // the chunk's bytes past the fixed-size copy: from the overflow area
           const uint64_t overflow_at = fi.planes_bytes + exps_budget_bytes(fi, a.exps_budget);
           const uint64_t from = chunk_at > overflow_at ? chunk_at : overflow_at;
           const uint64_t to = chunk_at + (end - start);
@@ -748,7 +730,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
                                         a.overflow_slots + slot * a.ring.slot_bytes + from, to - from);
         }
         __syncwarp();
-        __threadfence();  // the warp's own staging writes, before the decoder's loads
+        __threadfence();  // the warp's own overflow writes, before the decoder's loads
         const warp::Planes at = p2p_detail::item_planes<D>(const_cast<uint8_t*>(base + planes_at), elems);
         const warp::ConstPlanes planes{at.plane0, at.widths, at.low,
                                        uint32_t(format::layout_for(D, elems).low_max_bytes)};

@@ -25,97 +25,34 @@
 namespace zipcomm {
 namespace comm {
 
-/// Knobs of a link. The defaults are design choices not yet tuned on a GPU (bench_p2p --sweep times the
-/// alternatives); bypass_bytes is a conservative guess until calibrate() measures it.
+/// Knobs of a link whose best value depends on the platform or the data; what measured fastest on the H200's
+/// pinned-host link (bench_p2p --sweep, real bf16 gradients; docs/DECISIONS.md) is the default, and the shape's
+/// defaults are in p2p_protocol.cuh. Memory of a HostStagingLink: 16 slots of about 24 MiB (bf16) in pinned host
+/// memory, twice that in GPU memory.
 struct P2POptions {
-  PipelineShape shape;                              // how messages are cut into items and frames
-  uint32_t slots = 16;                              // frames in flight (ring depth)
-  uint64_t timeout_ns = 5000000000ull;              // a peer silent this long gives Status::timeout
-  int sender_blocks = 0;                            // 0: one block per SM
-  int receiver_blocks = 0;                          // 0: one block per SM (persistent receivers)
-  uint64_t bypass_bytes = uint64_t(4) << 20;        // messages below go raw; calibrate() measures it
+  PipelineShape shape;                  // how messages are cut into items and frames
+  uint32_t slots = 16;                  // frames in flight: 4 slots 1.347 / 4.301 ms at 64 / 256 MiB, 16 1.205 / 4.181
+  uint64_t timeout_ns = 5000000000ull;  // a peer silent this long gives Status::timeout
+  int sender_blocks = 0;                // 0: one block per SM
+  int receiver_blocks = 0;              // 0: one block per SM (persistent receivers)
+  uint64_t bypass_bytes = uint64_t(4) << 20;        // messages below go raw; a guess until calibrate() measures it
   uint64_t raw_chunk_bytes = uint64_t(8) << 20;     // largest chunk of the pipelined raw copy (bypass)
   uint64_t raw_single_bytes = uint64_t(256) << 10;  // raw messages up to this size: one chunk, two copies
-  int decode_streams = 4;                           // copy and relay modes: frames decoding at once
-  bool split_send = true;                           // stream mode: planes copied as soon as split (false: one
-                                                    // copy of planes + section B once the frame is complete)
-  uint32_t exps_budget_per_kelem = 410;             // stream mode: first guess of coded exponent bytes per 1024
-                                                    // elements (bf16 gradients need ~350); adapted after transfers
-  uint32_t exps_budget_margin_permille = 20;        // stream mode: the adapted budget is the most a frame of the
-  uint32_t exps_budget_margin_per_kelem = 4;        // last transfer needed, plus this / 1000 of it and this many
-                                                    // bytes per 1024 elements: a frame past it sends the rest
-                                                    // by SM stores and loads (the overflow); every byte of margin
-                                                    // crosses the link on every frame
-  bool stream_flags_on_device = false;              // stream mode: the ring's flags and credits in GPU memory (only
-                                                    // this GPU's kernels and copy streams use them), so no flag
-                                                    // wait or write crosses PCIe
-  uint32_t copy_stream_pairs = 1;                   // stream mode: 1..4 pairs of copy streams (d2h, h2d); frames
-                                                    // take them in turn, so one pair copies while another waits
-                                                    // on a flag or event (needs decode_streams >= pairs)
-  static constexpr uint32_t MAX_COPY_STREAM_PAIRS = 4;  // copy_stream_pairs at most
-  uint64_t copy_piece_bytes = 0;                    // stream mode: each copy of a frame's planes or section B goes
-                                                    // in pieces of at most this many bytes (0: whole), each host ->
-                                                    // device piece waiting only for its own device -> host piece.
-                                                    // The host -> device side trails by one copy, so a transfer
-                                                    // takes about (wire bytes + largest copy) / link bandwidth, but
-                                                    // each piece costs ~3 us of copy engine (H200)
-  uint32_t copy_pieces_per_transfer = 0;            // stream mode: pieces of 1 / this of the transfer's wire bytes,
-                                                    // at least copy_piece_bytes (or 256 KiB), so a small transfer
-                                                    // gets smaller copies and a large one whole ones (0: off)
-  uint32_t split_send_frames = UINT32_MAX;           // stream mode with split_send: only a transfer's first this
-                                                    // many frames are split-sent; later frames go in one copy per
-                                                    // direction once complete (the sender is ahead of the link by
-                                                    // then, so nothing waits longer, and every copy costs the copy
-                                                    // engine a few microseconds)
-  bool landed_on_signal_stream = true;              // stream mode: a frame's "landed" flag is written by a stream
-                                                    // of its own once the host -> device copy's event fires. On
-                                                    // the copy stream, the write waited behind the other pair's
-                                                    // next copy (H200: 35-250 us late)
-  bool gate_flag_waits = false;                     // stream mode: a copy stream waits for a flag through a gate
-                                                    // stream (it waits on the flag and records an event; the copy
-                                                    // stream waits on the event), so a flag set long before costs
-                                                    // the copy stream an event wait, not a stream memory wait (the
-                                                    // first frame's planes are waited on directly)
-  bool first_frame_planes_first = false;            // stream mode: the sender's warps holding later frames' items
-                                                    // split them only once the first frame's planes are out, so
-                                                    // that split has the memory system to itself and the first
-                                                    // copy starts sooner (SendArgs::first_frame_planes_first)
-  uint64_t stream_raw_head_bytes = 0;               // stream mode: the first bytes of a coded transfer (at most a
-                                                    // quarter of it, whole 4 KiB) go raw, one copy each way from
-                                                    // the source, enqueued before the kernels: the copy engines
-                                                    // would otherwise idle until the first frame is split (~40 us
-                                                    // on the H200), and the host -> device side until that frame's
-                                                    // first piece lands. At most RAW_BUFFERS * raw_chunk_bytes
-  uint64_t stream_raw_tail_bytes = 0;               // stream mode: the last bytes of a coded transfer (at most a
-                                                    // quarter of it, whole 4 KiB) go raw, one copy each way from
-                                                    // the source, enqueued after the last frame's copies: they
-                                                    // keep the copy engines busy while the last frames' "landed"
-                                                    // flags are seen and decoded, and need no decode themselves.
-                                                    // stream_raw_head_bytes + this <= RAW_BUFFERS * raw_chunk_bytes
-  static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused: each
-                                                          // piece costs a few microseconds of stream work
-
-  /// Stream mode as measured best on the H200's pinned-host link (bench_p2p --sweep, real bf16 gradients, ms at
-  /// two message sizes; docs/DECISIONS.md has the alternatives tried). Memory: 16 slots of about 24 MiB (bf16) each
-  /// in pinned host memory, and twice that in GPU memory. The raw head needs raw_chunk_bytes >= 512 KiB.
-  static P2POptions stream_tuned() {
-    P2POptions o;
-    o.shape.tier[0].frame_items = 512;  // 16 MiB of bf16: 4.176 ms at 256 MiB, 256 items 4.378, 1024 items 4.300
-    o.stream_flags_on_device = true;  // no flag wait crosses PCIe: ~1% faster at 64 and 256 MiB
-    o.copy_stream_pairs = 1;  // with gated waits 1.134 / 3.974 ms at 64 / 256 MiB, 2 pairs 1.172 / 4.040
-    o.gate_flag_waits = true;  // a stream wait on a flag already set cost up to ~20 us, an event ~2 us
-    o.copy_piece_bytes = uint64_t(4) << 20;  // 4 MiB pieces: 1.245 ms at 64 MiB, whole copies 1.322
-    o.copy_pieces_per_transfer = 32;  // 1/32: 0.4-0.8% faster than 1/16 at 256 MiB
-    o.split_send_frames = 1;  // 1.6% faster at 256 MiB than every frame split-sent, the same at 64 MiB
-    o.shape.tier[2].item_elems = 512;  // one item per receiver warp: the last frame decodes in one round
-    o.shape.tier[2].frame_items = 512;  // same time as 1024 x 256 elements, wire/raw 0.676365 against 0.676411
-    o.first_frame_planes_first = true;  // 0.3-0.5% faster at 64 and 128 MiB
-    o.stream_raw_head_bytes = uint64_t(2) << 20;  // 2.2-2.5% faster at 64 MiB, 1.1-1.3% at 128 MiB
-    o.exps_budget_margin_permille = 5;  // 0.5% + 1 B per 1024 elements: 0.4-0.6% faster than 2% + 4
-    o.exps_budget_margin_per_kelem = 1;
-    o.stream_raw_tail_bytes = uint64_t(2) << 20;  // 1.072 / 2.022 ms at 64 / 128 MiB, none 1.089-1.092 / 2.035-2.041
-    return o;
-  }
+  // Stream mode's section-B budget (bytes past it go by SM stores and loads, the overflow): a first guess of the
+  // coded exponent bytes per 1024 elements (bf16 gradients need ~350), then after each transfer the most a frame
+  // needed plus a margin of permille / 1000 and per_kelem bytes per 1024 elements. Every byte of margin crosses
+  // the link on every frame.
+  uint32_t exps_budget_per_kelem = 410;
+  uint32_t exps_budget_margin_permille = 5;    // 0.5% + 1: 0.4-0.6% faster than 2% + 4 at 64 and 128 MiB
+  uint32_t exps_budget_margin_per_kelem = 1;
+  // Stream mode: each copy of a frame's planes or section B goes in pieces (each host -> device piece waits only for
+  // its own device -> host piece) of 1 / copy_pieces_per_transfer of the transfer's wire bytes, at least
+  // copy_piece_bytes (256 KiB if 0); with copy_pieces_per_transfer 0, of copy_piece_bytes (0: whole copies). The
+  // host -> device side trails by the largest piece and each piece costs ~3 us of copy engine, so the best piece
+  // is about sqrt(wire bytes x cost per piece x link rate): it depends on the link.
+  uint64_t copy_piece_bytes = uint64_t(4) << 20;  // 1.245 ms at 64 MiB, whole copies 1.322
+  uint32_t copy_pieces_per_transfer = 32;         // 0.4-0.8% faster than 1/16 at 256 MiB
+  static constexpr uint64_t MIN_COPY_PIECE_BYTES = 4096;  // copy_piece_bytes below this (but 0) is refused
 };
 
 namespace p2p_detail {
@@ -277,7 +214,6 @@ class FrameRing {
     cudaError_t e = cudaMemset(view_.ready_planes, 0, flag_bytes());
     return e != cudaSuccess ? e : cudaDeviceSynchronize();
   }
-  bool pinned() const { return device_ < 0; }
 
  private:
   size_t flag_bytes() const { return size_t(view_.num_slots) * (3 * 8 + 4); }
@@ -429,8 +365,8 @@ class P2PReceiver {
     return sizeof(warp::PairDecodeTable);
   }
 
-  /// staging_slot_bytes > 0: a device copy of the ring's slots is kept (pulls from a remote ring).
-  cudaError_t init(int device, uint32_t slots, int blocks = 0, uint64_t staging_slot_bytes = 0, uint32_t lanes = 1) {
+  /// lanes: launches that may run at once (one per stream).
+  cudaError_t init(int device, uint32_t slots, int blocks = 0, uint32_t lanes = 1) {
     if (slots == 0 || lanes == 0) return cudaErrorInvalidValue;
     device_ = device;
     slots_ = slots;
@@ -446,22 +382,18 @@ class P2PReceiver {
     if (e == cudaSuccess) e = cudaFuncSetAttribute(p2p_recv_kernel<D, Code>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     if (e == cudaSuccess) e = p2p_detail::load_side_words_kernel();
     if (e != cudaSuccess) return e;
-    e = state_.device(device, state_words() * 8 + sizeof(SideControl));
-    if (e != cudaSuccess) return e;
-    if (staging_slot_bytes) e = staging_.device(device, size_t(slots) * staging_slot_bytes);
-    has_staging_ = staging_slot_bytes > 0;
-    return e;
+    return state_.device(device, state_words() * 8 + sizeof(SideControl));
   }
 
-  /// Enqueues the receiving of frames [f0, f1) of `plan` into `out`. wait_flags: wait for each frame's flags
-  /// on `ring` (false: the frames are already there, by stream order); pull: copy each frame from the ring
-  /// into device staging before decoding (for a ring in host memory). reset_control: clear status/abort first
-  /// (once per transfer). done_word (optional) gets done_value when every frame of the launch is decoded.
+  /// Enqueues the receiving of frames [f0, f1) of `plan` into `out`, decoded where they are in `ring` (GPU
+  /// memory: this GPU's or a peer's). wait_flags: wait for each frame's flags on `ring` (false: the frames are
+  /// already there, by stream order). reset_control: clear status/abort first (once per transfer). done_word
+  /// (optional) gets done_value when every frame of the launch is decoded.
   cudaError_t launch(const FramePlan& plan, void* out, uint64_t seq_base, uint64_t f0, uint64_t f1,
-                     const FrameRingView& ring, bool wait_flags, bool give_credits, bool pull, uint64_t timeout_ns,
+                     const FrameRingView& ring, bool wait_flags, bool give_credits, uint64_t timeout_ns,
                      cudaStream_t stream, uint32_t lane = 0, bool reset_control = true, int max_blocks = 0,
                      uint64_t* done_word = nullptr, uint64_t done_value = 0, const P2PLaunchExtras& extras = {}) {
-    if (ring.num_slots != slots_ || lane >= lanes_ || (pull && !has_staging_)) return cudaErrorInvalidValue;
+    if (ring.num_slots != slots_ || lane >= lanes_) return cudaErrorInvalidValue;
     p2p_detail::DeviceGuard g(device_);
     if (lanes_ == 1 && f0 < f1) {  // one launch at a time: one clear of the whole state (and the control words,
                                    // which follow it), not 3 + 2 per frame (each delays the kernel); by a kernel
@@ -469,7 +401,7 @@ class P2PReceiver {
       cudaError_t e = p2p_detail::side_words(state_.get(), nullptr,
                                              state_words() * 8 + (reset_control ? sizeof(SideControl) : 0), stream);
       if (e != cudaSuccess) return e;
-      return launch_kernel(plan, out, seq_base, f0, f1, ring, wait_flags, give_credits, pull, timeout_ns, stream, lane,
+      return launch_kernel(plan, out, seq_base, f0, f1, ring, wait_flags, give_credits, timeout_ns, stream, lane,
                            max_blocks, done_word, done_value, extras);
     }
     cudaError_t e = reset_control ? cudaMemsetAsync(control(), 0, sizeof(SideControl), stream) : cudaSuccess;
@@ -482,7 +414,7 @@ class P2PReceiver {
       e = p2p_detail::zero_slot_counters(state_.get<unsigned long long>((16 * size_t(lanes_) + slots_) * 8), 2, slots_,
                                          seq_base + f0, f1 - f0, stream);
     if (e != cudaSuccess) return e;
-    return launch_kernel(plan, out, seq_base, f0, f1, ring, wait_flags, give_credits, pull, timeout_ns, stream, lane,
+    return launch_kernel(plan, out, seq_base, f0, f1, ring, wait_flags, give_credits, timeout_ns, stream, lane,
                          max_blocks, done_word, done_value, extras);
   }
   SideControl* control() const { return state_.get<SideControl>(state_words() * 8); }
@@ -496,8 +428,8 @@ class P2PReceiver {
 
  private:
   cudaError_t launch_kernel(const FramePlan& plan, void* out, uint64_t seq_base, uint64_t f0, uint64_t f1,
-                            const FrameRingView& ring, bool wait_flags, bool give_credits, bool pull,
-                            uint64_t timeout_ns, cudaStream_t stream, uint32_t lane, int max_blocks,
+                            const FrameRingView& ring, bool wait_flags, bool give_credits, uint64_t timeout_ns,
+                            cudaStream_t stream, uint32_t lane, int max_blocks,
                             uint64_t* done_word, uint64_t done_value, const P2PLaunchExtras& extras) {
     RecvArgs a;
     a.plan = plan;
@@ -506,7 +438,6 @@ class P2PReceiver {
     a.frame_begin = f0;
     a.frame_end = f1;
     a.ring = ring;
-    a.staging = pull ? staging_.get() : nullptr;
     a.wait_flags = wait_flags;
     a.give_credits = give_credits;
     a.launch_tag = next_tag();
@@ -537,10 +468,9 @@ class P2PReceiver {
     if (++tag_ == 0) ++tag_;
     return tag_;
   }
-  p2p_detail::Memory state_, staging_;
+  p2p_detail::Memory state_;
   int device_ = 0, blocks_ = 0;
   uint32_t slots_ = 0, lanes_ = 1, tag_ = 0;
-  bool has_staging_ = false;
 };
 
 /// One message of a batch (HostStagingLink::transfer_many, PeerLink::transfer_many): n elements from src to dst.
@@ -614,7 +544,7 @@ struct StagedRawCopy {
   }
 };
 
-/// Status of a transfer as seen by both ends and, for relayed links, the host relay: the first error.
+/// Status of a transfer as seen by both ends and, in copy mode, the host relay: the first error.
 inline Status transfer_status(Status relay, const SideControl& send, const SideControl& recv) {
   if (relay != Status::ok) return relay;
   if (recv.status) return Status(recv.status);  // what the reader got decides: report its error first
@@ -634,7 +564,7 @@ class TransferStatusLog {
   static constexpr uint32_t RECORDS = 64;
   struct Record {
     SideControl side[2];  // [0] sender, [1] receiver: copied from the GPU after the transfer
-    Status relay;         // the host relay's status (copy and relay modes)
+    Status relay;         // the host relay's status (copy mode)
   };
   cudaError_t init() {
     clear();
@@ -700,28 +630,18 @@ class TransferStatusLog {
 
 }  // namespace p2p_detail
 
-/// How a HostStagingLink moves coded frames (the sender kernel always codes; the modes differ in who moves
-/// the bytes over the link):
-///  copy:   copy engines both ways. The sender writes frames into a ring in GPU memory and publishes its
-///          flags and section B lengths in pinned memory; the host relay copies each frame's planes as soon
-///          as they are split, then its section B, to the pinned ring and on to a device ring, and launches
-///          the frame's decode. transfer() returns once every frame is enqueued.
-///  relay:  the sender's SMs write frames straight into the pinned ring (no device -> host copy to issue);
-///          the host relay copies them on to the GPU and launches the decodes, as in copy mode.
-///  kernel: SMs both ways, no host involvement (transfer() returns at once): the receiver's SMs pull each
-///          frame from the pinned ring.
-///  stream: split-send on the copy engines, scheduled by the GPU (no host thread, transfer() returns at once):
-///          persistent sender and receiver kernels; the sender codes each frame into GPU memory; for every
-///          frame the copy-engine streams wait for the sender's flags (cuStreamWaitValue64, directly or through
-///          a gate stream's event, gate_flag_waits) and copy the planes
-///          (once split) and section B up to a budget (once complete) to the pinned ring and on to the receiving
-///          GPU; a stream of its own then writes the frame's "landed" flag (cuStreamWriteValue64), which the
-///          receiver waits for before it decodes in GPU memory. Section B past the budget (the overflow) goes
-///          through the pinned ring by SM stores and loads. Needs 64-bit stream memory operations (init()
-///          returns cudaErrorNotSupported without them).
-/// Which is fastest depends on how well SM loads and stores to pinned memory use the link on a machine;
-/// bench/bench_p2p.cu measures them all.
-enum class HostLinkMode : uint8_t { relay = 1, kernel = 2, copy = 3, stream = 4 };
+/// Who schedules a HostStagingLink's copies. In both modes the sender kernel codes each frame into GPU memory and
+/// the copy engines move it GPU -> pinned ring -> GPU, planes as soon as they are split, section B once complete.
+///  stream: the GPU (the default; fastest measured). Persistent sender and receiver kernels; the copy streams
+///          wait for the sender's flags (cuStreamWaitValue64, through a gate stream's event) and a stream of its
+///          own writes each frame's "landed" flag (cuStreamWriteValue64), which the receiver waits for before it
+///          decodes in GPU memory. Section B moves up to a budget by fixed-size copies, the rest (the overflow) by
+///          SM stores and loads through the pinned ring. transfer() returns once everything is enqueued.
+///  copy:   a host relay inside transfer(): it polls the sender's flags in pinned memory, issues each frame's
+///          copies with section B's exact length and one decode launch per frame, and returns once every frame
+///          is enqueued. The fallback where the GPU or driver lacks 64-bit stream memory operations: init() picks
+///          it then, and tests force it. 0.84-1.1x the raw copy on the H200, below stream mode's 1.34-1.38x.
+enum class HostLinkMode : uint8_t { stream = 1, copy = 2 };
 
 /// One measurement of a link's calibrate() (HostStagingLink, PeerLink): median times of a coded and a raw
 /// transfer of `bytes`.
@@ -733,7 +653,7 @@ struct P2PCalibrationPoint {
 /// GPU -> pinned host ring -> GPU (src and dst on one GPU here; the ring is portable pinned memory).
 /// \code
 /// zipcomm::comm::HostStagingLink<zipcomm::DType::bf16> link;
-/// link.init(0);                                   // GPU 0 sends and receives
+/// link.init(0);                                   // GPU 0 sends and receives; stream mode where it can run
 /// link.transfer(d_src, d_dst, n, stream);         // coded, or raw below link.bypass_threshold()
 /// zipcomm::Status s = link.wait();                // synchronizes; ok once every element arrived intact
 /// \endcode
@@ -745,26 +665,32 @@ template <DType D, class Code = thread::PairCode>
 class HostStagingLink {
  public:
   static constexpr uint32_t RAW_BUFFERS = 4;
+  // Stream mode: a coded transfer's first and last bytes go raw (at most a quarter of it each, whole 4 KiB, and
+  // half the raw staging), one copy each way: they keep the copy engines busy while the first frame is split and
+  // while the last frames land and decode.
+  static constexpr uint64_t RAW_HEAD_BYTES = uint64_t(2) << 20;  // 2.2-2.5% faster at 64 MiB, 1.1-1.3% at 128 MiB
+  static constexpr uint64_t RAW_TAIL_BYTES = uint64_t(2) << 20;  // 1.072 / 2.022 ms at 64 / 128 MiB, none 1.089 / 2.035
+  static constexpr uint32_t COPY_DECODE_STREAMS = 4;             // copy mode: frames decoding at once
 
   HostStagingLink() = default;
   HostStagingLink(const HostStagingLink&) = delete;
   HostStagingLink& operator=(const HostStagingLink&) = delete;
   ~HostStagingLink() { destroy(); }
 
-  cudaError_t init(int device, const P2POptions& opt = P2POptions(), HostLinkMode mode = HostLinkMode::copy) {
-    if (!shape_valid(opt.shape) || opt.slots < 2 || opt.decode_streams < 1 || opt.raw_chunk_bytes == 0 ||
-        opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes || opt.copy_stream_pairs < 1 ||
-        opt.copy_stream_pairs > P2POptions::MAX_COPY_STREAM_PAIRS || opt.decode_streams < int(opt.copy_stream_pairs) ||
-        (opt.copy_piece_bytes && opt.copy_piece_bytes < P2POptions::MIN_COPY_PIECE_BYTES) ||
-        opt.stream_raw_head_bytes > RAW_BUFFERS * opt.raw_chunk_bytes ||
-        opt.stream_raw_tail_bytes > RAW_BUFFERS * opt.raw_chunk_bytes - opt.stream_raw_head_bytes)
+  /// Stream mode where this GPU and driver have 64-bit stream memory operations, else copy mode (mode() says
+  /// which runs); HostLinkMode::copy forces copy mode.
+  cudaError_t init(int device, const P2POptions& opt = P2POptions(), HostLinkMode mode = HostLinkMode::stream) {
+    if (!shape_valid(opt.shape) || opt.slots < 2 || opt.raw_chunk_bytes == 0 ||
+        opt.raw_single_bytes > RAW_BUFFERS * opt.raw_chunk_bytes ||
+        (opt.copy_piece_bytes && opt.copy_piece_bytes < P2POptions::MIN_COPY_PIECE_BYTES))
       return cudaErrorInvalidValue;
     destroy();
     device_ = device;
     opt_ = opt;
-    mode_ = mode;
     bypass_ = opt.bypass_bytes;
     p2p_detail::DeviceGuard g(device);
+    const bool stream = mode == HostLinkMode::stream && mem_ops_.load(device) == cudaSuccess;
+    mode_ = stream ? HostLinkMode::stream : HostLinkMode::copy;
     const uint64_t slot_bytes = slot_bytes_for(D, opt.shape);
     cudaError_t e = ring_.init_pinned(opt.slots, slot_bytes);
     // Plain pinned memory for the raw copies (only copy engines touch it): on the H200 two 64 KiB copies
@@ -772,28 +698,23 @@ class HostStagingLink {
     // blocked timing).
     if (e == cudaSuccess) e = raw_buffers_.pinned(size_t(RAW_BUFFERS) * opt.raw_chunk_bytes, cudaHostAllocDefault);
     if (e == cudaSuccess) e = sender_.init(device, opt.slots, opt.shape, opt.sender_blocks);
-    const bool persistent = persistent_receiver(mode);
+    // Stream mode: one persistent receiver per transfer; copy mode: one launch per frame, on the decode streams.
     if (e == cudaSuccess)
-      e = receiver_.init(device, opt.slots, persistent ? opt.receiver_blocks : 0,
-                         mode == HostLinkMode::kernel ? slot_bytes : 0, persistent ? 1u : uint32_t(opt.decode_streams));
-    if (e == cudaSuccess && mode != HostLinkMode::kernel) e = dev_ring_.device(device, size_t(opt.slots) * slot_bytes);
-    if (e == cudaSuccess && (mode == HostLinkMode::copy || mode == HostLinkMode::stream))
-      e = dev_send_.device(device, size_t(opt.slots) * slot_bytes);
-    // Stream mode: the "landed" flags, and (stream_flags_on_device) the ring's own flags, in GPU memory.
-    if (e == cudaSuccess && mode == HostLinkMode::stream) e = stream_flags_.device(device, size_t(opt.slots) * 32);
-    if (e == cudaSuccess && mode == HostLinkMode::stream) e = mem_ops_.load(device);
+      e = receiver_.init(device, opt.slots, stream ? opt.receiver_blocks : 0, stream ? 1u : COPY_DECODE_STREAMS);
+    if (e == cudaSuccess) e = dev_ring_.device(device, size_t(opt.slots) * slot_bytes);
+    if (e == cudaSuccess) e = dev_send_.device(device, size_t(opt.slots) * slot_bytes);
+    // Stream mode: the ring's flags, credits and "landed" flags in GPU memory (only this GPU's kernels and copy
+    // streams use them), so no flag wait crosses PCIe: ~1% faster at 64 and 256 MiB than in pinned memory.
+    if (e == cudaSuccess && stream) e = stream_flags_.device(device, size_t(opt.slots) * 32);
     budget_ = make_exps_budget(opt.shape, opt.exps_budget_per_kelem);  // a head may share a tier's class
     if (e == cudaSuccess) e = log_.init();
-    // send, recv, raw, d2h, the decode streams, then stream mode's further d2h streams (one per extra pair), its
-    // signal stream and its two gate streams (sender's flags, credits).
-    const int extra_d2h = mode == HostLinkMode::stream ? int(opt.copy_stream_pairs) - 1 : 0;
-    const int signal = mode == HostLinkMode::stream ? 3 : 0;  // signal stream, two gate streams
-    for (int i = 0; i < 4 + opt.decode_streams + extra_d2h + signal && e == cudaSuccess; ++i) {
+    // send, recv, raw, d2h; then stream mode's h2d, signal and two gate streams, or copy mode's decode streams
+    for (uint32_t i = 0; i < 4 + (stream ? 4 : COPY_DECODE_STREAMS) && e == cudaSuccess; ++i) {
       cudaStream_t st;
       e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
       if (e == cudaSuccess) streams_.push_back(st);
     }
-    const size_t nev = 4 + 7 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2 + P2POptions::MAX_COPY_STREAM_PAIRS + 2;
+    const size_t nev = 4 + 7 * size_t(opt.slots) + 2 * RAW_BUFFERS + 2 + 1 + 2;
     for (size_t i = 0; i < nev && e == cudaSuccess; ++i) {
       cudaEvent_t ev;
       e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
@@ -831,8 +752,8 @@ class HostStagingLink {
   /// one-piece lag, the last decodes, the raw tail) are paid once per batch, not once per message; the inner
   /// messages are cut in full items only (fine tiers only at the batch's end) and the copy pieces are sized from
   /// the whole batch. The batch goes raw (one pipelined copy of all of it, transfer_raw_many) when its total is
-  /// below bypass_threshold(); coded otherwise, every message, whatever its size. In the other modes each message
-  /// goes as transfer() sends it. Every message is checked before anything is enqueued (a bad one refuses the
+  /// below bypass_threshold(); coded otherwise, every message, whatever its size. In copy mode each message goes
+  /// as transfer() sends it. Every message is checked before anything is enqueued (a bad one refuses the
   /// whole batch: cudaErrorInvalidValue); empty messages are skipped. wait() reports the first error of all of
   /// them. A batch of more than TransferStatusLog::RECORDS messages makes the host wait for the link every
   /// RECORDS messages (the pipeline drains there).
@@ -1084,8 +1005,6 @@ class HostStagingLink {
   }
   /// What the last calibrate() measured: per size, the coded and the raw transfer (ms, medians).
   const std::vector<P2PCalibrationPoint>& calibration() const { return points_; }
-  /// For tuning: the raw path's pinned staging (RAW_BUFFERS * options().raw_chunk_bytes), also the raw head's.
-  uint8_t* raw_staging() const { return raw_buffers_.get(); }
   /// The raw copy's chunk calibrate() picked for messages of `bytes` (0: none measured, the default rule).
   uint64_t calibrated_raw_chunk(uint64_t bytes) const {
     const int cls = size_class(bytes);
@@ -1111,64 +1030,61 @@ class HostStagingLink {
     copy_trace_count_ = events ? count : 0;
   }
 
-  /// Stream mode: elements of an n-element coded transfer sent raw ahead of the frames (stream_raw_head_bytes,
-  /// at most a quarter of the message, in whole 4 KiB, so the coded rest keeps the buffers' alignment); the
-  /// frames carry the other n - raw_head_elems(n). 0 in the other modes.
-  uint64_t raw_head_elems(uint64_t n) const { return raw_edge_elems(opt_.stream_raw_head_bytes, n); }
-  /// Stream mode: elements at the end of an n-element coded transfer sent raw after the frames
-  /// (stream_raw_tail_bytes, the same rule as the head's); the frames carry the elements between the two.
-  uint64_t raw_tail_elems(uint64_t n) const { return raw_edge_elems(opt_.stream_raw_tail_bytes, n); }
+  /// Stream mode: elements of an n-element coded transfer sent raw ahead of the frames (RAW_HEAD_BYTES; at most
+  /// a quarter of the message and half the raw staging, in whole 4 KiB, so the coded rest keeps the buffers'
+  /// alignment); the frames carry the other n - raw_head_elems(n). 0 in copy mode.
+  uint64_t raw_head_elems(uint64_t n) const { return raw_edge_elems(RAW_HEAD_BYTES, n); }
+  /// Stream mode: elements at the end of an n-element coded transfer sent raw after the frames (RAW_TAIL_BYTES, the
+  /// same rule as the head's); the frames carry the elements between the two.
+  uint64_t raw_tail_elems(uint64_t n) const { return raw_edge_elems(RAW_TAIL_BYTES, n); }
 
   void set_bypass_threshold(uint64_t bytes) { bypass_ = bytes; }
   uint64_t bypass_threshold() const { return bypass_; }
   /// Stream mode: the section-B budget the next transfer's fixed-size copies use (adapted by wait()).
   const ExpsBudget& exps_budget() const { return budget_; }
-  /// Copy and relay modes: bytes the last coded transfer (stream mode: or batch) put through the pinned ring (planes + section B of each
-  /// frame), i.e. what crossed the link each way. Stream mode: what the copy engines moved each way (planes and
-  /// section B up to its budget; an overflow, moved by SMs, is not counted). 0 in kernel mode.
+  /// What the copy engines moved each way for the last coded transfer (stream mode: or batch): planes and section B
+  /// of each frame (stream mode: section B up to its budget; an overflow, moved by SMs, is not counted) and the raw
+  /// head and tail.
   uint64_t wire_bytes() const { return wire_bytes_; }
   HostLinkMode mode() const { return mode_; }
   const P2POptions& options() const { return opt_; }
 
  private:
-  /// The raw head's or tail's elements for `bytes` asked: at most a quarter of the message, whole 4 KiB.
+  /// The raw head's or tail's elements for `bytes` asked: at most a quarter of the message and half the raw
+  /// staging (the head's and the tail's bytes share it), whole 4 KiB.
   uint64_t raw_edge_elems(uint64_t bytes, uint64_t n) const {
     if (mode_ != HostLinkMode::stream) return 0;
     const uint64_t eb = format::elem_bytes(D);
-    return std::min(bytes, n * eb / 4) / 4096 * 4096 / eb;
+    const uint64_t most = std::min(RAW_BUFFERS * opt_.raw_chunk_bytes / 2, n * eb / 4);
+    return std::min(bytes, most) / 4096 * 4096 / eb;
   }
-  /// Kernel and stream modes run one receiver for the whole transfer (it clears its own control words).
-  static bool persistent_receiver(HostLinkMode m) { return m == HostLinkMode::kernel || m == HostLinkMode::stream; }
   cudaStream_t send_stream() const { return streams_[0]; }
   cudaStream_t recv_stream() const { return streams_[1]; }
   cudaStream_t raw_stream() const { return streams_[2]; }
   cudaStream_t d2h_stream() const { return streams_[3]; }
+  /// Copy mode: frame f decodes on decode stream f % COPY_DECODE_STREAMS.
   cudaStream_t decode_stream(uint32_t k) const { return streams_[4 + k]; }
-  /// Stream mode's copy streams, pair k: device -> host, and host -> device (a decode stream, unused there).
-  cudaStream_t d2h_stream(uint32_t k) const { return k ? streams_[3 + size_t(opt_.decode_streams) + k] : d2h_stream(); }
-  cudaStream_t h2d_stream(uint32_t k) const { return decode_stream(k); }
-  /// Stream mode: writes the "landed" flags (landed_on_signal_stream).
-  cudaStream_t signal_stream() const { return streams_[3 + size_t(opt_.decode_streams) + opt_.copy_stream_pairs]; }
-  /// Stream mode, gate_flag_waits: gate 0 waits on the sender's flags, gate 1 on the receiver's credits.
-  cudaStream_t gate_stream(uint32_t k) const {
-    return streams_[4 + size_t(opt_.decode_streams) + opt_.copy_stream_pairs + k];
-  }
+  /// Stream mode: the host -> device copies; the "landed" flags' writes (a stream of their own: on the copy
+  /// stream such a write was seen 35-250 us late, behind the next copy); the gates, where the copy streams wait
+  /// for a flag through an event (k 0: the sender's flags, 1: the receiver's credits).
+  cudaStream_t h2d_stream() const { return streams_[4]; }
+  cudaStream_t signal_stream() const { return streams_[5]; }
+  cudaStream_t gate_stream(uint32_t k) const { return streams_[6 + k]; }
   // events: [0] caller's start, [1] send side done, [2] receive side done, [3] joins; then per slot: section B
-  // copied to the device, frame decoded, (copy mode) planes and section B copied to the host; then the raw
-  // copy's events, the pairs' piece events, per slot the three gate events (gate_events), and the sides' side_done.
+  // copied to the device, frame decoded (copy mode), planes and section B copied to the host; then the raw
+  // copy's events, the copy pieces' event, per slot the three gate events (gate_events), and the sides' side_done.
   cudaEvent_t& ev(size_t i) { return events_[i]; }
   cudaEvent_t* h2d_done() { return &events_[4]; }
   cudaEvent_t* decode_done() { return &events_[4 + opt_.slots]; }
   cudaEvent_t* d2h_planes_done() { return &events_[4 + 2 * size_t(opt_.slots)]; }
   cudaEvent_t* d2h_done() { return &events_[4 + 3 * size_t(opt_.slots)]; }
   cudaEvent_t* raw_events() { return &events_[4 + 4 * size_t(opt_.slots)]; }
-  cudaEvent_t& piece_done(uint32_t pair) { return events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2 + pair]; }
+  cudaEvent_t& piece_done() { return events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2]; }
   /// The last two: each side's work done, before the copy of its status words (what the caller's stream waits on).
   cudaEvent_t& side_done(uint32_t side) { return events_[events_.size() - 2 + side]; }
-  /// gate_flag_waits, per slot: [kind][slot], kind 0 planes flag, 1 exponents flag, 2 credit.
+  /// Stream mode, per slot: [kind][slot], kind 0 planes flag, 1 exponents flag, 2 credit.
   cudaEvent_t* gate_events(uint32_t kind) {
-    return &events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 2 + P2POptions::MAX_COPY_STREAM_PAIRS +
-                    kind * size_t(opt_.slots)];
+    return &events_[4 + 4 * size_t(opt_.slots) + 2 * RAW_BUFFERS + 3 + kind * size_t(opt_.slots)];
   }
 
   cudaError_t check(const void* src, const void* dst, uint64_t n) const {
@@ -1199,24 +1115,18 @@ class HostStagingLink {
   /// the caller's stream waits on.
   cudaError_t join_sides() {
     cudaError_t f = cudaSuccess;
-    for (int i = 0; i < opt_.decode_streams && f == cudaSuccess && mode_ != HostLinkMode::kernel; ++i) {
-      f = cudaEventRecord(ev(3), decode_stream(uint32_t(i)));
-      if (f == cudaSuccess) f = cudaStreamWaitEvent(recv_stream(), ev(3), 0);
-    }
-    const uint32_t d2h_streams = mode_ == HostLinkMode::stream ? opt_.copy_stream_pairs
-                                 : mode_ == HostLinkMode::copy   ? 1u
-                                                                 : 0u;
-    for (uint32_t k = 0; k < d2h_streams && f == cudaSuccess; ++k) {
-      f = cudaEventRecord(ev(3), d2h_stream(k));
-      if (f == cudaSuccess) f = cudaStreamWaitEvent(send_stream(), ev(3), 0);
-    }
-    if (f == cudaSuccess && mode_ == HostLinkMode::stream) {
-      f = cudaEventRecord(ev(3), signal_stream());
-      if (f == cudaSuccess) f = cudaStreamWaitEvent(recv_stream(), ev(3), 0);
-      for (uint32_t k = 0; k < 2 && f == cudaSuccess && opt_.gate_flag_waits; ++k) {
-        f = cudaEventRecord(ev(3), gate_stream(k));
-        if (f == cudaSuccess) f = cudaStreamWaitEvent(send_stream(), ev(3), 0);
-      }
+    auto join = [&](cudaStream_t from, cudaStream_t into) {
+      if (f == cudaSuccess) f = cudaEventRecord(ev(3), from);
+      if (f == cudaSuccess) f = cudaStreamWaitEvent(into, ev(3), 0);
+    };
+    join(d2h_stream(), send_stream());
+    if (mode_ == HostLinkMode::stream) {
+      join(h2d_stream(), recv_stream());
+      join(signal_stream(), recv_stream());
+      join(gate_stream(0), send_stream());
+      join(gate_stream(1), send_stream());
+    } else {
+      for (uint32_t k = 0; k < COPY_DECODE_STREAMS; ++k) join(decode_stream(k), recv_stream());
     }
     if (f == cudaSuccess) f = cudaEventRecord(side_done(0), send_stream());
     if (f == cudaSuccess) f = cudaEventRecord(side_done(1), recv_stream());
@@ -1270,10 +1180,10 @@ class HostStagingLink {
     return e;
   }
 
-  /// Where a message sits in a batch (transfer_many): only the first has a raw head, split-sends its first
-  /// frames and holds later frames' splits back (first_frame_planes_first) and a shape head; only the last has
-  /// a raw tail and the fine tiers; `piece` (0: from the message's own plan) sizes the copy pieces. A lone
-  /// transfer is both.
+  /// Where a message sits in a batch (transfer_many): only the first has a raw head, split-sends its first frame
+  /// and holds later frames' splits back until that frame's planes are out (SendArgs::first_frame_planes_first:
+  /// 0.3-0.5% faster at 64 and 128 MiB) and a shape head; only the last has a raw tail and the fine tiers; `piece`
+  /// (0: from the message's own plan) sizes the copy pieces. A lone transfer is both.
   struct BatchEdges {
     bool first = true, last = true;
     uint64_t piece = 0;
@@ -1289,45 +1199,40 @@ class HostStagingLink {
   cudaError_t issue_coded(const void* src, void* dst, uint64_t n, cudaStream_t stream, cudaError_t e,
                           const BatchEdges& edges) {
     relay_status_ = Status::ok;
-    const bool join = edges.last;
+    const bool stream_mode = mode_ == HostLinkMode::stream;
     // The control words start clear: the launches clear them (the sender's always, the persistent receiver's in
-    // kernel and stream modes); what no launch clears is cleared here (fewer operations before the kernels).
-    const bool persistent = persistent_receiver(mode_);
+    // stream mode); what no launch clears is cleared here (fewer operations before the kernels).
     if (e == cudaSuccess && n == 0) e = cudaMemsetAsync(sender_.control(), 0, sizeof(SideControl), send_stream());
-    if (e == cudaSuccess && (n == 0 || !persistent))
+    if (e == cudaSuccess && (n == 0 || !stream_mode))
       e = cudaMemsetAsync(receiver_.control(), 0, sizeof(SideControl), recv_stream());
-    adapt_pending_ = adapt_pending_ || (mode_ == HostLinkMode::stream && n > 0);
+    adapt_pending_ = adapt_pending_ || (stream_mode && n > 0);
     if (e != cudaSuccess || n == 0) return finish(stream, e, true);
     const uint64_t raw_head = edges.first ? raw_head_elems(n) : 0, raw_tail = edges.last ? raw_tail_elems(n) : 0;
     const FramePlan plan = make_plan(D, FrameKind::coded, n - raw_head - raw_tail, batch_shape(edges));
     const uint64_t seq_base = next_seq_;
     next_seq_ += plan.num_frames;
-    FrameRingView ring = ring_.view();
-    if (mode_ == HostLinkMode::stream) {
+    if (stream_mode) {
       e = schedule_stream(plan, src, dst, seq_base, raw_head, raw_tail, edges);
       trace_frames_before_ += plan.num_frames;
       trace_items_before_ += plan.num_items;
-      return finish(stream, e, join || e != cudaSuccess);
+      return finish(stream, e, edges.last || e != cudaSuccess);
     }
-    if (mode_ == HostLinkMode::copy) ring.slots = dev_send_.get();  // frames in GPU memory, flags in pinned
+    FrameRingView ring = ring_.view();
+    ring.slots = dev_send_.get();  // frames in GPU memory, flags in pinned memory (the host relay polls them)
     e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, ring, true, opt_.timeout_ns, send_stream(),
                        send_extras());
     if (e != cudaSuccess) return finish(stream, e, true);
-    if (mode_ == HostLinkMode::kernel) {
-      e = receiver_.launch(plan, dst, seq_base, 0, plan.num_frames, ring, true, true, true, opt_.timeout_ns,
-                           recv_stream(), 0, true, 0, nullptr, 0, recv_extras());
-      return finish(stream, e, true);
-    }
-    for (int i = 0; i < opt_.decode_streams && e == cudaSuccess; ++i) {  // decodes follow the control reset
+    for (uint32_t k = 0; k < COPY_DECODE_STREAMS && e == cudaSuccess; ++k) {  // decodes follow the control reset
       e = cudaEventRecord(ev(3), recv_stream());
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(decode_stream(uint32_t(i)), ev(3), 0);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(decode_stream(k), ev(3), 0);
     }
     if (e == cudaSuccess) e = relay(plan, dst, seq_base);
     return finish(stream, e, true);
   }
 
-  /// Launch settings of one side: its trace, and in stream mode the flags its copy streams wait on (poisoned
-  /// if this side aborts: the sender's planes and exponents flags, the receiver's credits), the overflow area and the budget.
+  /// Launch settings of one side: its trace, and in stream mode the flags its copy streams wait on (poisoned if
+  /// this side aborts: the sender's planes and exponents flags, the receiver's credits), the overflow area, the
+  /// budget, and (sender) the first frame's split first.
   P2PLaunchExtras extras(bool sender) const {
     P2PLaunchExtras x;
     x.trace = sender ? send_trace_ : recv_trace_;
@@ -1336,41 +1241,39 @@ class HostStagingLink {
     if (x.item_trace) x.item_trace += ITEM_TRACE_STAMPS * trace_items_before_;
     if (mode_ == HostLinkMode::stream) {
       // The copy streams wait on the sender's planes and exponents flags (adjacent: ready_exps = ready_planes +
-      // slots, in the pinned ring and in stream_flags_ alike) and on the receiver's credits.
+      // slots) and on the receiver's credits.
       x.poison = {sender ? stream_ring().ready_planes : stream_ring().credits, sender ? 2 * opt_.slots : opt_.slots};
       x.overflow_slots = ring_.view().slots;
       x.exps_budget = budget_;
-      x.first_frame_planes_first = sender && opt_.first_frame_planes_first;
+      x.first_frame_planes_first = sender;
     }
     return x;
   }
   P2PLaunchExtras send_extras() const { return extras(true); }
   P2PLaunchExtras recv_extras() const { return extras(false); }
 
-  /// Stream mode's ring: the pinned slots, with the flags where stream_flags_on_device puts them. Block of
-  /// stream_flags_: [ready_planes | ready_exps | credits | landed], num_slots words each.
+  /// Stream mode's ring: the pinned slots, with its flags in GPU memory. Block of stream_flags_: [ready_planes |
+  /// ready_exps | credits | landed], num_slots words each.
   FrameRingView stream_ring() const {
     FrameRingView v = ring_.view();
-    if (opt_.stream_flags_on_device) {
-      uint64_t* f = stream_flags_.get<uint64_t>();
-      v.ready_planes = f;
-      v.ready_exps = f + v.num_slots;
-      v.credits = f + 2 * size_t(v.num_slots);
-    }
+    uint64_t* f = stream_flags_.get<uint64_t>();
+    v.ready_planes = f;
+    v.ready_exps = f + v.num_slots;
+    v.credits = f + 2 * size_t(v.num_slots);
     return v;
   }
 
   /// Stream mode (see HostLinkMode): launches the persistent sender and receiver, then enqueues each frame's
-  /// fixed-size copies between flag operations; nothing here waits for the GPU. Per frame, the d2h stream
-  /// copies the planes once the sender published them, and section B up to its budget once the frame is
-  /// complete (planes run `ahead` frames in front of section B, so a frame still coding does not hold back the
-  /// next frames' planes); the h2d stream copies both on, and the signal stream writes the frame's "landed" flag
-  /// once those copies are done (landed_on_signal_stream). Slots are reused
-  /// safely: the sender waits for the receiver's credit; the d2h copies into a pinned slot wait for the h2d
-  /// copy of the slot's previous frame (event); the h2d copy waits for that frame's credit (its device slot).
-  /// The first `raw_head` elements (stream_raw_head_bytes) and the last `raw_tail` (stream_raw_tail_bytes) go
-  /// raw; the frames carry the rest. In a batch (`edges`), the messages' copies follow each other on the same
-  /// streams, and only the first splits its first frames (split_send_frames).
+  /// fixed-size copies between flag operations; nothing here waits for the GPU. The batch's first frame is
+  /// split-sent: its planes are copied as soon as the sender published them (no split-send: 1.419-1.440 ms at
+  /// 64 MiB against 1.286-1.300), its section B up to the budget once the frame is complete. Every later frame
+  /// goes as one copy per direction of its planes and section-B budget, once complete: the sender is ahead of the
+  /// link by then, and each copy costs the copy engine a few microseconds (1.6% faster at 256 MiB than splitting
+  /// every frame). The h2d stream copies each frame on, and the signal stream then writes its "landed" flag.
+  /// Slots are reused safely: the sender waits for the receiver's credit; the d2h copies into a pinned slot wait
+  /// for the h2d copy of the slot's previous frame (event); the h2d copy waits for that frame's credit (its device
+  /// slot). The first `raw_head` elements and the last `raw_tail` go raw; the frames carry the rest. In a batch
+  /// (`edges`), the messages' copies follow each other on the same streams.
   cudaError_t schedule_stream(const FramePlan& plan, const void* src_all, void* dst_all, uint64_t seq_base,
                               uint64_t raw_head, uint64_t raw_tail, const BatchEdges& edges) {
     const uint64_t head_bytes = raw_head * format::elem_bytes(D);
@@ -1386,30 +1289,23 @@ class HostStagingLink {
     recv_view.slots = dev_ring_.get();  // as the copy engine lands it
     recv_view.ready_planes = landed;
     const uint64_t F = plan.num_frames;
+    const cudaStream_t d2h = d2h_stream(), h2d = h2d_stream();
     auto trace_mark = [&](uint64_t f, int part) -> cudaEvent_t* {
       const uint64_t g = trace_frames_before_ + f;  // frame of the batch
       return 1 + 8 * (g + 1) <= copy_trace_count_ ? copy_trace_ + 1 + 8 * g + 4 * part : nullptr;
     };
     cudaError_t e =
         copy_trace_count_ && trace_frames_before_ == 0 ? cudaEventRecord(copy_trace_[0], send_stream()) : cudaSuccess;
-    // Copy streams: frame f goes through pair f % pairs (finish() joins them all).
-    const uint32_t pairs = opt_.copy_stream_pairs;
-    cudaStream_t d2h = d2h_stream(0), h2d = h2d_stream(0);
-    uint32_t pair_of_d2h = 0;
-    auto use_pair = [&](uint64_t f) {
-      pair_of_d2h = uint32_t(f % pairs);
-      d2h = d2h_stream(pair_of_d2h), h2d = h2d_stream(pair_of_d2h);
-    };
-    // Raw bytes [at, at + len) of the transfer, source -> raw staging -> destination on the current pair: one copy
-    // each way, after the caller's prior work (ev(0)) and once the staging is free (ev(2): the previous transfer
-    // done). The raw head and the raw tail.
+    // Raw bytes [at, at + len) of the transfer, source -> raw staging -> destination: one copy each way, after the
+    // caller's prior work (ev(0)) and once the staging is free (ev(2): the previous transfer done). The raw head
+    // and the raw tail.
     auto copy_raw = [&](uint64_t at, uint64_t len, uint8_t* staging) {
       cudaError_t r = cudaStreamWaitEvent(d2h, ev(0), 0);
       if (r == cudaSuccess) r = cudaStreamWaitEvent(d2h, ev(2), 0);
       if (r == cudaSuccess)
         r = cudaMemcpyAsync(staging, static_cast<const uint8_t*>(src_all) + at, len, cudaMemcpyDeviceToHost, d2h);
-      if (r == cudaSuccess) r = cudaEventRecord(piece_done(pair_of_d2h), d2h);
-      if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, piece_done(pair_of_d2h), 0);
+      if (r == cudaSuccess) r = cudaEventRecord(piece_done(), d2h);
+      if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, piece_done(), 0);
       if (r == cudaSuccess)
         r = cudaMemcpyAsync(static_cast<uint8_t*>(dst_all) + at, staging, len, cudaMemcpyHostToDevice, h2d);
       return r;
@@ -1419,43 +1315,33 @@ class HostStagingLink {
     if (edges.first) batch_head_bytes_ = head_bytes;  // the batch's raw tail is staged after these bytes
     if (head_bytes && e == cudaSuccess) e = copy_raw(0, head_bytes, raw_buffers_.get());
     P2PLaunchExtras sx = send_extras();
-    sx.first_frame_planes_first = sx.first_frame_planes_first && edges.first;
+    sx.first_frame_planes_first = edges.first;
     if (e == cudaSuccess)
       e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(), sx);
     if (e == cudaSuccess)
-      e = receiver_.launch(plan, dst, seq_base, 0, F, recv_view, true, true, false, opt_.timeout_ns, recv_stream(),
-                           0, true, 0, nullptr, 0, recv_extras());
-    // With one pair, split-send puts the planes of frame i + 1 before section B of frame i; with more, the other
-    // pairs' frames fill that role, and frame f's first d2h copy waits (event) for frame f - 1's planes to be
-    // copied out, so the transfer's first frames still go out one after the other.
-    const bool split = opt_.split_send && edges.first;
-    const uint32_t ahead = split && pairs == 1 ? 1 : 0;  // planes of frame i + 1 go before section B of frame i
-    // A pinned slot is rewritten (d2h) only after the h2d copies of the frame that used it before (h2d_done).
-    auto host_of = [&](uint64_t q) { return pinned.slots + slot_of(q, S) * SB; };
-    // A copy stream's wait for a flag: directly, or (gate_flag_waits; all but the first frame's planes, which
-    // the stream reaches before the sender sets them) through a gate stream: it waits on the flag and records
-    // the slot's gate event of that kind, and the copy stream waits on the event.
+      e = receiver_.launch(plan, dst, seq_base, 0, F, recv_view, true, true, opt_.timeout_ns, recv_stream(), 0, true,
+                           0, nullptr, 0, recv_extras());
+    // A copy stream's wait for a flag: through a gate stream, which waits on the flag and records the slot's gate
+    // event of that kind, the copy stream waiting on the event (a stream memory wait on a flag already set cost
+    // up to ~20 us, an event ~2 us: 1.134 / 3.974 ms at 64 / 256 MiB against 1.170 / 4.031); the first frame's
+    // planes directly, as the stream reaches that wait before the sender sets the flag.
     auto wait_flag = [&](cudaStream_t st, uint64_t f, uint32_t kind, uint64_t* flag, uint64_t value) {
-      if (!opt_.gate_flag_waits || (f == 0 && kind == 0)) return mem_ops_.wait_geq(st, flag, value);
+      if (f == 0 && kind == 0) return mem_ops_.wait_geq(st, flag, value);
       const cudaStream_t g = gate_stream(kind == 2 ? 1 : 0);
       cudaEvent_t gev = gate_events(kind)[slot_of(seq_base + f, S)];
       cudaError_t r = mem_ops_.wait_geq(g, flag, value);
       if (r == cudaSuccess) r = cudaEventRecord(gev, g);
       return r == cudaSuccess ? cudaStreamWaitEvent(st, gev, 0) : r;
     };
-    auto wait_host_free = [&](uint64_t q) {
-      return q < S ? cudaSuccess : cudaStreamWaitEvent(d2h, h2d_done()[slot_of(q, S)], 0);
-    };
-    // One stretch of a frame, GPU -> pinned -> GPU on the frame's pair (use_pair): the d2h copy, then (event) the
-    // h2d copy. An event may be recorded again right after a stream waited on it: the wait keeps the record it
-    // saw.
-    // Longer than stream_piece_bytes(): in pieces, each h2d piece waiting for its own d2h piece (event of the
-    // pair), and `ev` marks the whole stretch out. `mark` (trace): events before and after each side's copies.
+    // One stretch of a frame, GPU -> pinned -> GPU: the d2h copy, then (event) the h2d copy. An event may be
+    // recorded again right after a stream waited on it: the wait keeps the record it saw. Longer than the piece
+    // size: in pieces, each h2d piece waiting for its own d2h piece, and `ev` marks the whole stretch out.
+    // `mark` (trace): events before and after each side's copies.
     const uint64_t piece = edges.piece ? edges.piece : stream_piece_bytes(plan);
     auto copy_through = [&](uint8_t* host, const uint8_t* from_dev, uint8_t* to_dev, uint64_t len, cudaEvent_t ev,
                             cudaEvent_t* mark) {
       const bool pieces = piece && len > piece;
-      const cudaEvent_t link_ev = pieces ? piece_done(pair_of_d2h) : ev;
+      const cudaEvent_t link_ev = pieces ? piece_done() : ev;
       cudaError_t r = mark ? cudaEventRecord(mark[0], d2h) : cudaSuccess;
       bool h2d_marked = false;
       for (uint64_t off = 0; off < len && r == cudaSuccess; off += pieces ? piece : len) {
@@ -1472,58 +1358,39 @@ class HostStagingLink {
       return r;
     };
     wire_bytes_ += head_bytes;
-    auto split_frame = [&](uint64_t f) { return split && f < opt_.split_send_frames; };
-    for (uint64_t i = 0; i < F + ahead && e == cudaSuccess; ++i) {
-      if (i < F && split_frame(i)) {  // planes of frame i, both ways, as soon as the sender split them
-        const uint64_t q = seq_base + i;
-        const uint32_t slot = slot_of(q, S);
-        const uint64_t P = plan.frame(i).planes_bytes;
-        uint8_t* host = host_of(q);
-        use_pair(i);
-        e = wait_flag(d2h, i, 0, &pinned.ready_planes[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && i > 0)
-          e = cudaStreamWaitEvent(d2h, d2h_planes_done()[slot_of(q - 1, S)], 0);
-        if (e == cudaSuccess) e = wait_host_free(q);
-        if (e == cudaSuccess && q >= S) e = wait_flag(h2d, i, 2, &pinned.credits[slot], flag_value(q - S));
-        if (e == cudaSuccess)
-          e = copy_through(host, dev_send_.get() + slot * SB, dev_ring_.get() + slot * SB, P, d2h_planes_done()[slot],
-                           trace_mark(i, 0));
+    for (uint64_t f = 0; f < F && e == cudaSuccess; ++f) {
+      const uint64_t q = seq_base + f;
+      const uint32_t slot = slot_of(q, S);
+      const FrameInfo fi = plan.frame(f);
+      const bool split = edges.first && f == 0;
+      const uint64_t P = fi.planes_bytes, to = P + exps_budget_bytes(fi, budget_);
+      uint8_t* host = pinned.slots + slot * SB;
+      uint8_t *from_dev = dev_send_.get() + slot * SB, *to_dev = dev_ring_.get() + slot * SB;
+      // The split frame's planes, or the whole frame; the pinned slot free (its previous frame's h2d copy done),
+      // the device slot free (its previous frame's credit).
+      e = split ? wait_flag(d2h, f, 0, &pinned.ready_planes[slot], flag_value(q))
+                : wait_flag(d2h, f, 1, &pinned.ready_exps[slot], flag_value(q));
+      if (e == cudaSuccess && q >= S) e = cudaStreamWaitEvent(d2h, h2d_done()[slot], 0);
+      if (e == cudaSuccess && q >= S) e = wait_flag(h2d, f, 2, &pinned.credits[slot], flag_value(q - S));
+      uint64_t from = 0;
+      if (split) {
+        if (e == cudaSuccess) e = copy_through(host, from_dev, to_dev, P, d2h_planes_done()[slot], trace_mark(f, 0));
+        if (e == cudaSuccess) e = wait_flag(d2h, f, 1, &pinned.ready_exps[slot], flag_value(q));
+        from = P;
       }
-      if (i >= ahead && e == cudaSuccess) {  // section B of frame i - ahead (with the planes when not split)
-        const uint64_t f = i - ahead;
-        const uint64_t q = seq_base + f;
-        const uint32_t slot = slot_of(q, S);
-        const FrameInfo fi = plan.frame(f);
-        const bool whole = !split_frame(f);  // planes and section B in one copy
-        const uint64_t from = whole ? 0 : fi.planes_bytes;
-        const uint64_t to = fi.planes_bytes + exps_budget_bytes(fi, budget_);
-        uint8_t* host = host_of(q);
-        use_pair(f);
-        e = wait_flag(d2h, f, 1, &pinned.ready_exps[slot], flag_value(q));
-        if (e == cudaSuccess && pairs > 1 && whole && f > 0)
-          e = cudaStreamWaitEvent(d2h, d2h_done()[slot_of(q - 1, S)], 0);
-        if (e == cudaSuccess && whole) e = wait_host_free(q);
-        if (e == cudaSuccess && whole && q >= S) e = wait_flag(h2d, f, 2, &pinned.credits[slot], flag_value(q - S));
-        if (e == cudaSuccess)
-          e = copy_through(host + from, dev_send_.get() + slot * SB + from, dev_ring_.get() + slot * SB + from,
-                           to - from, d2h_done()[slot], trace_mark(f, 1));
-        if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], h2d);
-        if (opt_.landed_on_signal_stream) {
-          if (e == cudaSuccess) e = cudaStreamWaitEvent(signal_stream(), h2d_done()[slot], 0);
-          if (e == cudaSuccess) e = mem_ops_.write(signal_stream(), &landed[slot], flag_value(q));
-        } else if (e == cudaSuccess) {
-          e = mem_ops_.write(h2d, &landed[slot], flag_value(q));
-        }
-        wire_bytes_ += to;  // what the copy engines moved; the overflow is GPU-side only
-      }
+      if (e == cudaSuccess)
+        e = copy_through(host + from, from_dev + from, to_dev + from, to - from, d2h_done()[slot], trace_mark(f, 1));
+      if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], h2d);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(signal_stream(), h2d_done()[slot], 0);
+      if (e == cudaSuccess) e = mem_ops_.write(signal_stream(), &landed[slot], flag_value(q));
+      wire_bytes_ += to;  // what the copy engines moved; the overflow is GPU-side only
     }
-    // The raw tail last, on the last frame's pair: its device -> host copy follows the last frame's, and its host
-    // -> device copy runs while that frame's "landed" flag is seen and its items decode. Through the raw staging
-    // after the bytes of the batch's raw head (its first message's), which may still be on their way out: the
-    // two copies are not ordered against each other.
+    // The raw tail last: its device -> host copy follows the last frame's, and its host -> device copy runs while
+    // that frame's "landed" flag is seen and its items decode. Through the raw staging after the bytes of the
+    // batch's raw head (its first message's), which may still be on their way out: the two copies are not ordered
+    // against each other.
     const uint64_t tail_bytes = raw_tail * format::elem_bytes(D);
     if (tail_bytes && e == cudaSuccess) {
-      if (F) use_pair(F - 1);
       e = copy_raw((plan.n + raw_head) * format::elem_bytes(D), tail_bytes, raw_buffers_.get() + batch_head_bytes_);
       wire_bytes_ += tail_bytes;
     }
@@ -1562,12 +1429,10 @@ class HostStagingLink {
       budget_ = adapt_exps_budget(budget_, need, opt_.exps_budget_margin_permille, opt_.exps_budget_margin_per_kelem);
   }
 
-  /// Host relay: as each frame's planes, then its section B, are published, move them to the device ring
-  /// with the copy engine (copy mode: first from the sender's device ring to the pinned ring) and launch the
-  /// frame's decode; hand the sender's slots back once their copies are done. Bounded: no progress for
-  /// timeout_ns gives Status::timeout.
+  /// Copy mode's host relay: as each frame's planes, then its section B, are published, copy them from the
+  /// sender's device ring to the pinned ring and on to the device ring, and launch the frame's decode; hand the
+  /// sender's slots back once their copies are done. Bounded: no progress for timeout_ns gives Status::timeout.
   cudaError_t relay(const FramePlan& plan, void* dst, uint64_t seq_base) {
-    const bool copy_out = mode_ == HostLinkMode::copy;
     const FrameRingView ring = ring_.view();
     const uint32_t S = ring.num_slots;
     const uint64_t SB = ring.slot_bytes;
@@ -1578,7 +1443,7 @@ class HostStagingLink {
     uint64_t* credits = ring_.host_alias(ring.credits);
     FrameRingView dev_ring = ring;
     dev_ring.slots = dev_ring_.get();
-    uint8_t* dev_send = copy_out ? dev_send_.get() : nullptr;
+    uint8_t* dev_send = dev_send_.get();
     const uint64_t F = plan.num_frames;
     uint64_t next_planes = 0, next_exps = 0, next_credit = 0;
     wire_bytes_ = 0;
@@ -1596,14 +1461,13 @@ class HostStagingLink {
           break;
         }
         const FrameInfo fi = plan.frame(next_planes);
-        if (copy_out) {  // device -> pinned; the pinned slot is free once frame q - S reached the device
-          if (next_planes >= S) e = cudaStreamWaitEvent(d2h_stream(), h2d_done()[slot], 0);
-          if (e == cudaSuccess)
-            e = cudaMemcpyAsync(host + slot * SB, dev_send + slot * SB, fi.planes_bytes, cudaMemcpyDeviceToHost,
-                                d2h_stream());
-          if (e == cudaSuccess) e = cudaEventRecord(d2h_planes_done()[slot], d2h_stream());
-          if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), d2h_planes_done()[slot], 0);
-        }
+        // device -> pinned; the pinned slot is free once frame q - S reached the device
+        if (next_planes >= S) e = cudaStreamWaitEvent(d2h_stream(), h2d_done()[slot], 0);
+        if (e == cudaSuccess)
+          e = cudaMemcpyAsync(host + slot * SB, dev_send + slot * SB, fi.planes_bytes, cudaMemcpyDeviceToHost,
+                              d2h_stream());
+        if (e == cudaSuccess) e = cudaEventRecord(d2h_planes_done()[slot], d2h_stream());
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), d2h_planes_done()[slot], 0);
         if (e == cudaSuccess && next_planes >= S)
           e = cudaStreamWaitEvent(recv_stream(), decode_done()[slot], 0);  // device slot free
         if (e == cudaSuccess)
@@ -1622,40 +1486,31 @@ class HostStagingLink {
         }
         const FrameInfo fi = plan.frame(next_exps);
         const uint64_t off = slot * SB + fi.planes_bytes;
-        uint32_t len = 0;
-        if (copy_out) {
-          len = __atomic_load_n(&exps_words[slot], __ATOMIC_ACQUIRE);
-        } else {
-          FrameHeader h;
-          std::memcpy(&h, host + off, sizeof h);
-          len = h.exps_bytes;
-        }
+        const uint32_t len = __atomic_load_n(&exps_words[slot], __ATOMIC_ACQUIRE);
         // Never copy more than the frame can hold; a bad length is left for the decode launch to reject.
         const uint64_t bytes = len >= FRAME_HEADER_BYTES && len <= fi.exps_bound ? len : FRAME_HEADER_BYTES;
-        if (copy_out) {
-          e = cudaMemcpyAsync(host + off, dev_send + off, bytes, cudaMemcpyDeviceToHost, d2h_stream());
-          if (e == cudaSuccess) e = cudaEventRecord(d2h_done()[slot], d2h_stream());
-          if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), d2h_done()[slot], 0);
-        }
+        e = cudaMemcpyAsync(host + off, dev_send + off, bytes, cudaMemcpyDeviceToHost, d2h_stream());
+        if (e == cudaSuccess) e = cudaEventRecord(d2h_done()[slot], d2h_stream());
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), d2h_done()[slot], 0);
         if (e == cudaSuccess)
           e = cudaMemcpyAsync(dev_ring.slots + off, host + off, bytes, cudaMemcpyHostToDevice, recv_stream());
         wire_bytes_ += fi.planes_bytes + bytes;
         if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], recv_stream());
-        const uint32_t lane = uint32_t(next_exps % uint64_t(opt_.decode_streams));
+        const uint32_t lane = uint32_t(next_exps % COPY_DECODE_STREAMS);
         if (e == cudaSuccess) e = cudaStreamWaitEvent(decode_stream(lane), h2d_done()[slot], 0);
         if (e == cudaSuccess)
-          e = receiver_.launch(plan, dst, seq_base, next_exps, next_exps + 1, dev_ring, false, false, false,
+          e = receiver_.launch(plan, dst, seq_base, next_exps, next_exps + 1, dev_ring, false, false,
                                opt_.timeout_ns, decode_stream(lane), lane, false,
                                int(std::max<uint64_t>(1, format::div_up(fi.items, P2PPolicy::WARPS))));
         if (e == cudaSuccess) e = cudaEventRecord(decode_done()[slot], decode_stream(lane));
         ++next_exps;
         progress = true;
       }
-      // The sender's slots go back once read: its device slot (copy mode) or the pinned slot (relay mode).
+      // The sender's device slots go back once copied out.
       while (next_credit < next_exps && e == cudaSuccess) {
         const uint64_t q = seq_base + next_credit;
         const uint32_t slot = slot_of(q, S);
-        const cudaError_t qe = cudaEventQuery(copy_out ? d2h_done()[slot] : h2d_done()[slot]);
+        const cudaError_t qe = cudaEventQuery(d2h_done()[slot]);
         if (qe == cudaErrorNotReady) break;
         if (qe != cudaSuccess) {
           e = qe;
@@ -1691,7 +1546,7 @@ class HostStagingLink {
   }
 
   P2POptions opt_;
-  HostLinkMode mode_ = HostLinkMode::copy;
+  HostLinkMode mode_ = HostLinkMode::stream;
   int device_ = 0;
   bool ready_ = false, broken_ = false;
   bool raw_pending_ = false;    // a raw transfer since the last wait(), on raw_stream_ (the caller's)
@@ -1766,7 +1621,7 @@ class PeerLink {
     if (e == cudaSuccess) e = ring_.init_device(recv_device, opt.slots, slot_bytes);
     if (e == cudaSuccess) e = credits_.device(send_device, size_t(opt.slots) * 8);
     if (e == cudaSuccess) e = sender_.init(send_device, opt.slots, opt.shape, opt.sender_blocks);
-    if (e == cudaSuccess) e = receiver_.init(recv_device, opt.slots, opt.receiver_blocks, 0, 1);
+    if (e == cudaSuccess) e = receiver_.init(recv_device, opt.slots, opt.receiver_blocks, 1);
     if (e == cudaSuccess) e = log_.init();
     for (int k = 0; k < 2 && e == cudaSuccess; ++k) {
       p2p_detail::DeviceGuard g(k == 0 ? send_device : recv_device);
@@ -2006,7 +1861,7 @@ class PeerLink {
         e = p2p_detail::side_words(log_.device_alias(&rec[0]), sender_.control(), sizeof(SideControl), streams_[0]);
       }
       if (e == cudaSuccess)
-        e = receiver_.launch(plan, m.dst, seq_base, 0, plan.num_frames, send_view, true, true, false, opt_.timeout_ns,
+        e = receiver_.launch(plan, m.dst, seq_base, 0, plan.num_frames, send_view, true, true, opt_.timeout_ns,
                              streams_[1]);
       if (e == cudaSuccess) {
         p2p_detail::DeviceGuard g(recv_dev_);

@@ -35,16 +35,20 @@ struct PipelineTier {
   uint64_t region_elems;  // ignored for tier 0; for the head, 0 = no head
 };
 
-/// How messages are cut. Defaults are design choices (docs/P2P.md section 1), not yet tuned on a GPU.
+/// How messages are cut. The defaults measured fastest over the H200's pinned-host link (bench_p2p --sweep, ms at
+/// 64 / 256 MiB of bf16 gradients; docs/DECISIONS.md has the alternatives; docs/P2P.md section 1 the design).
 /// In message order the parts are [head][tier 0: body][tier 1]..[tier num_tiers - 1]. Regions are served from
 /// the end first: the tiers 1.. (last tier first), then the head from what is left, then the body gets the rest;
 /// so a message no longer than the tail regions has no head, and one no longer than tail + head has no body.
 struct PipelineShape {
   PipelineTier tier[MAX_PIPELINE_TIERS] = {
-      {16384, 128, 0}, {2048, 512, uint64_t(4) << 20}, {256, 1024, uint64_t(256) << 10}};
+      {16384, 512, 0},                    // 16 MiB frames of bf16: 1.286 / 4.176, 256 items 1.272 / 4.378
+      {2048, 512, uint64_t(4) << 20},     // the last 8 MiB of bf16: over 4 MiB 3% slower, 12 MiB no faster
+      {512, 512, uint64_t(256) << 10}};   // one item per receiver warp: as fast as 1024 x 256, a better ratio
   uint32_t num_tiers = 3;
-  /// The head: off by default (region_elems 0); set head.region_elems to cut a message's start finer. Its item
-  /// and frame sizes are only looked at (and checked) when it is on.
+  /// The head: off by default (region_elems 0: every head tried was 1-14% slower at 64 MiB); set
+  /// head.region_elems to cut a message's start finer. Its item and frame sizes are only looked at (and checked)
+  /// when it is on.
   PipelineTier head = {2048, 128, 0};
 
   ZIPCOMM_HOST_DEVICE bool has_head() const { return head.region_elems != 0; }
@@ -423,11 +427,11 @@ ZIPCOMM_HOST_DEVICE uint32_t exps_need_per_kelem(const FrameInfo& fi, uint64_t e
 
 /// The budget after a transfer that went well: per budget class, the most a frame of that class needed
 /// (`need[k]`, exps_need_per_kelem's maximum; 0 where the transfer had no frame of class k: the budget stays) plus
-/// a margin of `margin_permille` / 1000 of it and `margin_per_kelem` bytes per 1024 elements (the defaults, 2%
-/// and 4, are P2POptions'). `need` has EXPS_BUDGET_CLASSES entries (or fewer: the classes past it stay).
+/// a margin of `margin_permille` / 1000 of it and `margin_per_kelem` bytes per 1024 elements (the defaults, 0.5%
+/// and 1, are P2POptions'). `need` has EXPS_BUDGET_CLASSES entries (or fewer: the classes past it stay).
 template <size_t N>
-inline ExpsBudget adapt_exps_budget(ExpsBudget b, const uint32_t (&need)[N], uint32_t margin_permille = 20,
-                                    uint32_t margin_per_kelem = 4) {
+inline ExpsBudget adapt_exps_budget(ExpsBudget b, const uint32_t (&need)[N], uint32_t margin_permille = 5,
+                                    uint32_t margin_per_kelem = 1) {
   static_assert(N <= size_t(EXPS_BUDGET_CLASSES), "more needs than budget classes");
   for (uint32_t k = 0; k < N; ++k)
     if (need[k]) {
