@@ -9,15 +9,29 @@
 
 namespace zipcomm {
 
-enum class DType : uint8_t { bf16 = 1, fp16 = 2, fp32 = 3 };
+/// Element types. fp8_e4m3 is OCP E4M3FN (no infinities, NaN = S.1111.111), fp8_e5m2 OCP E5M2; both are coded
+/// losslessly like the others, on all 256 bit patterns.
+enum class DType : uint8_t { bf16 = 1, fp16 = 2, fp32 = 3, fp8_e4m3 = 4, fp8_e5m2 = 5 };
 /// Exponent code of a stream. Ids 1 and 2 were the per-element codes of format versions 1 and 2.
 enum class CodeId : uint8_t { pair = 3 };
 
 ZIPCOMM_HOST_DEVICE const char* dtype_name(DType d) {
-  return d == DType::bf16 ? "bf16" : d == DType::fp16 ? "fp16" : d == DType::fp32 ? "fp32" : "?";
+  return d == DType::bf16       ? "bf16"
+         : d == DType::fp16     ? "fp16"
+         : d == DType::fp32     ? "fp32"
+         : d == DType::fp8_e4m3 ? "fp8_e4m3"
+         : d == DType::fp8_e5m2 ? "fp8_e5m2"
+                                : "?";
 }
-ZIPCOMM_HOST_DEVICE bool dtype_valid(uint8_t d) { return d >= 1 && d <= 3; }
+ZIPCOMM_HOST_DEVICE bool dtype_valid(uint8_t d) { return d >= 1 && d <= 5; }
 ZIPCOMM_HOST_DEVICE bool code_valid(uint8_t c) { return c == 3; }
+ZIPCOMM_HOST_DEVICE constexpr bool is_fp8(DType d) { return d == DType::fp8_e4m3 || d == DType::fp8_e5m2; }
+/// Whether the fused steps (decode + reduce, + encode, + forward), their host reference, the P2P links and the
+/// ring take dtype d. The fp8 dtypes are codec only: they have no reduction arithmetic here, and the P2P
+/// frames and ring slots are laid out for one plane-0 byte per element.
+ZIPCOMM_HOST_DEVICE constexpr bool comm_dtype_supported(DType d) {
+  return d == DType::bf16 || d == DType::fp16 || d == DType::fp32;
+}
 
 namespace format {
 
@@ -58,9 +72,39 @@ struct Traits<DType::fp32> {
   static constexpr int EXP_BITS = 8, MANT_BITS = 23, TOTAL_BITS = 32;
   static constexpr uint32_t ELEM_BYTES = 4;
 };
+template <>
+struct Traits<DType::fp8_e4m3> {
+  using Bits = uint8_t;
+  static constexpr int EXP_BITS = 4, MANT_BITS = 3, TOTAL_BITS = 8;
+  static constexpr uint32_t ELEM_BYTES = 1;
+};
+template <>
+struct Traits<DType::fp8_e5m2> {
+  using Bits = uint8_t;
+  static constexpr int EXP_BITS = 5, MANT_BITS = 2, TOTAL_BITS = 8;
+  static constexpr uint32_t ELEM_BYTES = 1;
+};
 
-ZIPCOMM_HOST_DEVICE constexpr uint32_t elem_bytes(DType d) { return d == DType::fp32 ? 4u : 2u; }
-ZIPCOMM_HOST_DEVICE constexpr int exp_bits(DType d) { return d == DType::fp16 ? 5 : 8; }
+ZIPCOMM_HOST_DEVICE constexpr uint32_t elem_bytes(DType d) { return d == DType::fp32 ? 4u : is_fp8(d) ? 1u : 2u; }
+ZIPCOMM_HOST_DEVICE constexpr int exp_bits(DType d) {
+  return d == DType::fp16 || d == DType::fp8_e5m2 ? 5 : d == DType::fp8_e4m3 ? 4 : 8;
+}
+
+/// Plane 0 holds each element's sign and top 7 mantissa bits: one byte per element in element order (bf16,
+/// fp16, fp32), or, for fp8, whose element is a byte, the sign-mantissa value v = sign << MANT_BITS | mantissa
+/// of every element as bit-planes per tile: `plane0_planes` planes of 32 bytes, plane j holding bit
+/// (planes - 1 - j) of v (plane 0: the sign), byte = lane, bit = item (the fp16 low bits' layout).
+ZIPCOMM_HOST_DEVICE constexpr uint32_t plane0_planes(DType d) {
+  return d == DType::fp8_e4m3 ? 4u : d == DType::fp8_e5m2 ? 3u : 0u;
+}
+ZIPCOMM_HOST_DEVICE constexpr bool plane0_bit_planes(DType d) { return plane0_planes(d) != 0; }
+/// Bytes of one tile's bit-planes (fp8).
+ZIPCOMM_HOST_DEVICE constexpr uint32_t plane0_tile_bytes(DType d) { return uint32_t(LANES) * plane0_planes(d); }
+/// Bytes of plane 0 of `elems` elements that start at a tile boundary: also where in plane 0 the element
+/// `elems` (a tile boundary) starts. A short last tile takes its whole bit-planes, the bits no element owns zero.
+ZIPCOMM_HOST_DEVICE constexpr uint64_t plane0_bytes(DType d, uint64_t elems) {
+  return plane0_bit_planes(d) ? div_up(elems, TILE_ELEMS) * plane0_tile_bytes(d) : elems;
+}
 
 /// Low mantissa bits: the mantissa bits below the top 7 (fp16 m[2..0], fp32 m[15..0]; bf16 has none). Each
 /// tile stores them at one of a few widths, named by a 2-bit width code; the bits below the stored width are
@@ -123,7 +167,7 @@ struct Layout {
   uint64_t n;
   uint64_t num_chunks;
   uint64_t num_tiles;
-  uint64_t plane0_offset, plane0_bytes;  // one byte per element: sign and the top 7 mantissa bits
+  uint64_t plane0_offset, plane0_bytes;  // sign and top mantissa bits: a byte per element, fp8 bit-planes per tile
   uint64_t widths_offset, widths_bytes;  // fp16, fp32: a 2-bit low width code per tile
   uint64_t table_offset;                 // num_chunks x uint64 end offsets into the exponent section
   uint64_t low_table_offset;             // fp16, fp32: num_chunks x uint64 end offsets into the low section
@@ -142,7 +186,7 @@ ZIPCOMM_HOST_DEVICE Layout layout_for(DType dtype, uint64_t n, uint64_t low_byte
   l.num_tiles = div_up(n, TILE_ELEMS);
   const uint64_t low_tables = has_low(dtype) ? 1 : 0;
   l.plane0_offset = HEADER_BYTES;
-  l.plane0_bytes = n;
+  l.plane0_bytes = plane0_bytes(dtype, n);
   l.widths_offset = align_up(l.plane0_offset + l.plane0_bytes, ALIGN);
   l.widths_bytes = low_tables * div_up(l.num_tiles, 4);
   l.table_offset = align_up(l.widths_offset + l.widths_bytes, ALIGN);
@@ -299,8 +343,9 @@ ZIPCOMM_HOST_DEVICE Status validate_header(const Header& h, uint64_t available_b
   return Status::ok;
 }
 
-/// One chunk's raw bits, for a reader: plane 0 of its stream (indexed by element), the stream's width codes
-/// (indexed by tile) and the chunk's low part, `low_bytes` long.
+/// One chunk's raw bits, for a reader: plane 0 of its stream (the whole section: plane0_bytes(d, first element)
+/// is where a tile's bytes start), the stream's width codes (indexed by tile) and the chunk's low part,
+/// `low_bytes` long.
 struct ConstPlanes {
   const uint8_t* plane0;
   const uint8_t* widths;

@@ -48,7 +48,8 @@ class BlockStreamEncoder {
   ZIPCOMM_DEVICE explicit BlockStreamEncoder(TempStorage& temp) : temp_(temp) {}
 
   /// Encodes in[0, n). With an avg `pre_op`, each element is first scaled (a rank's own contribution to a
-  /// reduction, thread::reduce_pre); the other operators leave the input as it is.
+  /// reduction, thread::reduce_pre); the other operators leave the input as it is. The fp8 dtypes have no
+  /// arithmetic: for them `pre_op` is not applied (pass none).
   template <class Group>
   ZIPCOMM_DEVICE uint64_t Encode(Group& group, const void* in, uint64_t n, uint8_t* out,
                                  const ReduceOp& pre_op = ReduceOp::sum()) {

@@ -258,6 +258,7 @@ struct P2PLaunchExtras {
 /// Sender end on one GPU: device state for p2p_send_kernel and its launch.
 template <DType D, class Code = thread::PairCode>
 class P2PSender {
+  static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no P2P links");
  public:
   static constexpr size_t smem_bytes() {
     return sizeof(P2PSendSmem<D, Code>);
@@ -360,6 +361,7 @@ class P2PSender {
 /// counters let that many launches run at once (one per stream).
 template <DType D, class Code = thread::PairCode>
 class P2PReceiver {
+  static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no P2P links");
  public:
   static constexpr size_t smem_bytes() {
     return sizeof(warp::PairDecodeTable);
@@ -663,6 +665,7 @@ struct P2PCalibrationPoint {
 /// next transfer.
 template <DType D, class Code = thread::PairCode>
 class HostStagingLink {
+  static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no P2P links");
  public:
   static constexpr uint32_t RAW_BUFFERS = 4;
   // Stream mode: a coded transfer's first and last bytes go raw (at most a quarter of it each, whole 4 KiB, and
@@ -1587,6 +1590,7 @@ class HostStagingLink {
 /// cudaMemcpyPeerAsync; calibrate() measures where coding pays on the link (over NVLink it may never).
 template <DType D, class Code = thread::PairCode>
 class PeerLink {
+  static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no P2P links");
  public:
   PeerLink() = default;
   PeerLink(const PeerLink&) = delete;

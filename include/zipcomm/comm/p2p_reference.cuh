@@ -27,9 +27,11 @@ inline uint32_t host_item_check(DType dtype, const uint8_t* p, uint32_t elems) {
 }
 
 /// Bytes of frame fi of `plan` for `message` (plan.n elements of plan.dtype): the planes section, then
-/// section B. Returns the frame's length (planes_bytes + exps_bytes) in `frame`.
+/// section B. Returns the frame's length (planes_bytes + exps_bytes) in `frame`. A plan of an fp8 dtype gives
+/// invalid_argument (the P2P links do not carry fp8).
 inline Status host_encode_frame(const FramePlan& plan, const FrameInfo& fi, CodeId code, uint64_t seq,
                                 const uint8_t* message, std::vector<uint8_t>& frame) {
+  if (!comm_dtype_supported(plan.dtype)) return Status::invalid_argument;
   const uint32_t eb = format::elem_bytes(plan.dtype);
   const uint64_t table_bytes = item_table_bytes(fi.items);
   frame.assign(fi.planes_bytes + FRAME_HEADER_BYTES + table_bytes, 0);
@@ -69,9 +71,10 @@ inline Status host_encode_frame(const FramePlan& plan, const FrameInfo& fi, Code
 }
 
 /// Checks and decodes one frame (`bytes` readable at `frame`) of `plan` into `message`; the same checks as
-/// the receiver kernel (header, item table, every chunk).
+/// the receiver kernel (header, item table, every chunk). A plan of an fp8 dtype gives invalid_argument.
 inline Status host_decode_frame(const FramePlan& plan, const FrameInfo& fi, CodeId code, uint64_t seq,
                                 const uint8_t* frame, uint64_t bytes, uint8_t* message) {
+  if (!comm_dtype_supported(plan.dtype)) return Status::invalid_argument;
   const uint32_t eb = format::elem_bytes(plan.dtype);
   if (bytes < fi.planes_bytes + FRAME_HEADER_BYTES) return Status::corrupt_stream;
   FrameHeader h;

@@ -74,7 +74,7 @@ struct RingLaunch {
 inline bool ring_launch_valid(const RingLaunch& a, DType d) {
   const RingPartition& p = a.part;
   if (!ring_partition_valid(p) || !ring_window_layout_valid(a.layout) || !reduce_op_valid(a.op)) return false;
-  if (!dtype_valid(uint8_t(d)) || ring_slot_need(d, p.chunk_elems) > a.layout.slot_bytes) return false;
+  if (!comm_dtype_supported(d) || ring_slot_need(d, p.chunk_elems) > a.layout.slot_bytes) return false;
   if (a.peers.ranks != p.ranks || p.channels > a.layout.channels || a.timeout_ns == 0) return false;
   if (a.first_rank < 0 || a.num_ranks < 1 || a.first_rank + a.num_ranks > p.ranks) return false;
   if (p.ranks > 1 && (a.rounds > ring_rounds_per_pass(a.layout, p.ranks) || a.epoch == 0)) return false;
@@ -193,6 +193,7 @@ ZIPCOMM_DEVICE Status ring_broadcast(Group& g, Status s, uint32_t& shared) {
 /// \endcode
 template <DType D, bool COMPRESSED>
 class BlockRingAllreduce {
+  static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no ring allreduce");
   using Encoder = block::BlockStreamEncoder<D, RING_WARPS>;
   using ReduceEncode = block::BlockDecodeReduceEncode<D, RING_WARPS>;
   using Forward = block::BlockDecodeForward<D, RING_WARPS>;

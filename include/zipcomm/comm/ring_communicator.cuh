@@ -189,6 +189,7 @@ class RingCommunicator {
   template <DType D>
   cudaError_t calibrate(const void* sample, uint64_t sample_bytes, const RingCalibration& c = RingCalibration(),
                         Status* status = nullptr) {
+    static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no ring allreduce");
     constexpr uint32_t EB = format::Traits<D>::ELEM_BYTES;
     if (status) *status = Status::ok;
     const uint64_t m = sample_bytes / EB, n = c.max_bytes / EB;
@@ -233,6 +234,7 @@ class RingCommunicator {
   template <DType D>
   cudaError_t calibrate_with_buffers(const void* const* inputs, uint64_t n,
                                      const RingCalibration& c = RingCalibration(), Status* status = nullptr) {
+    static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no ring allreduce");
     constexpr uint32_t EB = format::Traits<D>::ELEM_BYTES;
     if (status) *status = Status::ok;
     uint64_t sizes[64];
@@ -273,6 +275,7 @@ class RingCommunicator {
   /// when it is called (synchronize, or order them with events). wait() gives the Status.
   template <DType D>
   cudaError_t allreduce(void* const* data, uint64_t n, const ReduceOp& op, RingMode mode = RingMode::automatic) {
+    static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no ring allreduce");
     last_ = RingCallInfo();
     const cudaError_t bad = check_arguments(data, n, op, mode);
     if (bad != cudaSuccess) {
@@ -325,8 +328,9 @@ class RingCommunicator {
     return e != cudaSuccess ? e : restore;
   }
 
-  /// allreduce with the dtype chosen at run time. A template only so that a translation unit that never calls
-  /// it does not compile the kernels of all three dtypes.
+  /// allreduce with the dtype chosen at run time (bf16, fp16, fp32; the fp8 dtypes give cudaErrorInvalidValue
+  /// and Status::invalid_argument). A template only so that a translation unit that never calls it does not
+  /// compile the kernels of all three dtypes.
   template <int UNUSED = 0>
   cudaError_t allreduce(DType dtype, void* const* data, uint64_t n, const ReduceOp& op,
                         RingMode mode = RingMode::automatic) {
@@ -334,6 +338,8 @@ class RingCommunicator {
       case DType::bf16: return allreduce<DType::bf16>(data, n, op, mode);
       case DType::fp16: return allreduce<DType::fp16>(data, n, op, mode);
       case DType::fp32: return allreduce<DType::fp32>(data, n, op, mode);
+      case DType::fp8_e4m3:
+      case DType::fp8_e5m2: break;  // codec only
     }
     pending_ = Status::invalid_argument;
     return cudaErrorInvalidValue;
@@ -426,7 +432,7 @@ class RingCommunicator {
     return check_buffers(data);
   }
 
-  static int dtype_slot(DType d) { return dtype_valid(uint8_t(d)) ? int(d) - 1 : 0; }
+  static int dtype_slot(DType d) { return comm_dtype_supported(d) ? int(d) - 1 : 0; }
 
   cudaError_t check_buffers(const void* const* data) const {
     if (!data) return cudaErrorInvalidValue;

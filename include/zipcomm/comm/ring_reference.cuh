@@ -18,11 +18,11 @@ namespace zipcomm {
 namespace comm {
 
 /// out[0, n) = the ring's allreduce of inputs[0..ranks-1] (each n elements of dtype). out may be one of the
-/// inputs.
+/// inputs. The fp8 dtypes give invalid_argument (codec only).
 inline Status ring_reference(DType dtype, const ReduceOp& op, const std::vector<const void*>& inputs, uint64_t n,
                              void* out) {
   const int ranks = int(inputs.size());
-  if (ranks < 1 || ranks > RING_MAX_RANKS || !reduce_op_valid(op) || !dtype_valid(uint8_t(dtype))) {
+  if (ranks < 1 || ranks > RING_MAX_RANKS || !reduce_op_valid(op) || !comm_dtype_supported(dtype)) {
     return Status::invalid_argument;
   }
   if (n == 0) return Status::ok;

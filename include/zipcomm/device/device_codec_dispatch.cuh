@@ -1,5 +1,5 @@
 // Run-time dispatch of the device-wide codec over (dtype, code), for tools that learn the dtype at run time.
-// Kept apart from device_codec.cuh because including it compiles all six kernel pairs.
+// Kept apart from device_codec.cuh because including it compiles the kernels of all five dtypes.
 #pragma once
 
 #include "device_codec.cuh"

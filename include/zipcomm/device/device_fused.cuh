@@ -32,6 +32,7 @@ template <DType D, class Code = thread::PairCode>
 cudaError_t compress_contribution(void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in, uint64_t n,
                                   const ReduceOp& op, void* d_out, uint64_t out_capacity, uint64_t* d_out_bytes,
                                   Status* d_status, cudaStream_t stream = 0) {
+  static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no fused steps");
   return detail::launch_compress<D, Code>(d_temp_storage, temp_storage_bytes, d_in, n, d_out, out_capacity,
                                           d_out_bytes, d_status, stream, op);
 }

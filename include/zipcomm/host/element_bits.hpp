@@ -1,4 +1,5 @@
-// Host level: element i of an array of bf16/fp16 (2 bytes) or fp32 (4 bytes), any alignment, as raw bits.
+// Host level: element i of an array of fp8 (1 byte), bf16/fp16 (2 bytes) or fp32 (4 bytes), any alignment, as
+// raw bits.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@ namespace detail {
 
 template <DType D>
 inline uint32_t load_bits(const uint8_t* src, uint64_t i) {
+  if (format::Traits<D>::ELEM_BYTES == 1) return src[i];
   if (D == DType::fp32) {
     uint32_t v;
     std::memcpy(&v, src + 4 * i, 4);
@@ -24,7 +26,9 @@ inline uint32_t load_bits(const uint8_t* src, uint64_t i) {
 
 template <DType D>
 inline void store_bits(uint8_t* dst, uint64_t i, uint32_t b) {
-  if (D == DType::fp32) {
+  if (format::Traits<D>::ELEM_BYTES == 1) {
+    dst[i] = static_cast<uint8_t>(b);
+  } else if (D == DType::fp32) {
     std::memcpy(dst + 4 * i, &b, 4);
   } else {
     const uint16_t v = static_cast<uint16_t>(b);

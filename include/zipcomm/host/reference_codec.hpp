@@ -241,13 +241,46 @@ inline Status decode_chunk(const uint8_t* in, uint32_t bytes, uint32_t elems, ui
   return Status::ok;
 }
 
-/// Elements [first, first + elems) of the input as bits, and their plane-0 bytes in the stream.
+/// Writes `planes` bit-planes of one tile's values[0..valid) into out (planes * 32 bytes, already zero): plane j
+/// holds bit (planes - 1 - j) of each value; in a plane, byte = lane, bit = item (the fp16 low bits, the fp8
+/// plane 0).
+inline void put_bit_planes(const uint32_t* values, uint32_t valid, uint32_t planes, uint8_t* out) {
+  for (uint32_t k = 0; k < valid; ++k)
+    for (uint32_t j = 0; j < planes; ++j)
+      if ((values[k] >> (planes - 1 - j)) & 1u)
+        out[j * format::LANES + k / format::ITEMS_PER_LANE] |= uint8_t(1u << (k % format::ITEMS_PER_LANE));
+}
+
+/// ORs the values of put_bit_planes' layout into values[0..valid); false if a bit that no element owns is set.
+inline bool get_bit_planes(const uint8_t* in, uint32_t valid, uint32_t planes, uint32_t* values) {
+  for (uint32_t j = 0; j < planes; ++j)
+    for (uint32_t pos = 0; pos < format::TILE_ELEMS; ++pos) {
+      const uint8_t byte = in[j * format::LANES + pos / format::ITEMS_PER_LANE];
+      const uint32_t bit = (byte >> (pos % format::ITEMS_PER_LANE)) & 1u;
+      if (pos >= valid && bit) return false;
+      if (pos < valid) values[pos] |= bit << (planes - 1 - j);
+    }
+  return true;
+}
+
+/// Elements [first, first + elems) of the input (first: a chunk's first element) as bits, and their plane 0 in
+/// the stream (fp8: bit-planes per tile, the stream's bytes already zero).
 template <DType D>
 inline void split_plane0(const uint8_t* src, uint8_t* stream, const Layout& l, uint32_t* bits, uint64_t first,
                          uint32_t elems) {
-  for (uint32_t k = 0; k < elems; ++k) {
-    bits[k] = load_bits<D>(src, first + k);
-    stream[l.plane0_offset + first + k] = static_cast<uint8_t>(thread::FloatBits<D>::plane0(bits[k]));
+  using FB = thread::FloatBits<D>;
+  for (uint32_t k = 0; k < elems; ++k) bits[k] = load_bits<D>(src, first + k);
+  if constexpr (format::plane0_bit_planes(D)) {
+    uint32_t values[format::TILE_ELEMS];
+    for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
+      const uint32_t v = format::tile_valid_count(elems, t);
+      for (uint32_t k = 0; k < v; ++k) values[k] = FB::plane0(bits[t * format::TILE_ELEMS + k]);
+      put_bit_planes(values, v, format::plane0_planes(D),
+                     stream + l.plane0_offset + format::plane0_bytes(D, first + uint64_t(t) * format::TILE_ELEMS));
+    }
+  } else {
+    for (uint32_t k = 0; k < elems; ++k)
+      stream[l.plane0_offset + first + k] = static_cast<uint8_t>(FB::plane0(bits[k]));
   }
 }
 
@@ -267,9 +300,11 @@ inline void put_low_tile(const uint32_t* bits, uint32_t valid, uint32_t code, ui
     const uint32_t low = thread::FloatBits<D>::low(bits[k]);
     if (D == DType::fp32 && stored == 16) out[2 * k] = uint8_t(low), out[2 * k + 1] = uint8_t(low >> 8);
     if (D == DType::fp32 && stored == 8) out[k] = uint8_t(low >> 8);
-    if (D == DType::fp16 && stored == 3)
-      for (uint32_t j = 0; j < 3; ++j)  // plane j holds mantissa bit 2 - j; byte = lane, bit = item
-        if ((low >> (2 - j)) & 1u) out[j * 32 + k / format::ITEMS_PER_LANE] |= uint8_t(1u << (k % format::ITEMS_PER_LANE));
+  }
+  if (D == DType::fp16 && stored == 3) {  // three bit-planes: plane j holds mantissa bit 2 - j
+    uint32_t lows[format::TILE_ELEMS];
+    for (uint32_t k = 0; k < valid; ++k) lows[k] = thread::FloatBits<D>::low(bits[k]);
+    put_bit_planes(lows, valid, 3, out);
   }
 }
 
@@ -290,14 +325,7 @@ inline bool get_low_tile(const uint8_t* in, uint32_t valid, uint32_t code, uint3
     for (uint32_t b = valid * per; b < bytes; ++b)
       if (in[b]) return false;
   }
-  if (D == DType::fp16 && stored) {
-    for (uint32_t j = 0; j < 3; ++j)
-      for (uint32_t pos = 0; pos < format::TILE_ELEMS; ++pos) {
-        const uint32_t bit = (in[j * 32 + pos / format::ITEMS_PER_LANE] >> (pos % format::ITEMS_PER_LANE)) & 1u;
-        if (pos >= valid && bit) return false;
-        if (pos < valid) bits[pos] |= bit << (2 - j);
-      }
-  }
+  if (D == DType::fp16 && stored) return get_bit_planes(in, valid, 3, bits);
   return true;
 }
 
@@ -353,8 +381,21 @@ inline Status compress_typed(const uint8_t* src, uint64_t n, uint8_t* dst, uint6
 /// width codes, the low table and the zero padding.
 template <DType D>
 inline Status merge_planes(const uint8_t* stream, const Layout& l, uint64_t c, uint32_t elems, uint32_t* bits) {
-  for (uint32_t k = 0; k < elems; ++k)
-    bits[k] = thread::FloatBits<D>::assemble(0, stream[l.plane0_offset + c * format::CHUNK_ELEMS + k], 0);
+  using FB = thread::FloatBits<D>;
+  if constexpr (format::plane0_bit_planes(D)) {
+    for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
+      uint32_t values[format::TILE_ELEMS] = {};
+      const uint32_t v = format::tile_valid_count(elems, t);
+      const uint64_t first = c * format::CHUNK_ELEMS + uint64_t(t) * format::TILE_ELEMS;
+      if (!get_bit_planes(stream + l.plane0_offset + format::plane0_bytes(D, first), v, format::plane0_planes(D),
+                          values))
+        return Status::corrupt_stream;  // a short last tile's padding bits are zero
+      for (uint32_t k = 0; k < v; ++k) bits[t * format::TILE_ELEMS + k] = FB::assemble(0, values[k], 0);
+    }
+  } else {
+    for (uint32_t k = 0; k < elems; ++k)
+      bits[k] = FB::assemble(0, stream[l.plane0_offset + c * format::CHUNK_ELEMS + k], 0);
+  }
   if (!format::has_low(D)) return Status::ok;
   const uint64_t start = c ? get_u64(stream + l.low_table_offset + 8 * (c - 1)) : 0;
   const uint64_t end = get_u64(stream + l.low_table_offset + 8 * c);

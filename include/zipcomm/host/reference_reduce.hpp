@@ -1,6 +1,7 @@
 // Host reference of the fused steps (plain C++; no CUDA needed): what decode + reduce, decode + reduce +
 // encode and decode + forward must produce, defined as the unfused composition of the host reference codec
-// and thread/reduce_op.hpp. The device's fused primitives are tested against these bit for bit.
+// and thread/reduce_op.hpp. The device's fused primitives are tested against these bit for bit. The fp8 dtypes
+// are codec only: every function here gives invalid_argument for them.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,8 @@ inline Status visit_dtype(DType dtype, F&& f) {
     case DType::bf16: return f(std::integral_constant<DType, DType::bf16>{});
     case DType::fp16: return f(std::integral_constant<DType, DType::fp16>{});
     case DType::fp32: return f(std::integral_constant<DType, DType::fp32>{});
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2: break;  // codec only: no reduction arithmetic
   }
   return Status::invalid_argument;
 }
@@ -76,7 +79,8 @@ inline Status reduce(DType dtype, const ReduceOp& op, const void* acc, const voi
 /// Decode + reduce: out = combine(decode(in), pre(local)); in must hold exactly n elements of dtype/code.
 inline Status decompress_reduce(const void* in, uint64_t in_bytes, DType dtype, CodeId code, const void* local,
                                 void* out, uint64_t n, const ReduceOp& op) {
-  if (!in || (n && (!local || !out)) || !reduce_op_valid(op)) return Status::invalid_argument;
+  if (!in || (n && (!local || !out)) || !reduce_op_valid(op) || !comm_dtype_supported(dtype))
+    return Status::invalid_argument;
   std::vector<uint8_t> decoded;
   Status s = detail::decode_exact(in, in_bytes, dtype, code, n, &decoded);
   if (s != Status::ok) return s;
@@ -90,7 +94,7 @@ inline Status decompress_reduce_compress(const void* in, uint64_t in_bytes, DTyp
                                          uint64_t out_capacity, uint64_t* out_bytes) {
   if (!out_bytes) return Status::invalid_argument;
   *out_bytes = 0;
-  if (!out) return Status::invalid_argument;
+  if (!out || !comm_dtype_supported(dtype)) return Status::invalid_argument;
   std::vector<uint8_t> reduced(n * format::elem_bytes(dtype));
   Status s = decompress_reduce(in, in_bytes, dtype, code, local, reduced.data(), n, op);
   if (s != Status::ok) return s;
@@ -102,6 +106,7 @@ inline Status decompress_reduce_compress(const void* in, uint64_t in_bytes, DTyp
 /// A rank's first send: encode(pre(in)).
 inline Status compress_contribution(DType dtype, CodeId code, const void* in, uint64_t n, const ReduceOp& op,
                                     void* out, uint64_t out_capacity, uint64_t* out_bytes) {
+  if (!comm_dtype_supported(dtype)) return Status::invalid_argument;
   std::vector<uint8_t> scaled(n * format::elem_bytes(dtype));
   Status s = reduce_pre(dtype, op, in, scaled.data(), n);
   if (s != Status::ok) return s;
@@ -111,7 +116,7 @@ inline Status compress_contribution(DType dtype, CodeId code, const void* in, ui
 /// Decode + forward: out = decode(in); fwd = the stream's bytes, unchanged.
 inline Status decompress_forward(const void* in, uint64_t in_bytes, DType dtype, CodeId code, void* out, uint64_t n,
                                  void* fwd, uint64_t fwd_capacity) {
-  if (!in || !fwd || (n && !out)) return Status::invalid_argument;
+  if (!in || !fwd || (n && !out) || !comm_dtype_supported(dtype)) return Status::invalid_argument;
   Header h;
   if (read_header(in, in_bytes, &h) == Status::ok && h.dtype == uint8_t(dtype) && h.code == uint8_t(code) &&
       h.num_elements == n && fwd_capacity < h.total_bytes)

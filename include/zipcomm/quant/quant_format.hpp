@@ -60,6 +60,8 @@ constexpr uint32_t BLOCK_ELEMS = 32;     // codes of 32 consecutive elements fil
 constexpr uint64_t MAX_ELEMENTS = uint64_t(1) << 50;
 
 ZIPCOMM_HOST_DEVICE constexpr bool mode_valid(uint32_t m) { return m == 1 || m == 2; }
+/// The original dtypes of a quantized message: bf16, fp16, fp32 (the fp8 dtypes are not quantized further).
+ZIPCOMM_HOST_DEVICE constexpr bool original_dtype_valid(uint32_t d) { return d >= 1 && d <= 3; }
 ZIPCOMM_HOST_DEVICE constexpr bool bits_valid(uint32_t b) { return b >= MIN_BITS && b <= MAX_BITS; }
 ZIPCOMM_HOST_DEVICE constexpr bool group_valid(uint32_t g) { return g == 32 || g == 64 || g == 128; }
 
@@ -200,7 +202,7 @@ ZIPCOMM_HOST_DEVICE Status validate_header(const Header& h, uint64_t available_b
   if (h.magic != MAGIC) return Status::bad_header;
   if (header_check_of(h) != h.header_check) return Status::bad_header;
   if (h.version != VERSION) return Status::unsupported_version;
-  if (!dtype_valid(h.dtype) || !bits_valid(h.bits) || !mode_valid(h.mode) || !group_valid(h.group_size))
+  if (!original_dtype_valid(h.dtype) || !bits_valid(h.bits) || !mode_valid(h.mode) || !group_valid(h.group_size))
     return Status::bad_header;
   if (h.reserved0 || h.reserved1 || h.reserved2 || h.reserved3) return Status::bad_header;  // writers zero them
   if (h.num_elements > MAX_ELEMENTS) return Status::bad_header;

@@ -42,6 +42,8 @@ inline Status visit_dtype(DType d, F&& f) {
     case DType::bf16: return f(std::integral_constant<DType, DType::bf16>{});
     case DType::fp16: return f(std::integral_constant<DType, DType::fp16>{});
     case DType::fp32: return f(std::integral_constant<DType, DType::fp32>{});
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2: break;  // not quantized
   }
   return Status::invalid_argument;
 }
@@ -185,7 +187,7 @@ inline Status read_header(const void* src, uint64_t bytes, Header* out) {
 /// unspecified and *out_bytes untouched).
 inline Status quantize(DType dtype, QuantMode mode, uint32_t bits, uint32_t group, const void* src, uint64_t n,
                        void* dst, uint64_t dst_capacity, uint64_t* out_bytes) {
-  if ((!src && n) || !dst || !out_bytes || !dtype_valid(uint8_t(dtype)) || !mode_valid(uint32_t(mode)) ||
+  if ((!src && n) || !dst || !out_bytes || !original_dtype_valid(uint8_t(dtype)) || !mode_valid(uint32_t(mode)) ||
       !bits_valid(bits) || !group_valid(group) || n > MAX_ELEMENTS)
     return Status::invalid_argument;
   const uint64_t total = max_quantized_bytes(mode, bits, group, n);

@@ -4,7 +4,8 @@
 // round of xxHash32: acc = rotl(acc + word * P2, 13) * P1. A round is a bijection of the word for a fixed acc
 // and of acc for a fixed word, so any change confined to one lane's elements always changes that lane's word;
 // the chunk's check is the sum of the lanes' finalized words (murmur3's fmix32, a bijection). Changes spread
-// over several lanes go unnoticed with probability about 2^-32. 16-bit elements are folded two to a word.
+// over several lanes go unnoticed with probability about 2^-32. 16-bit elements are folded two to a word, 8-bit
+// (fp8) elements four (the first in the low byte; a lane's missing items count as zero).
 #pragma once
 
 #include <cstdint>
@@ -44,11 +45,35 @@ struct ChunkCheck {
 #endif
   }
 
+  /// Four 8-bit elements (low bytes of a..d) as one word, a in the low byte.
+  ZIPCOMM_HOST_DEVICE static uint32_t pack_quad(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+#if defined(__CUDA_ARCH__)
+    return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+#else
+    return (a & 0xFFu) | (b & 0xFFu) << 8 | (c & 0xFFu) << 16 | (d & 0xFFu) << 24;
+#endif
+  }
+
   /// Folds a lane's `count` (<= 8) items of one tile (raw element bits; items past count are ignored).
   template <DType D>
   ZIPCOMM_HOST_DEVICE static uint32_t add_items(uint32_t acc, const uint32_t (&x)[format::ITEMS_PER_LANE],
                                                 uint32_t count) {
     constexpr int ITEMS = format::ITEMS_PER_LANE;
+    if constexpr (format::Traits<D>::ELEM_BYTES == 1) {
+      if (count == uint32_t(ITEMS)) {
+        acc = round(acc, pack_quad(x[0], x[1], x[2], x[3]));
+        return round(acc, pack_quad(x[4], x[5], x[6], x[7]));
+      }
+      ZIPCOMM_UNROLL
+      for (int q = 0; q < ITEMS / 4; ++q)
+        if (uint32_t(4 * q) < count) {
+          uint32_t v[4];
+          ZIPCOMM_UNROLL
+          for (int k = 0; k < 4; ++k) v[k] = uint32_t(4 * q + k) < count ? x[4 * q + k] : 0u;
+          acc = round(acc, pack_quad(v[0], v[1], v[2], v[3]));
+        }
+      return acc;
+    }
     if (count == uint32_t(ITEMS)) {
       if (D == DType::fp32) {
         ZIPCOMM_UNROLL
@@ -99,6 +124,8 @@ inline uint32_t chunk_check(DType dtype, const uint32_t* bits, uint32_t elems) {
     case DType::bf16: return chunk_check<DType::bf16>(bits, elems);
     case DType::fp16: return chunk_check<DType::fp16>(bits, elems);
     case DType::fp32: return chunk_check<DType::fp32>(bits, elems);
+    case DType::fp8_e4m3: return chunk_check<DType::fp8_e4m3>(bits, elems);
+    case DType::fp8_e5m2: return chunk_check<DType::fp8_e5m2>(bits, elems);
   }
   return 0;
 }

@@ -8,8 +8,10 @@
 namespace zipcomm {
 namespace thread {
 
-/// Per-dtype bit surgery. `plane0` is the byte every dtype stores per element: the sign and the top 7 mantissa
-/// bits. `low` is the rest of the mantissa (format::low_bits: fp16 3 bits, fp32 16), stored per tile at a width.
+/// Per-dtype bit surgery. `plane0` is what plane 0 stores of an element: a byte of the sign and the top 7
+/// mantissa bits, or, for fp8, the sign-mantissa value sign << MANT_BITS | mantissa (format::plane0_planes bits,
+/// stored as bit-planes). `low` is the rest of the mantissa (format::low_bits: fp16 3 bits, fp32 16; none for
+/// bf16 and fp8), stored per tile at a width.
 template <DType D>
 struct FloatBits;
 
@@ -52,6 +54,32 @@ struct FloatBits<DType::fp32> {
   }
 };
 
+template <>
+struct FloatBits<DType::fp8_e4m3> {
+  using Bits = uint8_t;
+  static constexpr int EXP_BITS = 4, MANT_BITS = 3;
+  ZIPCOMM_HOST_DEVICE static uint32_t exponent(uint32_t b) { return (b >> 3) & 0xFu; }
+  ZIPCOMM_HOST_DEVICE static uint32_t magnitude(uint32_t b) { return b & 0x7Fu; }
+  ZIPCOMM_HOST_DEVICE static uint32_t plane0(uint32_t b) { return ((b >> 4) & 0x8u) | (b & 0x7u); }
+  ZIPCOMM_HOST_DEVICE static uint32_t low(uint32_t) { return 0; }
+  ZIPCOMM_HOST_DEVICE static constexpr uint32_t assemble(uint32_t e, uint32_t p0, uint32_t /*low*/) {
+    return ((p0 & 0x8u) << 4) | (e << 3) | (p0 & 0x7u);
+  }
+};
+
+template <>
+struct FloatBits<DType::fp8_e5m2> {
+  using Bits = uint8_t;
+  static constexpr int EXP_BITS = 5, MANT_BITS = 2;
+  ZIPCOMM_HOST_DEVICE static uint32_t exponent(uint32_t b) { return (b >> 2) & 0x1Fu; }
+  ZIPCOMM_HOST_DEVICE static uint32_t magnitude(uint32_t b) { return b & 0x7Fu; }
+  ZIPCOMM_HOST_DEVICE static uint32_t plane0(uint32_t b) { return ((b >> 5) & 0x4u) | (b & 0x3u); }
+  ZIPCOMM_HOST_DEVICE static uint32_t low(uint32_t) { return 0; }
+  ZIPCOMM_HOST_DEVICE static constexpr uint32_t assemble(uint32_t e, uint32_t p0, uint32_t /*low*/) {
+    return ((p0 & 0x4u) << 5) | (e << 2) | (p0 & 0x3u);
+  }
+};
+
 /// The largest width code (fewest bits stored) whose dropped low bits are all zero in `low_or`, the OR of the
 /// low bits of a tile's elements.
 template <DType D>
@@ -62,6 +90,7 @@ ZIPCOMM_HOST_DEVICE uint32_t low_code_for(uint32_t low_or) {
 }
 
 /// Top two mantissa bits of a magnitude: where the tile maximum sits inside its binade. Selects the code table.
+/// (fp8_e5m2: its whole mantissa.)
 template <DType D>
 ZIPCOMM_HOST_DEVICE uint32_t fraction_of(uint32_t magnitude) {
   return (magnitude >> (FloatBits<D>::MANT_BITS - 2)) & 3u;

@@ -14,7 +14,8 @@ namespace thread {
 
 /// A tile of 256 elements is anchored at its largest exponent `a`, with `f` the top two mantissa bits of its
 /// largest magnitude (where the maximum sits in its binade, which shifts the distribution of the others).
-/// Symbol of exponent e: ZERO for e == 0, d = a - e for d < 16, else ESC (its raw exponent follows the pair).
+/// Symbol of exponent e: ZERO for e == 0, d = a - e for d < 16, else ESC (its raw exponent, EXP_BITS bits, follows
+/// the pair; fp8_e4m3, whose exponents are 0..15, never has one, and a decoder rejects any).
 /// Pair index s0 * 18 + s1; the rare pairs (below 1e-6 on the training tensors) share one escape codeword,
 /// followed by s0 and s1 as 5-bit ids.
 struct PairCode {
@@ -131,10 +132,14 @@ R visit_codec(DType dtype, CodeId code, R otherwise, F&& f) {
   using B = std::integral_constant<DType, DType::bf16>;
   using H = std::integral_constant<DType, DType::fp16>;
   using S = std::integral_constant<DType, DType::fp32>;
+  using E4 = std::integral_constant<DType, DType::fp8_e4m3>;
+  using E5 = std::integral_constant<DType, DType::fp8_e5m2>;
   if (code == CodeId::pair) {
     if (dtype == DType::bf16) return f(B{}, PairCode{});
     if (dtype == DType::fp16) return f(H{}, PairCode{});
     if (dtype == DType::fp32) return f(S{}, PairCode{});
+    if (dtype == DType::fp8_e4m3) return f(E4{}, PairCode{});
+    if (dtype == DType::fp8_e5m2) return f(E5{}, PairCode{});
   }
   return otherwise;
 }

@@ -128,6 +128,7 @@ ZIPCOMM_HOST_DEVICE float f32_from_fp16_bits_reference(uint32_t h) {
 /// Element bits -> fp32 (exact widening).
 template <DType D>
 ZIPCOMM_HOST_DEVICE float to_f32(uint32_t b) {
+  static_assert(comm_dtype_supported(D), "no reduction arithmetic for the fp8 dtypes");
   if constexpr (D == DType::bf16) {
     return f32_from_bits(b << 16);
   } else if constexpr (D == DType::fp16) {
@@ -144,6 +145,7 @@ ZIPCOMM_HOST_DEVICE float to_f32(uint32_t b) {
 /// fp32 -> element bits, round to nearest even; a NaN becomes the dtype's canonical NaN.
 template <DType D>
 ZIPCOMM_HOST_DEVICE uint32_t from_f32(float f) {
+  static_assert(comm_dtype_supported(D), "no reduction arithmetic for the fp8 dtypes");
 #if defined(__CUDA_ARCH__)
   if constexpr (D == DType::bf16) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(f));
@@ -243,12 +245,17 @@ ZIPCOMM_UNROLL
   }
 }
 
-/// x[i] = pre(x[i]) for N items (a rank's own contribution before it is first sent).
+/// x[i] = pre(x[i]) for N items (a rank's own contribution before it is first sent). The fp8 dtypes have no
+/// arithmetic: their items pass unchanged (device::compress refuses an avg for them).
 template <DType D, int N>
 ZIPCOMM_HOST_DEVICE void pre_items(const ReduceOp& op, uint32_t (&x)[N]) {
-  if (op.id != ReduceOpId::avg) return;
+  if constexpr (comm_dtype_supported(D)) {
+    if (op.id != ReduceOpId::avg) return;
 ZIPCOMM_UNROLL
-  for (int i = 0; i < N; ++i) x[i] = reduce_pre<D>(op, x[i]);
+    for (int i = 0; i < N; ++i) x[i] = reduce_pre<D>(op, x[i]);
+  } else {
+    (void)op, (void)x;
+  }
 }
 
 }  // namespace thread

@@ -1,5 +1,5 @@
 // Warp level: moving one lane's 8 consecutive elements (and their raw sign/mantissa planes) between memory
-// and registers. Elements travel as raw bits in uint32_t (16-bit types in the low half).
+// and registers. Elements travel as raw bits in uint32_t (16-bit types in the low half, fp8 in the low byte).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,12 +18,27 @@ constexpr int ITEMS = format::ITEMS_PER_LANE;
 ZIPCOMM_DEVICE uint32_t lane_id() { return threadIdx.x & 31u; }
 ZIPCOMM_DEVICE uint32_t lanemask_lt() { return (1u << lane_id()) - 1u; }
 
+/// The 8 one-byte items of two words (fp8), first item in the low byte of lo.
+ZIPCOMM_DEVICE void unpack_bytes(uint32_t lo, uint32_t hi, uint32_t (&x)[ITEMS]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[i] = (lo >> (8 * i)) & 0xFFu;
+    x[4 + i] = (hi >> (8 * i)) & 0xFFu;
+  }
+}
+
 /// Loads `count` (<= 8) elements starting at element `first` of `src`. VECTOR: src is 16-byte aligned and
-/// first is a multiple of 8, so a full lane is one or two 16-byte loads. Missing elements read as 0.
+/// first is a multiple of 8, so a full lane is one 8-byte (fp8) or one or two 16-byte loads. Missing elements
+/// read as 0.
 template <DType D, bool VECTOR>
 ZIPCOMM_DEVICE void load_items(const void* src, uint64_t first, uint32_t count, uint32_t (&x)[ITEMS]) {
   constexpr uint32_t EB = format::Traits<D>::ELEM_BYTES;
   if (VECTOR && count == ITEMS) {
+    if constexpr (EB == 1) {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(src) + first));
+      unpack_bytes(v.x, v.y, x);
+      return;
+    }
     const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(src) + first * EB);
     if constexpr (EB == 2) {
       uint4 v = __ldg(p);
@@ -45,7 +60,9 @@ ZIPCOMM_DEVICE void load_items(const void* src, uint64_t first, uint32_t count, 
     uint32_t v = 0;
     if (uint32_t(i) < count) {
       if (VECTOR) {
-        v = EB == 2 ? uint32_t(reinterpret_cast<const uint16_t*>(b)[i]) : reinterpret_cast<const uint32_t*>(b)[i];
+        v = EB == 1   ? uint32_t(b[i])
+            : EB == 2 ? uint32_t(reinterpret_cast<const uint16_t*>(b)[i])
+                      : reinterpret_cast<const uint32_t*>(b)[i];
       } else {
 #pragma unroll
         for (uint32_t k = 0; k < EB; ++k) v |= uint32_t(b[i * EB + k]) << (8 * k);
@@ -60,6 +77,11 @@ template <DType D, bool VECTOR>
 ZIPCOMM_DEVICE void store_items(void* dst, uint64_t first, uint32_t count, const uint32_t (&x)[ITEMS]) {
   constexpr uint32_t EB = format::Traits<D>::ELEM_BYTES;
   if (VECTOR && count == ITEMS) {
+    if constexpr (EB == 1) {
+      *reinterpret_cast<uint2*>(static_cast<uint8_t*>(dst) + first) =
+          make_uint2(x[0] | x[1] << 8 | x[2] << 16 | x[3] << 24, x[4] | x[5] << 8 | x[6] << 16 | x[7] << 24);
+      return;
+    }
     uint4* p = reinterpret_cast<uint4*>(static_cast<uint8_t*>(dst) + first * EB);
     if constexpr (EB == 2) {
       *p = make_uint4(x[0] | (x[1] << 16), x[2] | (x[3] << 16), x[4] | (x[5] << 16), x[6] | (x[7] << 16));
@@ -74,7 +96,9 @@ ZIPCOMM_DEVICE void store_items(void* dst, uint64_t first, uint32_t count, const
   for (int i = 0; i < ITEMS; ++i) {
     if (uint32_t(i) < count) {
       if (VECTOR) {
-        if (EB == 2)
+        if (EB == 1)
+          b[i] = uint8_t(x[i]);
+        else if (EB == 2)
           reinterpret_cast<uint16_t*>(b)[i] = uint16_t(x[i]);
         else
           reinterpret_cast<uint32_t*>(b)[i] = x[i];
@@ -116,15 +140,22 @@ class LaneItemsPrefetch {
   ZIPCOMM_DEVICE void Issue(const void* src, bool vector, uint64_t first, uint32_t count) {
     src_ = src, vector_ = vector, first_ = first, count_ = count;
     if (vector && count == ITEMS) {
-      const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(src) + first * EB);
+      if constexpr (EB == 1) {  // 8 bytes, 8-byte aligned
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(src) + first));
+        raw_[0].x = v.x, raw_[0].y = v.y;
+      } else {
+        const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(src) + first * EB);
 #pragma unroll
-      for (int v = 0; v < VECS; ++v) raw_[v] = __ldg(p + v);
+        for (int v = 0; v < VECS; ++v) raw_[v] = __ldg(p + v);
+      }
     }
   }
   /// The items whose load Issue() started.
   ZIPCOMM_DEVICE void Take(uint32_t (&x)[ITEMS]) const {
     if (vector_ && count_ == ITEMS) {
-      if constexpr (EB == 2) {
+      if constexpr (EB == 1) {
+        unpack_bytes(raw_[0].x, raw_[0].y, x);
+      } else if constexpr (EB == 2) {
         const uint32_t w[4] = {raw_[0].x, raw_[0].y, raw_[0].z, raw_[0].w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) x[2 * i] = w[i] & 0xFFFFu, x[2 * i + 1] = w[i] >> 16;
@@ -145,7 +176,7 @@ class LaneItemsPrefetch {
   bool vector_ = false;
 };
 
-/// Where one chunk's raw bits go (writers): plane 0 of the stream (indexed by element), the stream's width
+/// Where one chunk's raw bits go (writers): plane 0 of the stream (the whole section), the stream's width
 /// codes (indexed by tile; unused for bf16) and the chunk's low part. `full`: every tile at full width, and
 /// the writer stores the chunk's (zero) width codes; else it reads the codes already there (compress's first
 /// pass writes them).
@@ -174,9 +205,38 @@ ZIPCOMM_DEVICE LowCursor load_low_codes(const uint8_t* widths, uint64_t first_ti
   return c;
 }
 
-/// Writes the raw bits of a lane's items of one tile: plane-0 bytes at element `first`, low bits at width
-/// `code` into the tile's low part `tile_low` (the tile has `tile_valid` elements; a lane's `count` of them).
-/// Bytes and bits of a short last tile that no element owns are written as zero.
+/// A lane's bytes of PLANES bit-planes of its items (the fp16 low bits, the fp8 plane 0): bit i of byte j is bit
+/// (PLANES - 1 - j) of v[i], for the items i < count (the other bits zero).
+template <uint32_t PLANES>
+ZIPCOMM_DEVICE uint32_t pack_bit_planes(const uint32_t (&v)[ITEMS], uint32_t count) {
+  uint32_t w = 0;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const uint32_t vi = uint32_t(i) < count ? v[i] : 0u;
+#pragma unroll
+    for (uint32_t j = 0; j < PLANES; ++j) w |= ((vi >> (PLANES - 1 - j)) & 1u) << (8 * j + i);
+  }
+  return w;
+}
+/// Item i's value from pack_bit_planes' bytes.
+template <uint32_t PLANES>
+ZIPCOMM_DEVICE uint32_t bit_planes_item(uint32_t w, int i) {
+  uint32_t v = 0;
+#pragma unroll
+  for (uint32_t j = 0; j < PLANES; ++j) v |= ((w >> (8 * j + i)) & 1u) << (PLANES - 1 - j);
+  return v;
+}
+
+/// Where the bit-planes of the tile holding element `first` start in plane 0 (fp8), at this lane's byte.
+template <DType D>
+ZIPCOMM_DEVICE uint64_t lane_plane0_bits_at(uint64_t first) {
+  return (first / format::TILE_ELEMS) * format::plane0_tile_bytes(D) + lane_id();
+}
+
+/// Writes the raw bits of a lane's items of one tile (its first item is element `first`): plane 0 (a byte per
+/// element; fp8: the lane's bytes of the tile's bit-planes), low bits at width `code` into the tile's low part
+/// `tile_low` (the tile has `tile_valid` elements; a lane's `count` of them). Bytes and bits of a short last
+/// tile that no element owns are written as zero.
 template <DType D>
 ZIPCOMM_DEVICE void write_planes(uint8_t* plane0, uint8_t* tile_low, uint32_t code, uint32_t tile_valid,
                                  uint64_t first, uint32_t count, const uint32_t (&x)[ITEMS]) {
@@ -185,7 +245,13 @@ ZIPCOMM_DEVICE void write_planes(uint8_t* plane0, uint8_t* tile_low, uint32_t co
   uint32_t p0[ITEMS];
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) p0[i] = FB::plane0(x[i]);
-  if (count == ITEMS) {
+  if constexpr (format::plane0_bit_planes(D)) {
+    constexpr uint32_t P = format::plane0_planes(D);
+    const uint32_t w = pack_bit_planes<P>(p0, count);
+    uint8_t* at = plane0 + lane_plane0_bits_at<D>(first);
+#pragma unroll
+    for (uint32_t j = 0; j < P; ++j) at[j * format::LANES] = uint8_t(w >> (8 * j));
+  } else if (count == ITEMS) {
     *reinterpret_cast<uint2*>(plane0 + first) =
         make_uint2(p0[0] | p0[1] << 8 | p0[2] << 16 | p0[3] << 24, p0[4] | p0[5] << 8 | p0[6] << 16 | p0[7] << 24);
   } else {
@@ -198,16 +264,10 @@ ZIPCOMM_DEVICE void write_planes(uint8_t* plane0, uint8_t* tile_low, uint32_t co
   for (int i = 0; i < ITEMS; ++i) lo[i] = uint32_t(i) < count ? FB::low(x[i]) : 0u;
   if constexpr (D == DType::fp16) {
     if (code == 0) {  // three bit-planes: mantissa bits 2, 1, 0; byte = lane, bit = item
-      uint32_t m2 = 0, m1 = 0, m0 = 0;
-#pragma unroll
-      for (int i = 0; i < ITEMS; ++i) {
-        m2 |= ((lo[i] >> 2) & 1u) << i;
-        m1 |= ((lo[i] >> 1) & 1u) << i;
-        m0 |= (lo[i] & 1u) << i;
-      }
-      tile_low[lane] = uint8_t(m2);
-      tile_low[32 + lane] = uint8_t(m1);
-      tile_low[64 + lane] = uint8_t(m0);
+      const uint32_t w = pack_bit_planes<3>(lo, count);
+      tile_low[lane] = uint8_t(w);
+      tile_low[32 + lane] = uint8_t(w >> 8);
+      tile_low[64 + lane] = uint8_t(w >> 16);
     }
   } else if constexpr (D == DType::fp32) {
     // A lane's bytes are one aligned vector; a short tile's padding lies in the vectors of lanes up to the one
@@ -223,8 +283,9 @@ ZIPCOMM_DEVICE void write_planes(uint8_t* plane0, uint8_t* tile_low, uint32_t co
   }
 }
 
-/// A lane's raw bits for one tile, as loaded: the plane-0 bytes of its 8 items (zero past `count`) and
-/// their low bits (fp16: the three bit-plane bytes; fp32: 16-bit halves, two per word). Kept packed so that a
+/// A lane's raw bits for one tile, as loaded: the plane-0 bytes of its 8 items (zero past `count`; fp8: its
+/// bytes of the bit-planes, plane j in byte j of p0.x) and their low bits (fp16: the three bit-plane bytes;
+/// fp32: 16-bit halves, two per word). Kept packed so that a
 /// decoder can carry the next tile's in a few registers while it decodes this one, and unpack them when it
 /// assembles.
 template <DType D>
@@ -241,7 +302,17 @@ ZIPCOMM_DEVICE LanePlanes<D> load_planes(const uint8_t* plane0, const uint8_t* t
                                          uint32_t tile_valid, uint64_t first, uint32_t count, uint32_t& bad) {
   const uint32_t lane = lane_id();
   LanePlanes<D> r{};
-  if (count == ITEMS) {
+  if constexpr (format::plane0_bit_planes(D)) {
+    constexpr uint32_t P = format::plane0_planes(D);
+    const uint8_t* at = plane0 + lane_plane0_bits_at<D>(first);
+    uint32_t w = 0;
+#pragma unroll
+    for (uint32_t j = 0; j < P; ++j) w |= uint32_t(at[j * format::LANES]) << (8 * j);
+    constexpr uint32_t ONE_PER_PLANE = 0x01010101u >> (8 * (4 - P));
+    const uint32_t unused = (0xFFu << count) & 0xFFu;  // a short tile's bits that no element owns are zero
+    bad |= (w & unused * ONE_PER_PLANE) != 0;
+    r.p0 = make_uint2(w, 0u);
+  } else if (count == ITEMS) {
     r.p0 = __ldg(reinterpret_cast<const uint2*>(plane0 + first));
   } else {
     uint32_t lo = 0, hi = 0;
@@ -287,11 +358,14 @@ ZIPCOMM_DEVICE void unpack_planes(const LanePlanes<D>& r, uint32_t (&x)[ITEMS]) 
   using FB = thread::FloatBits<D>;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
-    const uint32_t p0 = ((i < 4 ? r.p0.x : r.p0.y) >> (8 * (i % 4))) & 0xFFu;
+    uint32_t p0;
+    if constexpr (format::plane0_bit_planes(D))
+      p0 = bit_planes_item<format::plane0_planes(D)>(r.p0.x, i);
+    else
+      p0 = ((i < 4 ? r.p0.x : r.p0.y) >> (8 * (i % 4))) & 0xFFu;
     uint32_t lo = 0;
     if constexpr (D == DType::fp16) {
-      const uint32_t w = r.low[0];
-      lo = ((w >> i) & 1u) << 2 | ((w >> (8 + i)) & 1u) << 1 | ((w >> (16 + i)) & 1u);
+      lo = bit_planes_item<3>(r.low[0], i);
     } else if constexpr (D == DType::fp32) {
       lo = (r.low[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
     }

@@ -100,7 +100,8 @@ class WarpChunkDecoder {
       if (forward->chunk != nullptr && bytes % 16 == 0) copy_bytes(forward->chunk, stream, bytes);
       const uint64_t first_elem = first_tile * format::TILE_ELEMS;
       if (forward->planes.plane0 != nullptr) {
-        copy_bytes(forward->planes.plane0 + first_elem, planes.plane0 + first_elem, elems);
+        const uint64_t at = format::plane0_bytes(D, first_elem);
+        copy_bytes(forward->planes.plane0 + at, planes.plane0 + at, uint32_t(format::plane0_bytes(D, elems)));
         if constexpr (format::has_low(D)) {
           if (lane == 0)
             *reinterpret_cast<uint4*>(forward->planes.widths + first_tile / 4) = make_uint4(
@@ -238,6 +239,8 @@ class WarpChunkDecoder {
         uint2 v = *reinterpret_cast<const uint2*>(stream_ + at);
         packed = uint64_t(v.x) | uint64_t(v.y) << 32;
       }
+    } else if (EXP_BITS == 4) {  // a lane's 32 bits, 4-byte aligned; the chunk is a 16-byte multiple
+      if (at < bytes_) packed = *reinterpret_cast<const uint32_t*>(stream_ + at);
     } else {
 #pragma unroll
       for (uint32_t k = 0; k < EXP_BITS; ++k)

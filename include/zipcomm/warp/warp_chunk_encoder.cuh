@@ -84,7 +84,7 @@ struct ChunkInfo {
 /// caller knows where the chunk goes. The sign/mantissa planes are written as each tile is read (so a sender
 /// may put them on the wire before the exponents are done).
 ///
-/// \tparam D     element type (DType::bf16, fp16, fp32)
+/// \tparam D     element type (DType::bf16, fp16, fp32, fp8_e4m3, fp8_e5m2)
 /// \tparam Code  thread::PairCode
 ///
 /// \code
@@ -251,6 +251,8 @@ class WarpChunkEncoder {
         const uint32_t at = (t * format::TILE_ELEMS + lane * ITEMS) * EXP_BITS / 8;
         if (EXP_BITS == 8) {
           if (at < info.bytes) *reinterpret_cast<uint2*>(dst + at) = make_uint2(uint32_t(packed), uint32_t(packed >> 32));
+        } else if (EXP_BITS == 4) {
+          if (at < info.bytes) *reinterpret_cast<uint32_t*>(dst + at) = uint32_t(packed);
         } else {
 #pragma unroll
           for (uint32_t k = 0; k < EXP_BITS; ++k)

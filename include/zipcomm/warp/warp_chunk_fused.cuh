@@ -32,6 +32,7 @@ namespace warp {
 /// \endcode
 template <DType D, class Code = thread::PairCode>
 class WarpChunkDecodeReduce {
+  static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no fused steps");
   using Dec = WarpChunkDecoder<D, Code>;
 
  public:
@@ -69,6 +70,7 @@ class WarpChunkDecodeReduce {
 /// reads the same bytes (DRAM sees them once; the second read is served by L1/L2).
 template <DType D, class Code = thread::PairCode>
 class WarpChunkDecodeForward {
+  static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no fused steps");
   using Dec = WarpChunkDecoder<D, Code>;
 
  public:
@@ -102,6 +104,7 @@ class WarpChunkDecodeForward {
 /// stores raw is decoded and reduced a second time. status() is the first pass's outcome.
 template <DType D, class Code = thread::PairCode>
 class ReducedTileSource {
+  static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no fused steps");
   using Dec = WarpChunkDecoder<D, Code>;
 
  public:
@@ -172,6 +175,7 @@ class ReducedTileSource {
 /// and the status is corrupt_stream.
 template <DType D, class Code = thread::PairCode>
 class WarpChunkDecodeReduceEncode {
+  static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no fused steps");
   using Enc = WarpChunkEncoder<D, Code>;
 
  public:

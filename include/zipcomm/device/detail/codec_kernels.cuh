@@ -362,7 +362,8 @@ cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, 
   }
   if (!d_status || !d_out_bytes) return cudaErrorInvalidValue;
   Status host_check = check_compress_args(D, d_temp, temp_bytes, n, d_out, out_capacity);
-  if (host_check == Status::ok && ((!d_in && n) || !reduce_op_valid(pre_op) || temp_bytes < need))
+  const bool avg_refused = !comm_dtype_supported(D) && pre_op.id == ReduceOpId::avg;  // fp8: no arithmetic
+  if (host_check == Status::ok && ((!d_in && n) || !reduce_op_valid(pre_op) || avg_refused || temp_bytes < need))
     host_check = Status::invalid_argument;
   if (host_check != Status::ok) return fail_in_stream(d_status, host_check, stream);
   cudaError_t e = cudaMemsetAsync(d_temp, 0, compress_temp_bytes(L.num_chunks), stream);
@@ -377,16 +378,18 @@ cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, 
                     static_cast<unsigned long long*>(d_temp),
                     pre_op,
                     format::LowWidths::minimal};
-  if (scan_bytes) {
-    int grid = 1;
-    e = persistent_grid(low_widths_kernel<D>, CodecPolicy::THREADS, 0, L.num_chunks, grid);
-    if (e != cudaSuccess) return e;
-    low_widths_kernel<D><<<grid, CodecPolicy::THREADS, 0, stream>>>(args);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    uint64_t* low_table = reinterpret_cast<uint64_t*>(args.out + L.low_table_offset);
-    e = cub::DeviceScan::InclusiveSum(static_cast<uint8_t*>(d_temp) + scan_temp_offset(L.num_chunks), scan_bytes,
-                                      low_table, L.num_chunks, stream);
-    if (e != cudaSuccess) return e;
+  if constexpr (format::has_low(D)) {  // only fp16 and fp32 have width codes to pick first
+    if (scan_bytes) {
+      int grid = 1;
+      e = persistent_grid(low_widths_kernel<D>, CodecPolicy::THREADS, 0, L.num_chunks, grid);
+      if (e != cudaSuccess) return e;
+      low_widths_kernel<D><<<grid, CodecPolicy::THREADS, 0, stream>>>(args);
+      if ((e = cudaGetLastError()) != cudaSuccess) return e;
+      uint64_t* low_table = reinterpret_cast<uint64_t*>(args.out + L.low_table_offset);
+      e = cub::DeviceScan::InclusiveSum(static_cast<uint8_t*>(d_temp) + scan_temp_offset(L.num_chunks), scan_bytes,
+                                        low_table, L.num_chunks, stream);
+      if (e != cudaSuccess) return e;
+    }
   }
   const size_t smem = sizeof(EncodeSmem<D, Code, CodecPolicy::WARPS>);
   return launch_persistent(compress_kernel<D, Code>, CodecPolicy::THREADS, smem, L.num_chunks, stream, args);
