@@ -3,7 +3,7 @@
 // Input starting with the stream magic "ZPCM": decoder mode. The input is a compressed stream; it is decoded
 // into a destination of exactly the size the header asks for (inputs asking for more than 4 MiB are skipped),
 // so ASan sees any write outside it. A stream that decodes is re-encoded and decoded again (must agree).
-// Any other input: encoder mode. Byte 0 selects dtype (b % 3) and how the remaining bytes become elements
+// Any other input: encoder mode. Byte 0 selects dtype (b % 5) and how the remaining bytes become elements
 // (bits 3-4: as-is / Gaussian-like exponents / Gaussian-like with per-tile scale / repeated past a chunk
 // boundary; bit 2 is unused: the pair code is the only code); the elements are compressed with the pair code,
 // decompressed and compared bit-exactly.
@@ -26,7 +26,7 @@ using namespace zipcomm;
 namespace {
 
 constexpr uint64_t kMaxOutBytes = 4u << 20;
-constexpr DType kDTypes[3] = {DType::bf16, DType::fp16, DType::fp32};
+constexpr DType kDTypes[5] = {DType::bf16, DType::fp16, DType::fp32, DType::fp8_e4m3, DType::fp8_e5m2};
 
 void decoder_mode(const uint8_t* data, size_t size) {
   format::Header h;
@@ -69,12 +69,12 @@ uint32_t shaped_exponent(uint32_t r, uint32_t base, uint32_t max_exp) {
 void encoder_mode(const uint8_t* data, size_t size) {
   if (size == 0) return;
   const uint8_t sel = data[0];
-  const DType d = kDTypes[sel % 3];
+  const DType d = kDTypes[sel % 5];
   const CodeId code = CodeId::pair;
   const uint32_t shape = (sel >> 3) & 3;
   const uint32_t eb = format::elem_bytes(d);
-  const uint32_t max_exp = d == DType::fp16 ? 31 : 255;
-  const uint32_t mant_bits = d == DType::fp16 ? 10 : d == DType::bf16 ? 7 : 23;
+  const uint32_t max_exp = (1u << format::exp_bits(d)) - 1;
+  const uint32_t mant_bits = 8 * eb - 1 - uint32_t(format::exp_bits(d));
   ++data;
   --size;
   uint64_t n = size / eb;
@@ -88,12 +88,11 @@ void encoder_mode(const uint8_t* data, size_t size) {
       // keep sign and mantissa; exponent anchored per tile (from the tile's first element) or fixed
       uint32_t first = 0;
       std::memcpy(&first, data + ((i / 256 * 256) % (size / eb)) * eb, eb);
-      uint32_t base = shape == 1 ? (d == DType::fp16 ? 14 : 120) : 1 + (first >> 3) % (max_exp - 1);
+      uint32_t base = shape == 1 ? (max_exp == 255 ? 120 : max_exp / 2) : 1 + (first >> 3) % (max_exp - 1);
       uint32_t r = b * 2654435761u;
       const uint32_t e = shaped_exponent(r ^ (r >> 15), base, max_exp);
-      const uint32_t sign_bit = d == DType::fp32 ? 31 : 15;
       const uint32_t exp_mask = max_exp << mant_bits;
-      b = (b & ~exp_mask & ((sign_bit == 31) ? 0xFFFFFFFFu : 0xFFFFu)) | (e << mant_bits);
+      b = (b & ~exp_mask & (0xFFFFFFFFu >> (32 - 8 * eb))) | (e << mant_bits);
     }
     std::memcpy(&in[i * eb], &b, eb);
   }
@@ -163,9 +162,9 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   std::mt19937_64 rng(20240601);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const char* dnames[3] = {"bf16", "fp16", "fp32"};
+  const char* dnames[5] = {"bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2"};
   const uint64_t sizes[] = {0, 1, 33, 256, 300, 1000, 16385};
-  for (int di = 0; di < 3; ++di)
+  for (int di = 0; di < 5; ++di)
     for (uint64_t n : sizes)
       for (int kind = 0; kind < 5; ++kind) {  // gaussian, random bits, zeros+specials, half raw, escape-heavy
         if (n == 0 && kind) continue;
@@ -173,15 +172,18 @@ int main(int argc, char** argv) {
         const uint32_t eb = format::elem_bytes(d);
         std::vector<uint8_t> in(n * eb);
         for (uint64_t i = 0; i < n; ++i) {
-          float x = nd(rng) * std::ldexp(1.0f, int(i / 256 % 5) - (d == DType::fp16 ? 6 : 10));
+          float x = nd(rng) * std::ldexp(1.0f, int(i / 256 % 5) - (eb == 1 ? 2 : d == DType::fp16 ? 6 : 10));
           if (kind == 4 && i % 3 == 0) x = std::ldexp(x, -int(16 + rng() % 8));  // 16+ binades below: ESC
           uint32_t b;
           std::memcpy(&b, &x, 4);
           if (d == DType::bf16) b >>= 16;
           if (d == DType::fp16) b = to_half(x);
+          if (d == DType::fp8_e5m2) b = to_half(x) >> 8;  // e5m2 is fp16's top byte (truncated)
+          // e4m3: fp16 of x / 2^8 has e4m3's exponent bias (7); its bits 13..7 are e4m3's exponent and mantissa
+          if (d == DType::fp8_e4m3) b = ((to_half(x * (1.0f / 256)) >> 7) & 0x7Fu) | ((to_half(x) >> 8) & 0x80u);
           if (kind == 1 || (kind == 3 && i >= n / 2)) b = uint32_t(rng());
           if (kind == 2) b = i % 97 == 0 ? (d == DType::fp32 ? 0x7FC00001u : 0x7E01u) : i % 5 == 0 ? b : 0;
-          if (eb == 2) b &= 0xFFFFu;
+          if (eb < 4) b &= 0xFFFFFFFFu >> (32 - 8 * eb);
           std::memcpy(&in[i * eb], &b, eb);
         }
         const uint64_t bound = format::max_compressed_bytes(d, n);

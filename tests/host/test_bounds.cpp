@@ -101,8 +101,9 @@ TEST_CASE("decompress and compress reject small capacity and null pointers and b
       CHECK(host::compress(d, c, t.bytes.data(), n, dst.data(), dst.size(), nullptr) == Status::invalid_argument);
       CHECK(host::compress(static_cast<DType>(0), c, t.bytes.data(), n, dst.data(), dst.size(), &bytes) ==
             Status::invalid_argument);
-      CHECK(host::compress(static_cast<DType>(4), c, t.bytes.data(), n, dst.data(), dst.size(), &bytes) ==
-            Status::invalid_argument);
+      for (uint8_t bad_dtype : {6, 7, 255})
+        CHECK(host::compress(static_cast<DType>(bad_dtype), c, t.bytes.data(), n, dst.data(), dst.size(), &bytes) ==
+              Status::invalid_argument);
       for (uint8_t code : {0, 1, 2, 4, 255})  // 1 and 2 were the codes of format v1/v2
         CHECK(host::compress(d, static_cast<CodeId>(code), t.bytes.data(), n, dst.data(), dst.size(), &bytes) ==
               Status::invalid_argument);

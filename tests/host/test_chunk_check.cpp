@@ -12,8 +12,7 @@ namespace {
 
 std::vector<uint32_t> random_elements(DType d, uint32_t n, std::mt19937_64& rng) {
   std::vector<uint32_t> v(n);
-  const uint32_t mask = d == DType::fp32 ? 0xFFFFFFFFu : 0xFFFFu;
-  for (auto& x : v) x = uint32_t(rng()) & mask;
+  for (auto& x : v) x = uint32_t(rng()) & zt::elem_mask(d);
   return v;
 }
 
@@ -41,7 +40,7 @@ TEST_CASE("chunk check: every change confined to one lane's elements changes it"
   ZT_RNG("check lane");
   for (DType d : zt::kDTypes) {
     INFO("dtype " << dtype_name(d));
-    const uint32_t mask = d == DType::fp32 ? 0xFFFFFFFFu : 0xFFFFu;
+    const uint32_t mask = zt::elem_mask(d);
     for (int trial = 0; trial < 3000; ++trial) {
       const uint32_t n = 1 + uint32_t(rng() % format::CHUNK_ELEMS);
       const auto orig = random_elements(d, n, rng);
@@ -78,7 +77,7 @@ TEST_CASE("chunk check: swapped or shifted elements change it, and random change
       if (s != orig) REQUIRE(thread::chunk_check(d, s.data(), n) != thread::chunk_check(d, orig.data(), n));
       // many elements changed anywhere: missed with probability ~2^-32
       auto m = orig;
-      for (int c = 0; c < 64; ++c) m[rng() % n] = uint32_t(rng()) & (d == DType::fp32 ? 0xFFFFFFFFu : 0xFFFFu);
+      for (int c = 0; c < 64; ++c) m[rng() % n] = uint32_t(rng()) & zt::elem_mask(d);
       if (m == orig) continue;
       ++tried;
       caught += thread::chunk_check(d, m.data(), n) != thread::chunk_check(d, orig.data(), n);
@@ -104,5 +103,30 @@ TEST_CASE("chunk check: the encoder stores each chunk's check of its elements", 
         std::memcpy(&stored, s.data() + l.check_offset + 4 * ch, 4);
         REQUIRE(stored == thread::chunk_check(d, bits.data(), elems));
       }
+    }
+}
+
+TEST_CASE("chunk check: fp8 elements are folded four to a word, the first in the low byte", "[check][fp8]") {
+  ZT_RNG("check fp8");
+  for (DType d : zt::kFp8DTypes)
+    for (uint32_t n : {1u, 3u, 4u, 5u, 8u, 255u, 256u, 300u, 16384u, 1u + uint32_t(rng() % 16384)}) {
+      INFO("dtype " << dtype_name(d) << " n " << n);
+      const auto v = random_elements(d, n, rng);
+      // Restated: lane l folds its items of each tile in order, four to a word (missing ones zero).
+      uint32_t want = 0;
+      for (uint32_t lane = 0; lane < 32; ++lane) {
+        uint32_t acc = thread::ChunkCheck::lane_seed(lane);
+        for (uint32_t t = 0; t * 256 < n; ++t)
+          for (uint32_t q = 0; q < 2; ++q) {
+            const uint32_t first = t * 256 + lane * 8 + 4 * q;
+            if (first >= n) continue;
+            uint32_t word = 0;
+            for (uint32_t k = 0; k < 4; ++k)
+              if (first + k < n) word |= v[first + k] << (8 * k);
+            acc = thread::ChunkCheck::round(acc, word);
+          }
+        want += thread::ChunkCheck::lane_final(acc);
+      }
+      REQUIRE(thread::chunk_check(d, v.data(), n) == want);
     }
 }

@@ -22,7 +22,8 @@ std::vector<Section> sections_of(const std::vector<uint8_t>& s) {
   format::Header h;
   std::memcpy(&h, s.data(), sizeof h);
   const format::Layout l = format::layout_of(h);
-  std::vector<Section> v = {{"header", 0, format::HEADER_BYTES}, {"plane0", l.plane0_offset, l.plane0_offset + l.n}};
+  std::vector<Section> v = {{"header", 0, format::HEADER_BYTES},
+                            {"plane0", l.plane0_offset, l.plane0_offset + l.plane0_bytes}};
   if (l.widths_bytes) v.push_back({"widths", l.widths_offset, l.widths_offset + l.widths_bytes});
   v.push_back({"table", l.table_offset, l.table_offset + 8 * l.num_chunks});
   if (l.widths_bytes) v.push_back({"low table", l.low_table_offset, l.low_table_offset + 8 * l.num_chunks});
@@ -66,7 +67,7 @@ Tensor mixed_tensor(DType d, uint64_t n, std::mt19937_64& rng) {
   for (uint64_t i = 0; i < n; i += 1 + rng() % 64) t.set(i, rng() % 2 ? 0u : t.get(i) >> 3);
   // fp16, fp32: tiles whose low bits are zero (stored at width code 1 or 2) among full ones
   const uint32_t drop[3] = {~0u, d == DType::fp32 ? 0xFFFFFF00u : 0xFFF8u, d == DType::fp32 ? 0xFFFF0000u : 0xFFF8u};
-  for (uint64_t tile = 0; d != DType::bf16 && tile * format::TILE_ELEMS < n; ++tile) {
+  for (uint64_t tile = 0; format::has_low(d) && tile * format::TILE_ELEMS < n; ++tile) {
     const uint32_t keep = drop[rng() % 3];
     for (uint64_t i = tile * format::TILE_ELEMS; i < n && i < (tile + 1) * format::TILE_ELEMS; ++i) t.set(i, t.get(i) & keep);
   }
@@ -150,7 +151,9 @@ TEST_CASE("every single-bit flip anywhere in a stream gives an error status", "[
       // its 16-bit and 8-bit widths take the same 16 zero bytes, so only the format's rule on the 8-bit width
       // catches a flip of its code.
       Tensor short_tail = mixed_tensor(d, 2048 + 1 + rng() % 8, rng);
-      for (uint64_t i = 2048; i < short_tail.n; ++i) short_tail.set(i, short_tail.get(i) & (d == DType::fp32 ? 0xFFFF0000u : 0xFFF8u));
+      if (format::has_low(d))
+        for (uint64_t i = 2048; i < short_tail.n; ++i)
+          short_tail.set(i, short_tail.get(i) & (d == DType::fp32 ? 0xFFFF0000u : 0xFFF8u));
       for (const Tensor* t : {&coded, &raw, static_cast<const Tensor*>(&short_tail)}) {
         const auto s = zt::compress_ok(c, *t, t == &short_tail ? format::LowWidths::full : format::LowWidths::minimal);
         REQUIRE(zt::raw_chunks(s) == (t == &raw ? 1u : 0u));

@@ -2,6 +2,8 @@
 // versions refused.
 #include "test_util.hpp"
 
+#include <iterator>
+
 using namespace zipcomm;
 using format::Header;
 using format::Layout;
@@ -19,9 +21,12 @@ void check_layout(DType d, uint64_t n) {
   REQUIRE(l.num_chunks == chunks);
   REQUIRE(l.num_tiles == tiles);
   REQUIRE(l.plane0_offset == 64);
-  REQUIRE(l.plane0_bytes == n);
-  const bool low = d != DType::bf16;
-  REQUIRE(l.widths_offset == au16(64 + n));
+  // fp8: 1 + mantissa bits bit-planes of 32 bytes per tile; the others a byte per element
+  const uint64_t planes = d == DType::fp8_e4m3 ? 4 : d == DType::fp8_e5m2 ? 3 : 0;
+  const uint64_t plane0 = planes ? tiles * planes * 32 : n;
+  REQUIRE(l.plane0_bytes == plane0);
+  const bool low = d == DType::fp16 || d == DType::fp32;
+  REQUIRE(l.widths_offset == au16(64 + plane0));
   REQUIRE(l.widths_bytes == (low ? (tiles + 3) / 4 : 0));
   REQUIRE(l.table_offset == au16(l.widths_offset + l.widths_bytes));
   REQUIRE(l.low_table_offset == l.table_offset + 8 * chunks);
@@ -46,14 +51,14 @@ void check_layout(DType d, uint64_t n) {
   REQUIRE(l.check_offset + 4 * l.num_chunks <= l.low_offset);
   REQUIRE(l.low_offset - (l.check_offset + 4 * l.num_chunks) < 16);
   // chunk sizes sum to n; raw bound
-  const uint32_t eb = d == DType::fp16 ? 5 : 8;
+  const uint32_t eb = d == DType::fp16 || d == DType::fp8_e5m2 ? 5 : d == DType::fp8_e4m3 ? 4 : 8;
   const uint64_t full = n / 16384, tail = n % 16384;
   REQUIRE(format::chunk_elems(n, 0) == (n < 16384 ? n : 16384));
   if (chunks) {
     REQUIRE(format::chunk_elems(n, chunks - 1) == (tail ? tail : 16384));
     REQUIRE(format::chunk_elems(n, chunks) == 0);
   }
-  const uint64_t raw_full = 16384 * eb / 8;  // 16384 or 10240, already 16-aligned
+  const uint64_t raw_full = 16384 * eb / 8;  // 16384, 10240 or 8192, already 16-aligned
   REQUIRE(format::raw_chunk_bytes(d, 16384) == raw_full);
   const uint64_t raw_tail = tail ? au16((tail * eb + 7) / 8) : 0;
   REQUIRE(format::max_compressed_bytes(d, n) == l.exp_offset + full * raw_full + raw_tail);
@@ -123,9 +128,12 @@ TEST_CASE("chunk layout helpers: anchors, fractions, lane word counts, padding, 
           CHECK(format::chunk_stays_coded(d, e, w, lane_max) == want);
         }
     }
-  // A full chunk with every lane at its limit is still smaller than raw, for every dtype: the lane limit, not
-  // the size, decides for full chunks.
-  for (DType d : zt::kDTypes) CHECK(format::chunk_stays_coded(d, 16384, 2048, 64));
+  // A full chunk with every lane at its limit is still smaller than raw for every dtype with exponents of 5 or
+  // more bits: the lane limit, not the size, decides for their full chunks. fp8_e4m3's raw chunk (4 bits per
+  // exponent, 8192 bytes) is smaller than 2048 words and the chunk header: its size decides first.
+  for (DType d : zt::kDTypes) CHECK(format::chunk_stays_coded(d, 16384, 2048, 64) == (d != DType::fp8_e4m3));
+  CHECK(format::chunk_stays_coded(DType::fp8_e4m3, 16384, 2016, 64));  // 112 + 4 * 2016 = 8176 bytes
+  CHECK_FALSE(format::chunk_stays_coded(DType::fp8_e4m3, 16384, 2017, 64));  // 8180: 8192 with padding
 }
 
 TEST_CASE("lane_valid_count: a lane's first items in a tile, the rest of a tile past the end", "[format]") {
@@ -146,7 +154,7 @@ TEST_CASE("lane_valid_count: a lane's first items in a tile, the rest of a tile 
 TEST_CASE("header make/validate", "[format]") {
   ZT_RNG("header");
   for (int it = 0; it < 3000; ++it) {
-    const DType d = zt::kDTypes[rng() % 3];
+    const DType d = zt::kDTypes[rng() % std::size(zt::kDTypes)];
     const CodeId c = CodeId::pair;
     const uint64_t n = it % 2 ? rng() % 100000 : rng() % (uint64_t(1) << 50);
     const Layout l = format::layout_for(d, n);
@@ -199,7 +207,7 @@ TEST_CASE("header make/validate", "[format]") {
       REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::unsupported_version);
     }
     b = h;
-    b.dtype = uint8_t(rng() % 2 ? 0 : 4 + rng() % 252);
+    b.dtype = uint8_t(rng() % 2 ? 0 : 6 + rng() % 250);
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     b = h;
     b.code = uint8_t(rng() % 2 ? rng() % 3 : 4 + rng() % 252);  // 1 and 2 were v1/v2 codes: not in v3
@@ -294,4 +302,79 @@ TEST_CASE("streams of format v1 to v3 are refused as unsupported_version", "[for
       }
   }
   REQUIRE(std::string(status_string(Status::unsupported_version)) == "unsupported format version");
+}
+
+TEST_CASE("fp8 dtypes: ids, names, sizes, and the element bits of all 256 patterns", "[format][fp8]") {
+  CHECK(uint8_t(DType::fp8_e4m3) == 4);
+  CHECK(uint8_t(DType::fp8_e5m2) == 5);
+  CHECK(std::string(dtype_name(DType::fp8_e4m3)) == "fp8_e4m3");
+  CHECK(std::string(dtype_name(DType::fp8_e5m2)) == "fp8_e5m2");
+  for (uint32_t id = 0; id < 256; ++id) CHECK(dtype_valid(uint8_t(id)) == (id >= 1 && id <= 5));
+  for (DType d : zt::kFp8DTypes) {
+    INFO("dtype " << dtype_name(d));
+    const bool e4m3 = d == DType::fp8_e4m3;
+    const uint32_t mant = e4m3 ? 3 : 2, planes = 1 + mant;
+    CHECK(format::elem_bytes(d) == 1);
+    CHECK(format::exp_bits(d) == (e4m3 ? 4 : 5));
+    CHECK(format::low_bits(d) == 0);
+    CHECK_FALSE(format::has_low(d));
+    CHECK(format::plane0_planes(d) == planes);
+    CHECK_FALSE(comm_dtype_supported(d));
+    CHECK(format::raw_chunk_bytes(d, 16384) == 16384 * (e4m3 ? 4 : 5) / 8);
+    CHECK(format::raw_chunk_bytes(d, 1) == 16);
+    CHECK(format::raw_chunk_bytes(d, 33) == 32);  // 132 or 165 bits, padded to 16 bytes
+    for (uint32_t b = 0; b < 256; ++b) {
+      INFO("pattern 0x" << std::hex << b);
+      const uint32_t sign = b >> 7, e = (b >> mant) & ((1u << (7 - mant)) - 1), m = b & ((1u << mant) - 1);
+      uint32_t exp, mag, p0, back, frac;
+      if (e4m3) {
+        using FB = thread::FloatBits<DType::fp8_e4m3>;
+        exp = FB::exponent(b), mag = FB::magnitude(b), p0 = FB::plane0(b), back = FB::assemble(exp, p0, 0);
+        frac = thread::fraction_of<DType::fp8_e4m3>(mag);
+      } else {
+        using FB = thread::FloatBits<DType::fp8_e5m2>;
+        exp = FB::exponent(b), mag = FB::magnitude(b), p0 = FB::plane0(b), back = FB::assemble(exp, p0, 0);
+        frac = thread::fraction_of<DType::fp8_e5m2>(mag);
+      }
+      CHECK(exp == e);
+      CHECK(mag == (b & 0x7Fu));
+      CHECK(p0 == (sign << mant | m));  // the sign-mantissa value that plane 0's bit-planes hold
+      CHECK(back == b);
+      CHECK(frac == (m >> (mant - 2)));  // the top two mantissa bits (e5m2: its whole mantissa)
+    }
+  }
+}
+
+TEST_CASE("fp8 plane 0: bit-planes per tile, plane 0 the sign, byte = lane, bit = item", "[format][fp8]") {
+  ZT_RNG("fp8 planes");
+  for (DType d : zt::kFp8DTypes)
+    for (uint64_t n : {uint64_t(1), uint64_t(255), uint64_t(256), uint64_t(256 + 100), uint64_t(16384 + 77)}) {
+      INFO("dtype " << dtype_name(d) << " n " << n);
+      const uint32_t mant = d == DType::fp8_e4m3 ? 3 : 2, planes = 1 + mant;
+      const zt::Tensor t = zt::random_bits(d, n, rng);
+      const auto s = zt::compress_ok(CodeId::pair, t);
+      const Layout l = format::layout_for(d, n);
+      REQUIRE(l.plane0_bytes == (n + 255) / 256 * planes * 32);
+      // Written from the description: element tile * 256 + lane * 8 + item, value v = sign << mant | mantissa;
+      // plane j (32 bytes) holds bit planes - 1 - j of v; bits of a short tile that no element owns are zero.
+      std::vector<uint8_t> want(l.plane0_bytes, 0);
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint32_t b = t.get(i), v = (b >> 7) << mant | (b & ((1u << mant) - 1));
+        const uint64_t tile = i / 256, lane = i % 256 / 8, item = i % 8;
+        for (uint32_t j = 0; j < planes; ++j)
+          if ((v >> (planes - 1 - j)) & 1u) want[tile * planes * 32 + j * 32 + lane] |= uint8_t(1u << item);
+      }
+      REQUIRE(std::equal(want.begin(), want.end(), s.begin() + l.plane0_offset));
+      REQUIRE(l.widths_offset == l.plane0_offset + l.plane0_bytes);  // a multiple of 16: no gap
+      // A set bit that no element of the short last tile owns is refused.
+      if (n % 256) {
+        const uint64_t last = l.plane0_offset + (n / 256) * planes * 32;
+        for (uint32_t pos = uint32_t(n % 256); pos < 256; pos += 1 + uint32_t(rng() % 13)) {
+          std::vector<uint8_t> bad = s;
+          bad[last + (rng() % planes) * 32 + pos / 8] |= uint8_t(1u << (pos % 8));
+          std::vector<uint8_t> out(n);
+          REQUIRE(host::decompress(bad.data(), bad.size(), out.data(), n) == Status::corrupt_stream);
+        }
+      }
+    }
 }

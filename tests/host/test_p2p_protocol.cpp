@@ -195,21 +195,21 @@ TEST_CASE("p2p plan: frames and items tile every message exactly", "[p2p]") {
                             (uint64_t(4) << 20) + 262144 + 7,
                             uint64_t(64) << 20,
                             (uint64_t(1) << 29) + 12345};
-  for (DType d : zt::kDTypes)
+  for (DType d : zt::kArithmeticDTypes)
     for (FrameKind kind : {FrameKind::coded, FrameKind::raw})
       for (uint64_t n : sizes) check_plan(make_plan(d, kind, n, def), def);
   for (int i = 0; i < 300; ++i) {
     const PipelineShape s = random_shape(rng);
     REQUIRE(shape_valid(s));
     const uint64_t n = rng() % (uint64_t(1) << (rng() % 27));
-    const DType d = zt::kDTypes[rng() % 3];
+    const DType d = zt::kArithmeticDTypes[rng() % 3];
     check_plan(make_plan(d, rng() % 2 ? FrameKind::coded : FrameKind::raw, n, s), s);
   }
   // Random shapes (with and without a head) at every one of their region boundaries.
   for (int i = 0; i < 60; ++i) {
     const PipelineShape s = random_shape(rng);
     CAPTURE(i, s.num_tiers, s.has_head(), s.head.item_elems, s.head.region_elems);
-    const DType d = zt::kDTypes[rng() % 3];
+    const DType d = zt::kArithmeticDTypes[rng() % 3];
     for (uint64_t n : boundary_sizes(s))
       check_plan(make_plan(d, rng() % 2 ? FrameKind::coded : FrameKind::raw, n, s), s);
   }
@@ -230,7 +230,7 @@ TEST_CASE("p2p plan with a head: frames and items tile every message exactly", "
     std::vector<uint64_t> sizes = boundary_sizes(s);
     sizes.push_back(uint64_t(64) << 20);
     sizes.push_back((uint64_t(1) << 29) + 12345);
-    for (DType d : zt::kDTypes)
+    for (DType d : zt::kArithmeticDTypes)
       for (FrameKind kind : {FrameKind::coded, FrameKind::raw})
         for (uint64_t n : sizes) check_plan(make_plan(d, kind, n, s), s);
   }
@@ -437,7 +437,7 @@ TEST_CASE("p2p item table: each item's share of the check refuses exactly what t
     s.tier[0] = {256u * (1u + uint32_t(rng() % 8)), 1u + uint32_t(rng() % 9), 0};
     s.num_tiers = 1;
     const FrameKind kind = rng() % 4 == 0 ? FrameKind::raw : FrameKind::coded;
-    const DType dtype = zt::kDTypes[rng() % 3];
+    const DType dtype = zt::kArithmeticDTypes[rng() % 3];
     const FramePlan p = make_plan(dtype, kind, 1 + rng() % 40000, s);
     const FrameInfo fi = p.frame(rng() % p.num_frames);
     std::vector<uint8_t> table(item_table_bytes(fi.items), 0);
@@ -550,7 +550,7 @@ TEST_CASE("p2p reference frames: round trips of every dtype, kind and cut", "[p2
   PipelineShape sh = flat;  // and a head of 4096-element items over the first 30000 elements
   sh.head = {4096, 2, 30000};
   for (const PipelineShape& s : {flat, sh})
-    for (DType d : zt::kDTypes) {
+    for (DType d : zt::kArithmeticDTypes) {
       for (uint64_t n :
            {uint64_t(1), uint64_t(300), uint64_t(4097), uint64_t(70000), uint64_t(3 * 16384 * 2 + 25001)}) {
         const zt::Tensor t = rng() % 4 ? zt::gaussian(d, n, rng) : zt::random_bits(d, n, rng);

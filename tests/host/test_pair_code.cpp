@@ -220,10 +220,13 @@ void check_symbols(uint32_t max_exp) {
 }
 }  // namespace
 
-TEST_CASE("pair code: symbol_of and escape_valid over every (exponent, anchor), 8- and 5-bit exponents",
+TEST_CASE("pair code: symbol_of and escape_valid over every (exponent, anchor), 8-, 5- and 4-bit exponents",
           "[pair_code]") {
   check_symbols(255);
   check_symbols(31);
+  check_symbols(15);  // fp8_e4m3: d = a - e <= 14, never ESC
+  for (uint32_t a = 1; a <= 15; ++a)
+    for (uint32_t e = 0; e <= a; ++e) CHECK(PairCode::symbol_of(e, a) != PairCode::ESC);
 }
 
 // ---- the coded chunk, restated from docs/FORMAT.md --------------------------------------------------------------
@@ -234,7 +237,11 @@ struct DT {
   uint32_t mag_mask;
 };
 DT dt_of(DType d) {
-  return d == DType::bf16 ? DT{8, 7, 0x7FFFu} : d == DType::fp16 ? DT{5, 10, 0x7FFFu} : DT{8, 23, 0x7FFFFFFFu};
+  return d == DType::bf16       ? DT{8, 7, 0x7FFFu}
+         : d == DType::fp16     ? DT{5, 10, 0x7FFFu}
+         : d == DType::fp8_e4m3 ? DT{4, 3, 0x7Fu}
+         : d == DType::fp8_e5m2 ? DT{5, 2, 0x7Fu}
+                                : DT{8, 23, 0x7FFFFFFFu};
 }
 
 struct BitLane {
@@ -373,6 +380,12 @@ std::vector<uint8_t> reference_chunk(DType d, const std::vector<uint32_t>& bits,
     case DType::bf16: n = host::detail::encode_chunk<DType::bf16, PairCode>(bits.data(), elems, out.data()); break;
     case DType::fp16: n = host::detail::encode_chunk<DType::fp16, PairCode>(bits.data(), elems, out.data()); break;
     case DType::fp32: n = host::detail::encode_chunk<DType::fp32, PairCode>(bits.data(), elems, out.data()); break;
+    case DType::fp8_e4m3:
+      n = host::detail::encode_chunk<DType::fp8_e4m3, PairCode>(bits.data(), elems, out.data());
+      break;
+    case DType::fp8_e5m2:
+      n = host::detail::encode_chunk<DType::fp8_e5m2, PairCode>(bits.data(), elems, out.data());
+      break;
   }
   for (size_t i = n; i < out.size(); ++i) REQUIRE(out[i] == 0xEE);  // nothing written past the chunk
   out.resize(n);
@@ -385,7 +398,7 @@ std::vector<uint8_t> reference_chunk(DType d, const std::vector<uint32_t>& bits,
 std::vector<uint32_t> shaped(DType d, uint32_t n, std::mt19937_64& rng, double esc, double zero) {
   const DT t = dt_of(d);
   const uint32_t max_e = (1u << t.eb) - 1;
-  const uint32_t sign = d == DType::fp32 ? 0x80000000u : 0x8000u, mant_mask = (1u << t.mant) - 1;
+  const uint32_t sign = zt::sign_bit(d), mant_mask = (1u << t.mant) - 1;
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::vector<uint32_t> v(n);
   for (uint32_t k = 0; k * 256 < n; ++k) {
@@ -464,7 +477,7 @@ TEST_CASE("coded chunks: the specification's bytes are the reference encoder's b
           case 3: bits = std::vector<uint32_t>(n, 0); break;      // all zero: anchors 0, no lane words
           case 4: {                                               // random bits
             bits.resize(n);
-            for (auto& b : bits) b = uint32_t(rng()) & (d == DType::fp32 ? ~0u : 0xFFFFu);
+            for (auto& b : bits) b = uint32_t(rng()) & zt::elem_mask(d);
             break;
           }
           default: bits = shaped(d, n, rng, 0.0, 0.9); break;     // mostly zeros
@@ -503,8 +516,17 @@ TEST_CASE("a chunk with one lane over 64 words is raw even when smaller coded, a
       while (dd < 15 && rng() % 2) ++dd;
       bits[i] = (a - dd) << t.mant | (uint32_t(rng()) & ((1u << t.mant) - 1));
     }
-    // Lane 0 (items 0..7 of every tile): its first two items are escapes in every tile.
+    // Lane 0 (items 0..7 of every tile): its first two items are escapes in every tile. fp8_e4m3 has no
+    // escapes (a = 14): all eight items at d = 13, whose pair (13, 13) has no codeword of its own in any
+    // fraction bucket (22 bits through the escape pair).
     for (uint32_t k = 0; k < 64; ++k) {
+      if (a <= 16) {
+        REQUIRE(PairCode::LENGTHS[0][13 * NS + 13] + PairCode::LENGTHS[1][13 * NS + 13] +
+                    PairCode::LENGTHS[2][13 * NS + 13] + PairCode::LENGTHS[3][13 * NS + 13] ==
+                0);
+        for (uint32_t i = 0; i < 8; ++i) bits[k * 256 + i] = (a - 13) << t.mant;
+        continue;
+      }
       bits[k * 256 + 0] = (1u + uint32_t(rng() % (a - 16))) << t.mant;
       bits[k * 256 + 1] = (1u + uint32_t(rng() % (a - 16))) << t.mant;
     }

@@ -295,7 +295,7 @@ TEST_CASE("quant: codes are an LSB-first bit string, b bits each, and pack_block
 TEST_CASE("quant: every dtype x bit width x group size x mode matches the restated arithmetic, within scale/2",
           "[quant]") {
   ZT_RNG("quant roundtrip");
-  for (DType d : zt::kDTypes)
+  for (DType d : zt::kArithmeticDTypes)
     for (QuantMode mode : kModes)
       for (uint32_t bits : kBits)
         for (uint32_t group : kGroups) {
@@ -311,7 +311,7 @@ TEST_CASE("quant: every dtype x bit width x group size x mode matches the restat
 TEST_CASE("quant: Gaussian data of every dtype at every bit width: errors within scale/2, MSE shrinks with each bit",
           "[quant]") {
   ZT_RNG("quant gaussian");
-  for (DType d : zt::kDTypes)
+  for (DType d : zt::kArithmeticDTypes)
     for (QuantMode mode : kModes) {
       const zt::Tensor t = zt::gaussian(d, 64 * 97 + 5, rng, 4.0);
       double prev = 0;
@@ -368,7 +368,7 @@ TEST_CASE("quant: ties round half to even, codes clamp, symmetric codes stay in 
 
 TEST_CASE("quant: constant and all-zero groups reconstruct exactly (scale 0 / the value, every code 0)", "[quant]") {
   ZT_RNG("quant constant");
-  for (DType d : zt::kDTypes)
+  for (DType d : zt::kArithmeticDTypes)
     for (QuantMode mode : kModes)
       for (uint32_t group : kGroups) {
         const uint64_t n = 5 * uint64_t(group) + 7;  // the partial last group is constant too
@@ -423,7 +423,7 @@ TEST_CASE("quant: NaN and infinity are refused with not_finite, and so are range
   REQUIRE(std::string(status_string(Status::not_finite)).find("not finite") == 0);
   REQUIRE(static_cast<uint32_t>(Status::not_finite) == 9);  // existing values unchanged
   REQUIRE(static_cast<uint32_t>(Status::unsupported_version) == 8);
-  for (DType d : zt::kDTypes) {
+  for (DType d : zt::kArithmeticDTypes) {
     const uint32_t inf = d == DType::fp32 ? 0x7F800000u : d == DType::bf16 ? 0x7F80u : 0x7C00u;
     const uint32_t sign = d == DType::fp32 ? 0x80000000u : 0x8000u;
     const uint32_t nan_payload = d == DType::fp32 ? 0x00400001u : d == DType::bf16 ? 0x41u : 0x201u;
@@ -465,7 +465,8 @@ TEST_CASE("quant: headers: foreign magic, check, version, fields, reserved words
   REQUIRE(status_with([](quant::Header& x) { x.version = 2; }) == Status::unsupported_version);
   REQUIRE(status_with([](quant::Header& x) { x.version = 0; }) == Status::unsupported_version);
   REQUIRE(status_with([](quant::Header& x) { x.dtype = 0; }) == Status::bad_header);
-  REQUIRE(status_with([](quant::Header& x) { x.dtype = 4; }) == Status::bad_header);
+  REQUIRE(status_with([](quant::Header& x) { x.dtype = 4; }) == Status::bad_header);  // fp8: not quantized
+  REQUIRE(status_with([](quant::Header& x) { x.dtype = 5; }) == Status::bad_header);
   REQUIRE(status_with([](quant::Header& x) { x.bits = 1; }) == Status::bad_header);
   REQUIRE(status_with([](quant::Header& x) { x.bits = 9; }) == Status::bad_header);
   REQUIRE(status_with([](quant::Header& x) { x.mode = 0; }) == Status::bad_header);
@@ -513,7 +514,7 @@ TEST_CASE("quant: headers: foreign magic, check, version, fields, reserved words
 TEST_CASE("quant: body checks: padding, unused code bits, parameters no writer produces, contradicting codes",
           "[quant]") {
   ZT_RNG("quant body");
-  for (DType d : zt::kDTypes)
+  for (DType d : zt::kArithmeticDTypes)
     for (QuantMode mode : kModes) {
       const uint64_t n = 3 * 64 + 5;  // partial last block and group; params need padding for symmetric
       zt::Tensor t = quant_data(d, n, rng);
@@ -598,6 +599,8 @@ TEST_CASE("quant: argument checks and capacities", "[quant]") {
   REQUIRE(q(DType::fp16, QuantMode::symmetric, 9, 32, s, t.n, buf.data(), size, &out) == Status::invalid_argument);
   REQUIRE(q(DType::fp16, QuantMode::symmetric, 4, 100, s, t.n, buf.data(), size, &out) == Status::invalid_argument);
   REQUIRE(q(DType(0), QuantMode::symmetric, 4, 32, s, t.n, buf.data(), size, &out) == Status::invalid_argument);
+  for (DType fp8 : zt::kFp8DTypes)  // the lossless codec's fp8 dtypes are not quantized further
+    REQUIRE(q(fp8, QuantMode::symmetric, 4, 32, s, t.n, buf.data(), size, &out) == Status::invalid_argument);
   REQUIRE(q(DType::fp16, QuantMode(0), 4, 32, s, t.n, buf.data(), size, &out) == Status::invalid_argument);
   REQUIRE(q(DType::fp16, QuantMode::symmetric, 4, 32, nullptr, t.n, buf.data(), size, &out) ==
           Status::invalid_argument);

@@ -1,9 +1,10 @@
-// Real tensors (cuts of the LLaMA training run and two small fp32 gradient tensors in tests/data, see
-// tests/data/README.md): bit-exact round trip and compression-ratio bounds (stream bytes / raw bytes, all
-// metadata included).
+// Real tensors (cuts of the LLaMA training run, their fp8 conversions and two small fp32 gradient tensors in
+// tests/data, see tests/data/README.md): bit-exact round trip and compression-ratio bounds (stream bytes / raw
+// bytes, all metadata included).
 //
 // Bounds are the measured ratio (format v4, pair code) + 0.002. Full-file figures for reference: grads bf16
-// 0.6642, acts bf16 0.6684, weights bf16 0.6686, fp16 scaled grads 0.6813, fp32 grads 0.3276.
+// 0.6642, acts bf16 0.6684, weights bf16 0.6686, fp16 scaled grads 0.6813, fp32 grads 0.3276; fp8_e4m3 grads
+// 0.8275, acts 0.8378, weights 0.8355; fp8_e5m2 grads 0.7035, acts 0.7130, weights 0.7105.
 #include "test_util.hpp"
 
 #include <fstream>
@@ -31,6 +32,14 @@ const RealCase kCases[] = {
     // bf16 autocast (89% of the values bf16 widened to fp32).
     {"tiny_lm_grads_fp32.f32",     DType::fp32, 0.84824},
     {"tiny_lm_grads_autocast.f32", DType::fp32, 0.43085},
+    // fp8 with one amax scale per tensor (scripts/make_fp8_samples.py): the sign and mantissa (4 or 3 bits) are
+    // stored raw, the exponent (4 or 5 bits) coded.
+    {"llama_grads.e4m3",           DType::fp8_e4m3, 0.83813},  // full file 0.8275
+    {"llama_acts.e4m3",            DType::fp8_e4m3, 0.83838},  // full file 0.8378
+    {"llama_weights.e4m3",         DType::fp8_e4m3, 0.83838},  // full file 0.8355
+    {"llama_grads.e5m2",           DType::fp8_e5m2, 0.71362},  // full file 0.7035
+    {"llama_acts.e5m2",            DType::fp8_e5m2, 0.71338},  // full file 0.7130
+    {"llama_weights.e5m2",         DType::fp8_e5m2, 0.71436},  // full file 0.7105
 };
 // clang-format on
 constexpr double kSlack = 0.002;
@@ -60,7 +69,10 @@ TEST_CASE("real tensors round trip bit-exactly within ratio bounds", "[real]") {
                 static_cast<unsigned long long>(t.n), ratio, bound, static_cast<unsigned long long>(zt::raw_chunks(s)));
     INFO(rc.file << " ratio " << ratio);
     CHECK(ratio <= bound);
-    // sign and the top 7 mantissa bits are stored raw: nothing can go below this
-    CHECK(ratio > (rc.dtype == DType::fp32 ? 0.25 : 0.5));
+    // plane 0 (the sign and the top 7 mantissa bits; fp8: the sign and its mantissa) is stored raw: nothing
+    // can go below it
+    const double plane0 = format::plane0_bit_planes(rc.dtype) ? format::plane0_planes(rc.dtype) / 8.0
+                                                                : 1.0 / format::elem_bytes(rc.dtype);
+    CHECK(ratio > plane0);
   }
 }

@@ -1,8 +1,9 @@
-// Bit-exact round trips: every 16-bit pattern, fp32 specials, boundary sizes, raw/coded chunk mixes.
+// Bit-exact round trips: every 16-bit and fp8 pattern, fp32 specials, boundary sizes, raw/coded chunk mixes.
 #include "test_util.hpp"
 
 #include <algorithm>
 #include <cfloat>
+#include <iterator>
 #include <limits>
 
 using namespace zipcomm;
@@ -16,33 +17,48 @@ Tensor all_patterns(DType d) {
   return t;
 }
 
-int exponent_of_bits(DType d, uint32_t b) {
-  return d == DType::fp16 ? int((b >> 10) & 31) : d == DType::bf16 ? int((b >> 7) & 255) : int((b >> 23) & 255);
+int exponent_of_bits(DType d, uint32_t b) { return int(zt::exponent_of(d, b)); }
+
+int exponent_bias(DType d) {
+  return d == DType::bf16 || d == DType::fp32 ? 127 : d == DType::fp8_e4m3 ? 7 : 15;
 }
 
-/// Every 16-bit pattern placed at a random position of its own 256-element tile; the rest of the tile is
-/// Gaussian with a scale picked so the tile maximum sits 0..4 binades above the pattern's exponent (or the
-/// pattern is itself the maximum), i.e. realistic anchors around every symbol, including escapes.
-Tensor embedded_patterns(DType d, std::mt19937_64& rng) {
-  Tensor t(d, uint64_t(65536) * 256);
+/// Elements [lo, hi) of t: Gaussian with a scale picked so the tile maximum sits 0..4 binades above the
+/// exponent of `pattern` (or the pattern is itself the maximum), and `pattern` at a random position among them:
+/// realistic anchors around every symbol, including escapes.
+void embed_pattern(Tensor& t, uint64_t lo, uint64_t hi, uint32_t pattern, const std::vector<float>& pool,
+                   std::mt19937_64& rng) {
+  const DType d = t.dtype;
+  int e = exponent_of_bits(d, pattern);
+  if (e == 0) e = 1;
+  if (e == int(zt::max_exponent(d))) e -= 1 + int(rng() % 8);  // inf/NaN (fp8_e4m3: its top binade): make it the anchor
+  // max of 256 N(0,1) is ~2^1.5; aim the tile max at e + shift
+  const int shift = int(rng() % 7) - 2;  // -2..4: sometimes the pattern is the max, sometimes d = 0..4
+  const float s = std::ldexp(1.0f, e - exponent_bias(d) + shift - 2);
+  const size_t base = rng() % pool.size();
+  for (uint64_t k = lo; k < hi; ++k) t.set_float(k, pool[(base + (k - lo) * 7919) % pool.size()] * s);
+  t.set(lo + rng() % (hi - lo), pattern);
+}
+
+std::vector<float> normal_pool(std::mt19937_64& rng) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> pool(1 << 16);
   for (float& x : pool) x = nd(rng);
-  const int bias = d == DType::fp16 ? 15 : 127;
-  for (uint32_t p = 0; p < 65536; ++p) {
-    int e = exponent_of_bits(d, p);
-    if (e == 0) e = 1;
-    if (e == (d == DType::fp16 ? 31 : 255)) e -= 1 + int(rng() % 8);  // inf/NaN: make it the anchor
-    // max of 256 N(0,1) is ~2^1.5; aim the tile max at e + shift
-    const int shift = int(rng() % 7) - 2;  // -2..4: sometimes the pattern is the max, sometimes d = 0..4
-    const float s = std::ldexp(1.0f, e - bias + shift - 2);
-    const size_t base = rng() % pool.size();
-    const uint64_t first = uint64_t(p) * 256;
-    for (uint32_t k = 0; k < 256; ++k) t.set_float(first + k, pool[(base + k * 7919) % pool.size()] * s);
-    t.set(first + rng() % 256, p);
-  }
+  return pool;
+}
+
+/// Every pattern of the dtype (16-bit or fp8) placed at a random position of its own 256-element tile of
+/// Gaussian values (embed_pattern), `copies` times.
+Tensor embedded_patterns(DType d, std::mt19937_64& rng, uint32_t copies = 1) {
+  const uint32_t patterns = zt::elem_mask(d) + 1;
+  Tensor t(d, uint64_t(patterns) * copies * 256);
+  const std::vector<float> pool = normal_pool(rng);
+  for (uint64_t k = 0; k < uint64_t(patterns) * copies; ++k)
+    embed_pattern(t, k * 256, k * 256 + 256, uint32_t(k % patterns), pool, rng);
   return t;
 }
+
+int max_exponent(DType d) { return int(zt::max_exponent(d)); }
 
 }  // namespace
 
@@ -63,6 +79,72 @@ TEST_CASE("all 65536 bf16 and fp16 patterns round trip in order and shuffled and
       // the embedding must exercise the coder, not only raw fallback
       CHECK(zt::raw_chunks(s) < format::layout_for(d, e.n).num_chunks);
     }
+  }
+}
+
+namespace {
+/// The 256 fp8 patterns in a random order.
+std::vector<uint32_t> fp8_permutation(std::mt19937_64& rng) {
+  std::vector<uint32_t> p(256);
+  for (uint32_t i = 0; i < 256; ++i) p[i] = i;
+  std::shuffle(p.begin(), p.end(), rng);
+  return p;
+}
+}  // namespace
+
+TEST_CASE("all 256 fp8 patterns round trip in full tiles, short tiles, raw chunks and coded Gaussian tiles",
+          "[roundtrip][fp8]") {
+  ZT_RNG("fp8 patterns");
+  const std::vector<float> pool = normal_pool(rng);
+  for (DType d : zt::kFp8DTypes) {
+    INFO("dtype " << dtype_name(d));
+    // In order (one full tile), then a full chunk of 64 tiles, each a fresh permutation: every pattern at 64
+    // positions.
+    Tensor all(d, 256);
+    for (uint32_t i = 0; i < 256; ++i) all.set(i, i);
+    zt::roundtrip(CodeId::pair, all);
+    Tensor chunk(d, format::CHUNK_ELEMS);
+    for (uint32_t t = 0; t < format::CHUNK_TILES; ++t) {
+      const auto p = fp8_permutation(rng);
+      for (uint32_t i = 0; i < 256; ++i) chunk.set(t * 256 + i, p[i]);
+    }
+    zt::roundtrip(CodeId::pair, chunk);
+    // A stream that is one short tile, of every length: the first n of a permutation.
+    const auto perm = fp8_permutation(rng);
+    for (uint32_t n = 1; n < 256; ++n) {
+      Tensor t(d, n);
+      for (uint32_t i = 0; i < n; ++i) t.set(i, perm[(i + 7 * n) % 256]);
+      zt::roundtrip(CodeId::pair, t);
+    }
+    // Three full tiles and a short last tile of 77; four rotations put every pattern in the short tile.
+    for (uint32_t rot = 0; rot < 4; ++rot) {
+      Tensor t(d, 3 * 256 + 77);
+      for (uint32_t i = 0; i < 3 * 256; ++i) t.set(i, perm[(i + rot) % 256]);
+      for (uint32_t k = 0; k < 77; ++k) t.set(3 * 256 + k, (rot * 77 + k) % 256);
+      zt::roundtrip(CodeId::pair, t);
+    }
+    // Raw chunks: a chunk of random bits holding every pattern between two coded Gaussian chunks, and a
+    // stream whose last chunk (ending in a short tile) is raw and holds every pattern.
+    Tensor mixed = zt::gaussian(d, 3 * format::CHUNK_ELEMS, rng, 2.0);
+    for (uint64_t i = format::CHUNK_ELEMS; i < 2 * format::CHUNK_ELEMS; ++i) mixed.set(i, uint32_t(rng()));
+    for (uint32_t p = 0; p < 256; ++p) mixed.set(format::CHUNK_ELEMS + rng() % format::CHUNK_ELEMS, p);
+    CHECK(zt::raw_chunk_map(zt::roundtrip(CodeId::pair, mixed)) == std::vector<bool>{false, true, false});
+    Tensor tail = zt::gaussian(d, format::CHUNK_ELEMS + 1000 + 77, rng, 2.0);
+    for (uint32_t k = 0; k < 1077; ++k) tail.set(format::CHUNK_ELEMS + k, k < 256 ? k : uint32_t(rng()));
+    CHECK(zt::raw_chunk_map(zt::roundtrip(CodeId::pair, tail)) == std::vector<bool>{false, true});
+    // Coded: each pattern in its own Gaussian tile whose maximum sits 0..4 binades above it (every exponent as
+    // each symbol its anchor allows), 32 times; and each pattern in the short last tile of a coded chunk.
+    const Tensor e = embedded_patterns(d, rng, 32);
+    const auto se = zt::roundtrip(CodeId::pair, e);
+    // fp8_e4m3 codes 4-bit exponents, little below raw: a few of these chunks go raw (about 1 in 8)
+    CHECK(zt::raw_chunks(se) < format::layout_for(d, e.n).num_chunks / 4);
+    uint64_t coded_tails = 0;
+    for (uint32_t p = 0; p < 256; ++p) {
+      Tensor t = zt::gaussian(d, 16 * 256 + 100, rng, 2.0);
+      embed_pattern(t, 16 * 256, t.n, p, pool, rng);
+      coded_tails += zt::raw_chunks(zt::roundtrip(CodeId::pair, t)) == 0;
+    }
+    CHECK(coded_tails >= 250);
   }
 }
 
@@ -127,7 +209,7 @@ TEST_CASE("boundary sizes for every dtype and code", "[roundtrip]") {
         zt::roundtrip(c, zt::random_bits(d, n, rng));
         zt::roundtrip(c, Tensor(d, n));  // all +0
         Tensor neg(d, n);
-        for (uint64_t i = 0; i < n; ++i) neg.set(i, d == DType::fp32 ? 0x80000000u : 0x8000u);
+        for (uint64_t i = 0; i < n; ++i) neg.set(i, zt::sign_bit(d));
         zt::roundtrip(c, neg);
       }
 }
@@ -139,9 +221,7 @@ TEST_CASE("zero or subnormal-only tiles and tiles holding a single NaN or inf ro
       INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
       const uint64_t n = 2 * 16384 + 1000;
       Tensor t = zt::gaussian(d, n, rng);
-      const uint32_t mant_mask = d == DType::fp32 ? 0x7FFFFFu : d == DType::fp16 ? 0x3FFu : 0x7Fu;
-      const uint32_t sign = d == DType::fp32 ? 0x80000000u : 0x8000u;
-      const uint32_t exp_all = d == DType::fp32 ? 0x7F800000u : d == DType::fp16 ? 0x7C00u : 0x7F80u;
+      const uint32_t mant_mask = zt::mant_mask(d), sign = zt::sign_bit(d), exp_all = zt::exp_all_ones(d);
       const uint64_t tiles = (n + 255) / 256;
       for (uint64_t tile = 0; tile < tiles; ++tile) {
         const uint64_t lo = tile * 256, hi = std::min<uint64_t>(n, lo + 256);
@@ -152,10 +232,10 @@ TEST_CASE("zero or subnormal-only tiles and tiles holding a single NaN or inf ro
           case 2:  // subnormals only: anchor 0, fraction from the largest mantissa
             for (uint64_t i = lo; i < hi; ++i) t.set(i, (static_cast<uint32_t>(rng()) & (mant_mask | sign)));
             break;
-          case 3:  // one NaN with a random payload
+          case 3:  // one NaN with a random payload (fp8_e4m3: its top binade)
             t.set(lo + rng() % (hi - lo), exp_all | ((static_cast<uint32_t>(rng()) & mant_mask) | 1u));
             break;
-          case 4:  // one +-inf
+          case 4:  // one +-inf (fp8_e4m3: its largest magnitude's binade)
             t.set(lo + rng() % (hi - lo), exp_all | (rng() % 2 ? sign : 0));
             break;
           case 5:  // zeros in a normal tile (ZERO symbol)
@@ -200,14 +280,14 @@ TEST_CASE("all chunks raw (random bits) and mixed raw/coded chunks", "[roundtrip
 
 namespace {
 
-int max_exponent(DType d) { return d == DType::fp16 ? 31 : 255; }
-
 /// Gaussian data where a fraction `rate` of the elements sit 16 or more binades below their tile's maximum:
 /// ESC symbols, often in pairs that have no codeword of their own (escaped pairs). Tiles whose maximum is too
-/// small for that are scaled up first (fp16).
+/// small for that are scaled up first (fp16, fp8_e5m2). fp8_e4m3 has no escapes (exponents 0..15): plain
+/// Gaussian data.
 Tensor escape_heavy(DType d, uint64_t n, double rate, std::mt19937_64& rng) {
   Tensor t = zt::gaussian(d, n, rng);
-  const int mant = d == DType::fp32 ? 23 : d == DType::fp16 ? 10 : 7, top = max_exponent(d);
+  if (max_exponent(d) < 17) return t;
+  const int mant = int(zt::mant_bits(d)), top = max_exponent(d);
   const uint32_t exp_mask = uint32_t(top) << mant;
   std::uniform_real_distribution<double> u(0.0, 1.0);
   for (uint64_t lo = 0; lo < n; lo += 256) {
@@ -233,7 +313,8 @@ Tensor escape_heavy(DType d, uint64_t n, double rate, std::mt19937_64& rng) {
 
 TEST_CASE("escape-heavy data round trips, and chunks go raw once escapes make them too large", "[roundtrip]") {
   ZT_RNG("escapes");
-  for (DType d : zt::kDTypes)
+  for (DType d : zt::kDTypes) {
+    if (d == DType::fp8_e4m3) continue;  // no escapes: exponents 0..15
     for (double rate : {0.005, 0.02, 0.1, 0.5, 1.0}) {
       INFO("dtype " << dtype_name(d) << " escape rate " << rate);
       const uint64_t n = 4 * 16384 + 1 + uint64_t(rng() % 3000);
@@ -246,13 +327,14 @@ TEST_CASE("escape-heavy data round trips, and chunks go raw once escapes make th
       if (rate <= 0.005) CHECK(std::count(map.begin(), map.begin() + 4, true) == 0);  // full chunks coded
       if (rate >= 0.5) CHECK(raw == 5);
     }
+  }
 }
 
 TEST_CASE("random sizes and data kinds round trip (partial tiles and chunks)", "[roundtrip]") {
   ZT_RNG("random sizes");
   std::printf("random sizes: seed %llu\n", static_cast<unsigned long long>(zipcomm_test_seed));
-  for (int it = 0; it < 90; ++it) {
-    const DType d = zt::kDTypes[it % 3];
+  for (int it = 0; it < 100; ++it) {
+    const DType d = zt::kDTypes[it % std::size(zt::kDTypes)];
     const uint64_t n = rng() % 3 == 0 ? rng() % 700 : rng() % (4 * 16384 + 1);
     const int kind = int(rng() % 4);
     INFO("iteration " << it << " dtype " << dtype_name(d) << " n " << n << " kind " << kind);

@@ -42,7 +42,25 @@ inline std::mt19937_64 make_rng(const char* tag) {
   auto rng = ::zt::make_rng(tag)
 
 inline const char* code_name(CodeId c) { return c == CodeId::pair ? "pair" : "?"; }
-constexpr DType kDTypes[3] = {DType::bf16, DType::fp16, DType::fp32};
+/// Every dtype of the codec; the generic codec tests run on all of them.
+constexpr DType kDTypes[5] = {DType::bf16, DType::fp16, DType::fp32, DType::fp8_e4m3, DType::fp8_e5m2};
+/// The dtypes with reduction arithmetic: the fused steps, P2P, the ring and the quantization tier take these.
+constexpr DType kArithmeticDTypes[3] = {DType::bf16, DType::fp16, DType::fp32};
+constexpr DType kFp8DTypes[2] = {DType::fp8_e4m3, DType::fp8_e5m2};
+
+// ---- bit fields of each dtype ----------------------------------------------------------------------------------
+inline uint32_t mant_bits(DType d) {
+  return d == DType::fp32 ? 23 : d == DType::fp16 ? 10 : d == DType::bf16 ? 7 : d == DType::fp8_e4m3 ? 3 : 2;
+}
+inline uint32_t exp_field_bits(DType d) { return uint32_t(format::exp_bits(d)); }
+inline uint32_t max_exponent(DType d) { return (1u << exp_field_bits(d)) - 1; }
+inline uint32_t elem_mask(DType d) { return 0xFFFFFFFFu >> (32 - 8 * format::elem_bytes(d)); }
+inline uint32_t sign_bit(DType d) { return 1u << (8 * format::elem_bytes(d) - 1); }
+inline uint32_t mant_mask(DType d) { return (1u << mant_bits(d)) - 1; }
+/// The exponent field all ones (bf16/fp16/fp32: infinities and NaNs; fp8_e5m2 too; fp8_e4m3: the top binade,
+/// whose mantissa 7 is NaN).
+inline uint32_t exp_all_ones(DType d) { return max_exponent(d) << mant_bits(d); }
+inline uint32_t exponent_of(DType d, uint32_t b) { return (b >> mant_bits(d)) & max_exponent(d); }
 constexpr CodeId kCodes[1] = {CodeId::pair};  // the codes of format v4 (one)
 
 // ---- element conversion -------------------------------------------------------------------------------------
@@ -57,6 +75,22 @@ inline float bits_f32(uint32_t b) {
   return x;
 }
 inline uint16_t f32_to_bf16(float x) { return static_cast<uint16_t>(f32_bits(x) >> 16); }  // truncation
+/// float -> fp8 (e4m3: bias 7, no infinities, NaN S.1111.111, saturating at 448; e5m2: bias 15, as fp16),
+/// truncating; good enough for test data (keeps NaN, produces subnormals).
+inline uint8_t f32_to_fp8(float x, bool e4m3) {
+  const uint32_t sign = (f32_bits(x) >> 24) & 0x80u;
+  const float a = std::fabs(x);
+  const int mant = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  if (std::isnan(a)) return uint8_t(sign | 0x7Fu);
+  if (a >= (e4m3 ? 448.0f : 57344.0f)) return uint8_t(sign | (e4m3 ? 0x7Eu : std::isinf(a) ? 0x7Cu : 0x7Bu));
+  if (a == 0.0f) return uint8_t(sign);
+  int e;
+  std::frexp(a, &e);  // a in [2^(e-1), 2^e)
+  const int field = e - 1 + bias;
+  if (field <= 0) return uint8_t(sign | uint32_t(std::ldexp(a, bias - 1 + mant)));  // subnormal
+  return uint8_t(sign | uint32_t(field) << mant | (uint32_t(std::ldexp(a, mant - (e - 1))) & ((1u << mant) - 1u)));
+}
+
 /// float -> half, truncating; good enough for test data (keeps inf/NaN, produces subnormals).
 inline uint16_t f32_to_f16(float x) {
   uint32_t b = f32_bits(x);
@@ -78,6 +112,7 @@ struct Tensor {
   std::vector<uint8_t> bytes;
   Tensor(DType d, uint64_t count) : dtype(d), n(count), bytes(count * format::elem_bytes(d)) {}
   uint32_t get(uint64_t i) const {
+    if (format::elem_bytes(dtype) == 1) return bytes[i];
     if (dtype == DType::fp32) {
       uint32_t v;
       std::memcpy(&v, &bytes[4 * i], 4);
@@ -88,7 +123,9 @@ struct Tensor {
     return v;
   }
   void set(uint64_t i, uint32_t v) {
-    if (dtype == DType::fp32) {
+    if (format::elem_bytes(dtype) == 1) {
+      bytes[i] = static_cast<uint8_t>(v);
+    } else if (dtype == DType::fp32) {
       std::memcpy(&bytes[4 * i], &v, 4);
     } else {
       uint16_t h = static_cast<uint16_t>(v);
@@ -96,7 +133,11 @@ struct Tensor {
     }
   }
   void set_float(uint64_t i, float x) {
-    set(i, dtype == DType::fp32 ? f32_bits(x) : dtype == DType::bf16 ? f32_to_bf16(x) : f32_to_f16(x));
+    set(i, dtype == DType::fp32       ? f32_bits(x)
+           : dtype == DType::bf16     ? f32_to_bf16(x)
+           : dtype == DType::fp16     ? f32_to_f16(x)
+           : dtype == DType::fp8_e4m3 ? f32_to_fp8(x, true)
+                                      : f32_to_fp8(x, false));
   }
 };
 
@@ -106,7 +147,7 @@ inline Tensor gaussian(DType d, uint64_t n, std::mt19937_64& rng, double octaves
   Tensor t(d, n);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::uniform_real_distribution<double> u(-octaves / 2, octaves / 2);
-  const double centre = d == DType::fp16 ? -4.0 : -12.0;
+  const double centre = d == DType::fp8_e4m3 ? 0.0 : d == DType::fp8_e5m2 ? -2.0 : d == DType::fp16 ? -4.0 : -12.0;
   float s = 1.0f;
   for (uint64_t i = 0; i < n; ++i) {
     if (i % 1024 == 0) s = static_cast<float>(std::exp2(centre + u(rng)));
