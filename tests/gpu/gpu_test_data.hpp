@@ -43,7 +43,25 @@ inline uint16_t to_fp16(float x) {  // round-to-nearest-even conversion, enough 
   return uint16_t(sign | (exp << 10) | mant);
 }
 
-/// n elements of N(0, sigma) in dtype d, as raw little-endian bytes.
+/// float -> fp8, truncating, enough for test data: e4m3 (bias 7, no infinities, NaN S.1111.111, saturating at
+/// 448) or e5m2 (bias 15, as fp16's top byte).
+inline uint8_t to_fp8(float x, bool e4m3) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  const float a = std::fabs(x);
+  const int mant = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  if (std::isnan(a)) return uint8_t(sign | 0x7Fu);
+  if (a >= (e4m3 ? 448.0f : 57344.0f)) return uint8_t(sign | (e4m3 ? 0x7Eu : std::isinf(a) ? 0x7Cu : 0x7Bu));
+  if (a == 0.0f) return uint8_t(sign);
+  int e;
+  std::frexp(a, &e);  // a in [2^(e-1), 2^e)
+  const int field = e - 1 + bias;
+  if (field <= 0) return uint8_t(sign | uint32_t(std::ldexp(a, bias - 1 + mant)));  // subnormal
+  return uint8_t(sign | uint32_t(field) << mant | (uint32_t(std::ldexp(a, mant - (e - 1))) & ((1u << mant) - 1u)));
+}
+
+/// n elements of N(0, sigma) in dtype d, as raw little-endian bytes (fp16 and fp8 scaled up into their range).
 inline std::vector<uint8_t> gaussian_bytes(zipcomm::DType d, uint64_t n, float sigma, std::mt19937_64& rng) {
   std::normal_distribution<float> nd(0.0f, sigma);
   std::vector<uint8_t> out(n * zipcomm::format::elem_bytes(d));
@@ -51,6 +69,8 @@ inline std::vector<uint8_t> gaussian_bytes(zipcomm::DType d, uint64_t n, float s
     float x = nd(rng);
     if (d == zipcomm::DType::fp32) {
       std::memcpy(&out[4 * i], &x, 4);
+    } else if (zipcomm::format::elem_bytes(d) == 1) {
+      out[i] = to_fp8(x * 64.0f, d == zipcomm::DType::fp8_e4m3);
     } else {
       uint16_t h = d == zipcomm::DType::bf16 ? to_bf16(x) : to_fp16(x * 1024.0f);
       std::memcpy(&out[2 * i], &h, 2);
@@ -63,7 +83,7 @@ inline std::vector<uint8_t> gaussian_bytes(zipcomm::DType d, uint64_t n, float s
 /// are): per 256-element tile at random, fp32 keeps all, the top 8 or none of its 16 low bits, fp16 all or none
 /// of its 3. Every width code of the format then appears.
 inline void drop_low_bits_in_some_tiles(zipcomm::DType d, std::vector<uint8_t>& raw, std::mt19937_64& rng) {
-  if (d == zipcomm::DType::bf16) return;
+  if (!zipcomm::format::has_low(d)) return;
   const uint64_t eb = zipcomm::format::elem_bytes(d), n = raw.size() / eb;
   for (uint64_t tile = 0; tile * 256 < n; ++tile) {
     const uint32_t k = uint32_t(rng() % 3);

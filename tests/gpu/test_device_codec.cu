@@ -1,5 +1,5 @@
-// GPU tests of the device-wide codec: device bytes == host reference bytes, bit-exact round trips,
-// unaligned pointers, > 2^31 elements, argument errors and corrupt streams.
+// GPU tests of the device-wide codec (bf16, fp16, fp32, fp8): device bytes == host reference bytes, bit-exact
+// round trips, unaligned pointers, > 2^31 elements, argument errors and corrupt streams.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -379,4 +379,170 @@ TEST_CASE("more than 2^31 elements round trip on the device", "[gpu][codec][larg
   CUDA_OK(cudaMemcpy(&mism, meta.as(16), 8, cudaMemcpyDeviceToHost));
   REQUIRE(st == Status::ok);
   REQUIRE(mism == 0);
+}
+
+// ---- fp8 (fp8_e4m3, fp8_e5m2): one-byte elements, plane 0 as bit-planes per tile ----------------------------
+namespace {
+
+std::vector<uint8_t> fp8_permutation(std::mt19937_64& rng) {
+  std::vector<uint8_t> p(256);
+  std::iota(p.begin(), p.end(), 0);
+  std::shuffle(p.begin(), p.end(), rng);
+  return p;
+}
+
+/// Every fp8 pattern in every position class: in order (a full tile), a full chunk of permuted tiles, a stream
+/// that is one short tile (every length), a short last tile after full ones, a raw chunk between coded ones,
+/// a raw last chunk ending in a short tile, and each pattern in its own coded Gaussian tile.
+template <DType D>
+void fp8_patterns(std::mt19937_64& rng) {
+  CAPTURE(dtype_name(D));
+  std::vector<uint8_t> all(256);
+  std::iota(all.begin(), all.end(), 0);
+  round_trip<D>(all);
+  std::vector<uint8_t> chunk;
+  for (int t = 0; t < 64; ++t) {
+    const auto p = fp8_permutation(rng);
+    chunk.insert(chunk.end(), p.begin(), p.end());
+  }
+  round_trip<D>(chunk);
+  const auto perm = fp8_permutation(rng);
+  for (uint32_t n = 1; n < 256; n += 1 + n / 32) round_trip<D>(std::vector<uint8_t>(perm.begin(), perm.begin() + n));
+  for (uint32_t rot = 0; rot < 4; ++rot) {
+    std::vector<uint8_t> t(3 * 256 + 77);
+    for (uint32_t i = 0; i < t.size(); ++i) t[i] = i < 768 ? perm[(i + rot) % 256] : uint8_t(rot * 77 + i - 768);
+    round_trip<D>(t);
+  }
+  auto mixed = gpu_test::gaussian_bytes(D, 3 * 16384, 0.02f, rng);
+  for (uint64_t i = 16384; i < 2 * 16384; ++i) mixed[i] = uint8_t(rng());
+  for (uint32_t p = 0; p < 256; ++p) mixed[16384 + rng() % 16384] = uint8_t(p);
+  round_trip<D>(mixed);
+  auto tail = gpu_test::gaussian_bytes(D, 16384 + 1077, 0.02f, rng);
+  for (uint32_t k = 0; k < 1077; ++k) tail[16384 + k] = k < 256 ? uint8_t(k) : uint8_t(rng());
+  round_trip<D>(tail);
+  // Each pattern at a random slot of its own Gaussian tile, the tiles' scales spread over the dtype's range.
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<uint8_t> tiles(4 * 256 * 256);
+  for (uint32_t k = 0; k < tiles.size() / 256; ++k) {
+    const float scale = std::ldexp(1.0f, int(rng() % 14) - 6);
+    for (uint32_t i = 0; i < 256; ++i) tiles[k * 256 + i] = gpu_test::to_fp8(scale * nd(rng), D == DType::fp8_e4m3);
+    tiles[k * 256 + rng() % 256] = uint8_t(k);
+  }
+  round_trip<D>(tiles);
+}
+
+/// Single-bit flips all over an fp8 stream: the device decoder gives the host decoder's status, except for a
+/// flip in the chunk table, which changes two chunks whose errors may differ (either may be reported first).
+template <DType D>
+void fp8_flips_match_host(std::mt19937_64& rng) {
+  CAPTURE(dtype_name(D));
+  const uint64_t n = 3 * 16384 + 1000;  // a short last tile: its bit-planes' unused bits are checked
+  auto raw = gpu_test::gaussian_bytes(D, n, 0.02f, rng);
+  for (uint64_t i = 0; i < 16384; ++i) raw[16384 + i] = uint8_t(rng());  // a raw chunk
+  DeviceResult dev = device_compress<D, thread::PairCode>(raw);
+  REQUIRE(dev.status == Status::ok);
+  const format::Layout L = format::layout_for(D, n);
+  for (int k = 0; k < 600; ++k) {
+    std::vector<uint8_t> bad = dev.stream;
+    const uint64_t pos = k % 3 == 0 ? L.plane0_offset + rng() % L.plane0_bytes : rng() % bad.size();
+    bad[pos] ^= uint8_t(1u << (rng() % 8));
+    std::vector<uint8_t> host_out(raw.size()), dev_out;
+    const Status hs = host::decompress(bad.data(), bad.size(), host_out.data(), host_out.size());
+    const Status ds = device_decompress<D, thread::PairCode>(bad, n, dev_out);
+    CAPTURE(k, pos, status_string(hs), status_string(ds));
+    REQUIRE(hs != Status::ok);
+    if (pos >= L.table_offset && pos < L.table_offset + 8 * L.num_chunks)
+      REQUIRE(ds != Status::ok);
+    else
+      REQUIRE(ds == hs);
+  }
+  for (size_t cut : {size_t(1), size_t(63), size_t(64), size_t(L.exp_offset), dev.stream.size() - 16,
+                     dev.stream.size() - 1}) {
+    std::vector<uint8_t> t(dev.stream.begin(), dev.stream.begin() + cut), out, host_out(raw.size());
+    CAPTURE(cut);
+    const Status ds = device_decompress<D, thread::PairCode>(t, n, out);
+    REQUIRE(ds == host::decompress(t.data(), t.size(), host_out.data(), host_out.size()));
+    REQUIRE(ds == Status::corrupt_stream);
+  }
+  std::vector<uint8_t> empty, out;  // no stream at all (the host's null pointer is invalid_argument)
+  REQUIRE(device_decompress<D, thread::PairCode>(empty, n, out) == Status::corrupt_stream);
+}
+
+}  // namespace
+
+TEST_CASE("fp8: every pattern in every position class gives the host's bytes and round trips", "[gpu][codec][fp8]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  fp8_patterns<DType::fp8_e4m3>(rng);
+  fp8_patterns<DType::fp8_e5m2>(rng);
+}
+
+TEST_CASE("fp8: Gaussian and random data of all sizes, unaligned pointers", "[gpu][codec][fp8]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (uint64_t n : kSizes) {
+    round_trip<DType::fp8_e4m3>(gpu_test::gaussian_bytes(DType::fp8_e4m3, n, 0.02f, rng));
+    round_trip<DType::fp8_e5m2>(gpu_test::gaussian_bytes(DType::fp8_e5m2, n, 0.02f, rng));
+    std::vector<uint8_t> rnd(n);
+    for (auto& b : rnd) b = uint8_t(rng());
+    round_trip<DType::fp8_e4m3>(rnd);  // incompressible: every chunk raw
+    round_trip<DType::fp8_e5m2>(rnd);
+  }
+  auto raw = gpu_test::gaussian_bytes(DType::fp8_e4m3, 40000, 0.02f, rng);
+  for (size_t off : {1u, 3u, 7u, 8u, 15u}) check_round_trip<DType::fp8_e4m3, thread::PairCode>(raw, off, 16 - off);
+  auto raw5 = gpu_test::gaussian_bytes(DType::fp8_e5m2, 40000, 0.02f, rng);
+  for (size_t off : {1u, 8u, 9u}) check_round_trip<DType::fp8_e5m2, thread::PairCode>(raw5, off, off);
+}
+
+TEST_CASE("fp8: real training tensors (amax-scaled cuts)", "[gpu][codec][fp8]") {
+  const std::string dir = ZIPCOMM_TEST_DATA_DIR;
+  for (const char* name : {"llama_grads", "llama_acts", "llama_weights"}) {
+    CAPTURE(name);
+    const auto e4 = gpu_test::read_file(dir + "/" + name + ".e4m3");
+    const auto e5 = gpu_test::read_file(dir + "/" + name + ".e5m2");
+    REQUIRE(!e4.empty());
+    REQUIRE(!e5.empty());
+    round_trip<DType::fp8_e4m3>(e4);
+    round_trip<DType::fp8_e5m2>(e5);
+  }
+}
+
+TEST_CASE("fp8: single-bit flips and truncations give the host decoder's status on the device", "[gpu][codec][fp8]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  fp8_flips_match_host<DType::fp8_e4m3>(rng);
+  fp8_flips_match_host<DType::fp8_e5m2>(rng);
+}
+
+TEST_CASE("fp8: device decode of host streams, and an avg pre-op is refused", "[gpu][codec][fp8]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const uint64_t n = 2 * 16384 + 999;
+  auto raw = gpu_test::gaussian_bytes(DType::fp8_e5m2, n, 0.02f, rng);
+  std::vector<uint8_t> stream(format::max_compressed_bytes(DType::fp8_e5m2, n));
+  uint64_t bytes = 0;
+  REQUIRE(host::compress(DType::fp8_e5m2, CodeId::pair, raw.data(), n, stream.data(), stream.size(), &bytes) ==
+          Status::ok);
+  stream.resize(bytes);
+  std::vector<uint8_t> back;
+  REQUIRE(device_decompress<DType::fp8_e5m2, thread::PairCode>(stream, n, back) == Status::ok);
+  REQUIRE(back == raw);
+  // A stream of the other fp8 dtype is a bad header.
+  REQUIRE(device_decompress<DType::fp8_e4m3, thread::PairCode>(stream, n, back) == Status::bad_header);
+  // fp8 has no arithmetic: the encoder's avg pre-op (a reduction's contribution) is refused.
+  DeviceBuffer in(raw.size()), out(format::max_compressed_bytes(DType::fp8_e5m2, n)), meta(16);
+  CUDA_OK(cudaMemcpy(in.ptr, raw.data(), raw.size(), cudaMemcpyHostToDevice));
+  size_t temp_bytes = 0;
+  CUDA_OK(device::compress<DType::fp8_e5m2>(nullptr, temp_bytes, in.ptr, n, out.ptr, out.bytes, nullptr, nullptr));
+  DeviceBuffer temp(temp_bytes);
+  REQUIRE(device::detail::launch_compress<DType::fp8_e5m2, thread::PairCode>(
+              temp.ptr, temp_bytes, in.ptr, n, out.ptr, out.bytes, meta.as<uint64_t>(), meta.as<Status>(8), 0,
+              ReduceOp::avg(2)) == cudaErrorInvalidValue);
+  Status st;
+  CUDA_OK(cudaMemcpy(&st, meta.as<Status>(8), sizeof st, cudaMemcpyDeviceToHost));
+  REQUIRE(st == Status::invalid_argument);
 }

@@ -500,6 +500,11 @@ TEST_CASE("ring allreduce: bad arguments give cudaErrorInvalidValue and Status::
   Status st = Status::ok;
   CUDA_OK(comm.wait(&st));
   REQUIRE(st == Status::invalid_argument);
+  for (DType fp8 : {DType::fp8_e4m3, DType::fp8_e5m2}) {  // codec only: no ring
+    REQUIRE(comm.allreduce(fp8, good, n, ReduceOp::sum()) == cudaErrorInvalidValue);
+    CUDA_OK(comm.wait(&st));
+    REQUIRE(st == Status::invalid_argument);
+  }
   // n = 0 is a no-op; then a valid call succeeds.
   CUDA_OK(comm.allreduce<DType::bf16>(good, 0, ReduceOp::sum()));
   CUDA_OK(comm.allreduce<DType::bf16>(good, n, ReduceOp::sum()));
@@ -519,6 +524,10 @@ TEST_CASE("ring allreduce: bad arguments give cudaErrorInvalidValue and Status::
   l = ring.launch(20000, DType::fp32, 0, 2, 1000000);
   l.peers.window[1] += 16;  // a window off its alignment
   REQUIRE(ring_launch_pass<DType::fp32, true>(l, 0) == cudaErrorInvalidValue);
+  l = ring.launch(20000, DType::fp32, 0, 2, 1000000);
+  REQUIRE(ring_launch_valid(l, DType::fp32));
+  REQUIRE_FALSE(ring_launch_valid(l, DType::fp8_e4m3));  // codec only
+  REQUIRE_FALSE(ring_launch_valid(l, DType::fp8_e5m2));
 }
 
 TEST_CASE("ring allreduce: ranks that disagree on the size give Status::size_mismatch",
