@@ -322,6 +322,11 @@ int main(int argc, char** argv) {
                                                targets, rows);
   bench_dataset<DType::fp32, thread::PairCode>("tiny_lm_grads_fp32", file("tiny_lm_grads_fp32.f32"), mib, reps,
                                                targets, rows);
+  // fp8 with one amax scale per tensor (scripts/make_fp8_samples.py)
+  for (const std::string t : {"llama_grads", "llama_acts", "llama_weights"}) {
+    bench_dataset<DType::fp8_e4m3, thread::PairCode>(t, file((t + ".e4m3").c_str()), mib, reps, targets, rows);
+    bench_dataset<DType::fp8_e5m2, thread::PairCode>(t, file((t + ".e5m2").c_str()), mib, reps, targets, rows);
+  }
 
   std::printf("\nzipcomm codec benchmark on %s (%d SMs); %llu MiB per data set, median of %d\n", prop.name,
               prop.multiProcessorCount, (unsigned long long)mib, reps);

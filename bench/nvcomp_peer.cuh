@@ -104,11 +104,15 @@ struct Batch {
 class BatchedCodec {
  public:
   BatchedCodec(Algorithm algorithm, int elem_bytes) : algorithm_(algorithm) {
-    // ANS models 16-bit floats (either half format) and fp32 by their bytes' roles; Bitcomp's lossless mode
-    // views the data as integers of the element's width.
-    ans_compress_.data_type = elem_bytes == 2 ? NVCOMP_TYPE_FLOAT16 : NVCOMP_TYPE_FLOAT32;
+    // ANS models 16-bit floats (either half format) and fp32 by their bytes' roles, and fp8 as plain bytes;
+    // Bitcomp's lossless mode views the data as integers of the element's width.
+    ans_compress_.data_type = elem_bytes == 1   ? NVCOMP_TYPE_UCHAR
+                              : elem_bytes == 2 ? NVCOMP_TYPE_FLOAT16
+                                                : NVCOMP_TYPE_FLOAT32;
     ans_decompress_.data_type = ans_compress_.data_type;
-    bitcomp_compress_.data_type = elem_bytes == 2 ? NVCOMP_TYPE_USHORT : NVCOMP_TYPE_UINT;
+    bitcomp_compress_.data_type = elem_bytes == 1   ? NVCOMP_TYPE_UCHAR
+                                  : elem_bytes == 2 ? NVCOMP_TYPE_USHORT
+                                                    : NVCOMP_TYPE_UINT;
   }
 
   nvcompStatus_t alignments(nvcompAlignmentRequirements_t* compress, nvcompAlignmentRequirements_t* decompress) const {
@@ -195,7 +199,7 @@ inline size_t first_failed_chunk(const nvcompStatus_t* d_statuses, size_t chunks
 
 }  // namespace detail
 
-/// Compresses the `host.size()` bytes at d_in (elements of elem_bytes, 2 or 4) as a batch of config.chunk_bytes
+/// Compresses the `host.size()` bytes at d_in (elements of elem_bytes, 1, 2 or 4) as a batch of config.chunk_bytes
 /// chunks into buffers of its own, decompresses them into d_back, checks the round trip against `host` once, then
 /// times each direction over `reps`, all of it on `stream` (an SM partition's, for the --sms rows). Empty, after a
 /// line on stderr, when nvCOMP reports an error or the round trip differs (counted in failed_round_trips()).

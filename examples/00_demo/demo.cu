@@ -2,7 +2,8 @@
 //
 //   build/examples/zipcomm_demo [FOLDER]        (FOLDER defaults to tests/data)
 //
-// For every raw sample in FOLDER (*.bf16, *.f16/*.fp16, *.f32/*.fp32; little-endian, no header) it shows:
+// For every raw sample in FOLDER (*.bf16, *.f16/*.fp16, *.f32/*.fp32, *.e4m3, *.e5m2; little-endian, no header)
+// it shows:
 //   * the compression ratio (compressed bytes / original bytes, everything counted) of the wire format's
 //     pair code, next to the entropy bound (raw sign+mantissa bits + order-0 entropy of the exponent
 //     field over the whole file) and the gap between them. The code adapts per 256-element tile, so it can
@@ -61,6 +62,8 @@ bool dtype_from_name(const std::string& name, DType* d) {
   if (ext == ".bf16") return *d = DType::bf16, true;
   if (ext == ".f16" || ext == ".fp16") return *d = DType::fp16, true;
   if (ext == ".f32" || ext == ".fp32") return *d = DType::fp32, true;
+  if (ext == ".e4m3") return *d = DType::fp8_e4m3, true;
+  if (ext == ".e5m2") return *d = DType::fp8_e5m2, true;
   return false;
 }
 
@@ -71,6 +74,8 @@ double entropy_bound(DType d, const uint8_t* p, uint64_t n) {
       uint32_t b;
       std::memcpy(&b, p + 4 * i, 4);
       ++hist[(b >> 23) & 0xFF];
+    } else if (format::elem_bytes(d) == 1) {  // fp8: the exponent sits above 3 (e4m3) or 2 (e5m2) mantissa bits
+      ++hist[(p[i] >> (7 - format::exp_bits(d))) & ((1u << format::exp_bits(d)) - 1)];
     } else {
       uint16_t b;
       std::memcpy(&b, p + 2 * i, 2);
@@ -193,6 +198,8 @@ GpuResult gpu_run_any(const Sample& s, const std::vector<uint8_t>& host_stream) 
   switch (s.dtype) {
     case DType::bf16: return gpu_run<DType::bf16>(s, host_stream);
     case DType::fp16: return gpu_run<DType::fp16>(s, host_stream);
+    case DType::fp8_e4m3: return gpu_run<DType::fp8_e4m3>(s, host_stream);
+    case DType::fp8_e5m2: return gpu_run<DType::fp8_e5m2>(s, host_stream);
     default: return gpu_run<DType::fp32>(s, host_stream);
   }
 }
@@ -203,7 +210,8 @@ GpuResult gpu_run_any(const Sample& s, const std::vector<uint8_t>& host_stream) 
 int main(int argc, char** argv) {
   const std::string folder = argc > 1 ? argv[1] : "tests/data";
   if (argc > 2 || folder == "-h" || folder == "--help") {
-    std::printf("usage: zipcomm_demo [FOLDER]   (raw *.bf16, *.f16, *.f32 samples; default tests/data)\n");
+    std::printf("usage: zipcomm_demo [FOLDER]   (raw *.bf16, *.f16, *.f32, *.e4m3, *.e5m2 samples; default "
+                "tests/data)\n");
     return argc > 2 ? 2 : 0;
   }
   std::vector<Sample> samples;
@@ -236,7 +244,8 @@ int main(int argc, char** argv) {
     samples.push_back(std::move(s));
   }
   if (samples.empty()) {
-    std::fprintf(stderr, "zipcomm_demo: no samples (*.bf16, *.f16, *.f32) in '%s'\n", folder.c_str());
+    std::fprintf(stderr, "zipcomm_demo: no samples (*.bf16, *.f16, *.f32, *.e4m3, *.e5m2) in '%s'\n",
+                 folder.c_str());
     return 1;
   }
 
@@ -254,7 +263,7 @@ int main(int argc, char** argv) {
               folder.c_str());
   std::printf("ratio = compressed / original bytes (header, planes, chunk table counted); bound = raw sign+mantissa +\n"
               "order-0 exponent entropy over the whole file; gap = ratio - bound (the per-tile code can beat it).\n\n");
-  std::printf("%-24s %-5s %10s %8s %8s %8s %14s %14s %9s\n", "sample", "dtype", "elements", "ratio", "bound", "gap",
+  std::printf("%-24s %-8s %10s %8s %8s %8s %14s %14s %9s\n", "sample", "dtype", "elements", "ratio", "bound", "gap",
               "host enc MB/s", "host dec MB/s", "bit-exact");
   bool all_ok = true;
   std::vector<std::vector<uint8_t>> streams;
@@ -275,7 +284,7 @@ int main(int argc, char** argv) {
     all_ok = all_ok && exact;
     const double ratio = double(stream.size()) / double(s.data.size());
     const double bound = entropy_bound(s.dtype, s.data.data(), s.n);
-    std::printf("%-24s %-5s %10llu %8.4f %8.4f %+8.4f %14.1f %14.1f %9s\n", s.name.c_str(), zipcomm::dtype_name(s.dtype),
+    std::printf("%-24s %-8s %10llu %8.4f %8.4f %+8.4f %14.1f %14.1f %9s\n", s.name.c_str(), zipcomm::dtype_name(s.dtype),
                 (unsigned long long)s.n, ratio, bound, ratio - bound, double(s.data.size()) / t_enc / 1e6,
                 double(s.data.size()) / t_dec / 1e6, exact ? "yes" : "NO");
     if (st != Status::ok || st2 != Status::ok)

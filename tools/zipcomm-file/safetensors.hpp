@@ -25,7 +25,7 @@ struct SafeTensor {
   uint64_t elements = 0;
   uint64_t begin = 0;    // absolute byte offsets in the file
   uint64_t end = 0;
-  bool is_float = false;  // BF16 / F16 / F32: coded as a zipcomm stream
+  bool is_float = false;  // BF16 / F16 / F32 / F8_E4M3 / F8_E5M2: coded as a zipcomm stream
   zipcomm::DType zdtype = zipcomm::DType::bf16;
 };
 
@@ -124,6 +124,8 @@ inline SafeFile parse_safetensors(const uint8_t* data, uint64_t size) {
     if (t.dtype == "BF16") t.is_float = true, t.zdtype = zipcomm::DType::bf16;
     if (t.dtype == "F16") t.is_float = true, t.zdtype = zipcomm::DType::fp16;
     if (t.dtype == "F32") t.is_float = true, t.zdtype = zipcomm::DType::fp32;
+    if (t.dtype == "F8_E4M3") t.is_float = true, t.zdtype = zipcomm::DType::fp8_e4m3;  // torch.float8_e4m3fn
+    if (t.dtype == "F8_E5M2") t.is_float = true, t.zdtype = zipcomm::DType::fp8_e5m2;
     f.tensors.push_back(t);
   }
   std::sort(names.begin(), names.end());

@@ -1,6 +1,6 @@
 // zipcomm-file: compress, decompress, describe and measure raw tensor files and .safetensors files with zipcomm.
 //
-//   zipcomm-file compress   --dtype bf16|fp16|fp32 [--code pair] IN OUT
+//   zipcomm-file compress   --dtype bf16|fp16|fp32|fp8_e4m3|fp8_e5m2 [--code pair] IN OUT
 //   zipcomm-file compress   [--code C] IN.safetensors OUT          (container, docs/FILE_CONTAINER.md)
 //   zipcomm-file decompress IN OUT                                  (stream or container, detected by magic)
 //   zipcomm-file info       [--json] FILE...                        (describes a stream or a container)
@@ -37,7 +37,7 @@
 #if defined(ZIPCOMM_WITH_CUDA)
 #include <cuda_runtime.h>
 
-#include <zipcomm/device/device_codec_dispatch.cuh>  // run-time (dtype, code) dispatch: all six kernel pairs
+#include <zipcomm/device/device_codec_dispatch.cuh>  // run-time (dtype, code) dispatch: every dtype's kernels
 #define ZIPCOMM_FILE_GPU 1
 #else
 #define ZIPCOMM_FILE_GPU 0
@@ -614,6 +614,8 @@ double bound_bits(DType d, const uint8_t* src, uint64_t n) {
     if (d == DType::fp32) {
       std::memcpy(&b, src + 4 * i, 4);
       ++hist[(b >> 23) & 0xFF];
+    } else if (es == 1) {  // fp8: the exponent sits above the 3 (e4m3) or 2 (e5m2) mantissa bits
+      ++hist[(src[i] >> (7 - eb)) & ((1u << eb) - 1)];
     } else {
       uint16_t v;
       std::memcpy(&v, src + 2 * i, 2);
@@ -653,9 +655,9 @@ StreamStats stream_stats(const std::vector<uint8_t>& s) {
   return stream_stats(s.data(), h);
 }
 
-/// Warns when the data does not look like its --dtype. Real bf16/fp16/fp32 tensors code to 0.66-0.86; a
-/// wrong dtype mostly to about 1.0, except bf16 read as fp32 (0.83, where bf16 gives 0.67). So the other
-/// dtypes are tried on the first MiB, and a ratio above 0.95 is suspect on its own.
+/// Warns when the data does not look like its --dtype. Real bf16/fp16/fp32 tensors code to 0.66-0.86 (fp8
+/// 0.7-0.9); a wrong dtype mostly to about 1.0, except bf16 read as fp32 (0.83, where bf16 gives 0.67). So the
+/// other dtypes are tried on the first MiB, and a ratio above 0.95 is suspect on its own.
 void warn_if_dtype_looks_wrong(const Options& o, const std::vector<uint8_t>& in, uint64_t coded_bytes) {
   constexpr uint64_t MIN_BYTES = 64 << 10;     // below this, the header and tables dominate the ratio
   constexpr uint64_t SAMPLE_BYTES = 1 << 20;
@@ -663,8 +665,8 @@ void warn_if_dtype_looks_wrong(const Options& o, const std::vector<uint8_t>& in,
   constexpr double SUSPECT_RATIO = 0.95;
   if (o.quiet || in.size() < MIN_BYTES) return;
   const uint64_t sample = std::min<uint64_t>(in.size(), SAMPLE_BYTES) / 4 * 4;
-  const DType all[] = {DType::bf16, DType::fp16, DType::fp32};
-  double sample_ratio[4] = {2, 2, 2, 2};
+  const DType all[] = {DType::bf16, DType::fp16, DType::fp32, DType::fp8_e4m3, DType::fp8_e5m2};
+  double sample_ratio[6] = {2, 2, 2, 2, 2, 2};  // indexed by the dtype id
   for (DType d : all) {
     if (in.size() % format::elem_bytes(d)) continue;  // a file of another dtype is a whole number of elements
     const uint64_t n = sample / format::elem_bytes(d);
@@ -1320,7 +1322,7 @@ struct CommandHelp {
 
 const CommandHelp COMMANDS[] = {
     {"compress",
-     "  zipcomm-file compress --dtype bf16|fp16|fp32 [options] IN OUT\n"
+     "  zipcomm-file compress --dtype D [options] IN OUT\n"
      "  zipcomm-file compress [options] IN.safetensors OUT\n",
      "Compresses a raw tensor file into one zipcomm stream, or a .safetensors file into a zipcomm-file\n"
      "container (docs/FILE_CONTAINER.md; a tensor that coding would make larger is stored as-is).\n"
@@ -1330,7 +1332,8 @@ const CommandHelp COMMANDS[] = {
      "--dtype.\n"
      "\n"
      "options:\n"
-     "  --dtype bf16|fp16|fp32    element type of a raw tensor file (required for one)\n"
+     "  --dtype D                 element type of a raw tensor file (required for one): bf16, fp16,\n"
+     "                            fp32, fp8_e4m3 (OCP E4M3FN) or fp8_e5m2\n"
      "  --code pair               exponent code (the only one, the default)\n"
      "  --format raw|safetensors  override detection by the .safetensors extension (needed for a\n"
      "                            .safetensors file on standard input)\n"
@@ -1367,14 +1370,15 @@ const CommandHelp COMMANDS[] = {
      "  --json                    one JSON object per file on stdout\n"
      "  -h, --help                this text\n"},
     {"stats",
-     "  zipcomm-file stats --dtype bf16|fp16|fp32 [options] FILE\n"
+     "  zipcomm-file stats --dtype D [options] FILE\n"
      "  zipcomm-file stats [options] FILE.safetensors\n",
      "Measures how well a raw tensor file or a .safetensors file compresses (ratio, entropy bound, chunks\n"
      "stored raw) without writing anything. A file that is already a zipcomm stream or container is not\n"
      "measured: stats says so and prints what `info` prints. FILE may be '-'.\n"
      "\n"
      "options:\n"
-     "  --dtype bf16|fp16|fp32    element type of a raw tensor file (required for one)\n"
+     "  --dtype D                 element type of a raw tensor file (required for one): bf16, fp16,\n"
+     "                            fp32, fp8_e4m3 (OCP E4M3FN) or fp8_e5m2\n"
      "  --code pair               exponent code (the only one, the default)\n"
      "  --format raw|safetensors  override detection by the .safetensors extension and by the magic of a\n"
      "                            stream or container\n"
@@ -1386,7 +1390,7 @@ const CommandHelp COMMANDS[] = {
 };
 
 const char* GENERAL_HELP =
-    "zipcomm-file: lossless compression of bf16/fp16/fp32 tensor files and .safetensors files with zipcomm\n"
+    "zipcomm-file: lossless compression of bf16/fp16/fp32/fp8 tensor files and .safetensors files with zipcomm\n"
     "\n"
     "usage: zipcomm-file COMMAND [options] ARGS\n"
     "commands:\n"
@@ -1427,7 +1431,9 @@ DType parse_dtype(const std::string& s) {
   if (s == "bf16") return DType::bf16;
   if (s == "fp16" || s == "f16") return DType::fp16;
   if (s == "fp32" || s == "f32") return DType::fp32;
-  throw UsageError("unknown --dtype '" + s + "' (bf16, fp16 or fp32)");
+  if (s == "fp8_e4m3" || s == "e4m3" || s == "float8_e4m3fn") return DType::fp8_e4m3;
+  if (s == "fp8_e5m2" || s == "e5m2" || s == "float8_e5m2") return DType::fp8_e5m2;
+  throw UsageError("unknown --dtype '" + s + "' (bf16, fp16, fp32, fp8_e4m3 or fp8_e5m2)");
 }
 CodeId parse_code(const std::string& s) {
   if (s == "pair") return CodeId::pair;

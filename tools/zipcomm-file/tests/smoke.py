@@ -126,8 +126,16 @@ def f16_bytes(vals):
     return struct.pack(f"<{len(vals)}e", *vals)
 
 
+def f8_bytes(vals, e4m3):
+    """fp8 by truncation (test data): e5m2 is fp16's top byte; e4m3 is fp16 of x / 256 (bias 7) shifted by 7."""
+    out = bytearray()
+    for h in struct.unpack(f"<{len(vals)}H", f16_bytes([v / 256 if e4m3 else v for v in vals])):
+        out.append((h >> 8 & 0x80) | (h >> 7 & 0x7F) if e4m3 else h >> 8)
+    return bytes(out)
+
+
 def make_safetensors(path, pad_header=True, gap=0):
-    """Writes a small safetensors file mixing BF16, F16, F32, I64 and an empty tensor; returns the tensors."""
+    """Writes a small safetensors file mixing BF16, F16, F32, F8, I64 and an empty tensor; returns the tensors."""
     rng = random.Random(1234)
     tensors = [  # (name, dtype, shape, bytes) in data order
         ("model.layers.0.mlp.weight", "BF16", [100, 400], bf16_bytes(gauss_f32(rng, 40000, 0.02))),
@@ -137,6 +145,8 @@ def make_safetensors(path, pad_header=True, gap=0):
         ("empty", "BF16", [0, 7], b""),
         ("odd.u8", "U8", [5], bytes([1, 2, 3, 4, 5])),
         ("grad\u00e9\"quoted\"", "BF16", [1, 300], bf16_bytes(gauss_f32(rng, 300, 1e-3))),
+        ("fp8.e4m3", "F8_E4M3", [20000], f8_bytes(gauss_f32(rng, 20000, 2.0), True)),
+        ("fp8.e5m2", "F8_E5M2", [20000], f8_bytes(gauss_f32(rng, 20000, 0.02), False)),
     ]
     header, data = {}, b""
     for name, dt, shape, raw in tensors:
@@ -170,6 +180,8 @@ def safetensors(exe, work):
         sys.exit(f"FAIL: tensor names differ: {sorted(names)}")
     if names["step"]["stored"] != "raw" or names["model.layers.0.mlp.weight"]["stored"] != "zipcomm":
         sys.exit("FAIL: wrong storage choice")
+    if names["fp8.e5m2"]["stored"] != "zipcomm" or names["fp8.e5m2"]["dtype"] != "F8_E5M2":
+        sys.exit(f"FAIL: the F8_E5M2 tensor is not coded: {names['fp8.e5m2']}")
     if not names["model.layers.0.mlp.weight"]["ratio"] < 0.8:
         sys.exit(f"FAIL: bf16 tensor ratio {names['model.layers.0.mlp.weight']['ratio']}")
     if not doc["ratio"] < 1.0:
@@ -588,7 +600,8 @@ def dtype_warning(exe, work):
         if "zipcomm-file: warning:" in p.stderr:
             sys.exit(f"FAIL: a warning for the right dtype: {p.stderr}")
     # Data that is not floats at all (random bytes): a high ratio on its own is suspect.
-    noise = write(os.path.join(work, "noise.bin"), bytes(random.Random(3).getrandbits(8) for _ in range(1 << 17)))
+    noise_rng = random.Random(3)
+    noise = write(os.path.join(work, "noise.bin"), bytes(noise_rng.getrandbits(8) for _ in range(1 << 17)))
     p = run(exe, "compress", "--dtype", "bf16", noise, os.path.join(work, "noise.zc"))
     if "do not look like bf16" not in p.stderr:
         sys.exit(f"FAIL: no warning for random bytes: {p.stderr}")
