@@ -40,6 +40,9 @@ using WritableArray = nb::ndarray<>;
 
 // DLPack device types (dlpack.h: DLDeviceType).
 constexpr int DL_CPU = 1, DL_CUDA = 2, DL_CUDA_HOST = 3, DL_CUDA_MANAGED = 13;
+// DLPack type codes of the fp8 dtypes (dlpack.h v1.1: kDLFloat8_e4m3fn, kDLFloat8_e5m2), which nanobind's
+// dtype_code does not name.
+constexpr uint8_t DL_FLOAT8_E4M3FN = 10, DL_FLOAT8_E5M2 = 12;
 
 std::string dlpack_dtype_name(nb::dlpack::dtype t) {
   using C = nb::dlpack::dtype_code;
@@ -51,7 +54,10 @@ std::string dlpack_dtype_name(nb::dlpack::dtype t) {
     case C::Bfloat: base = "bfloat"; break;
     case C::Complex: base = "complex"; break;
     case C::Bool: return "bool";
-    default: return "DLPack dtype code " + std::to_string(t.code) + " of " + std::to_string(t.bits) + " bits";
+    default:
+      if (t.code == DL_FLOAT8_E4M3FN && t.bits == 8 && t.lanes == 1) return "float8_e4m3fn";
+      if (t.code == DL_FLOAT8_E5M2 && t.bits == 8 && t.lanes == 1) return "float8_e5m2";
+      return "DLPack dtype code " + std::to_string(t.code) + " of " + std::to_string(t.bits) + " bits";
   }
   base += std::to_string(t.bits);
   if (t.lanes != 1) base += "x" + std::to_string(t.lanes);
@@ -70,6 +76,8 @@ std::optional<DType> native_dtype(nb::dlpack::dtype t) {
   if (t.code == uint8_t(C::Bfloat) && t.bits == 16) return DType::bf16;
   if (t.code == uint8_t(C::Float) && t.bits == 16) return DType::fp16;
   if (t.code == uint8_t(C::Float) && t.bits == 32) return DType::fp32;
+  if (t.code == DL_FLOAT8_E4M3FN && t.bits == 8) return DType::fp8_e4m3;
+  if (t.code == DL_FLOAT8_E5M2 && t.bits == 8) return DType::fp8_e5m2;
   return std::nullopt;
 }
 
@@ -77,7 +85,9 @@ DType parse_dtype(const std::string& s, const std::string& where) {
   if (s == "bf16" || s == "bfloat16") return DType::bf16;
   if (s == "fp16" || s == "float16" || s == "half") return DType::fp16;
   if (s == "fp32" || s == "float32" || s == "float") return DType::fp32;
-  throw nb::value_error((where + ": unknown dtype '" + s + "' (bf16, fp16 or fp32)").c_str());
+  if (s == "fp8_e4m3" || s == "float8_e4m3fn" || s == "e4m3") return DType::fp8_e4m3;
+  if (s == "fp8_e5m2" || s == "float8_e5m2" || s == "e5m2") return DType::fp8_e5m2;
+  throw nb::value_error((where + ": unknown dtype '" + s + "' (bf16, fp16, fp32, fp8_e4m3 or fp8_e5m2)").c_str());
 }
 
 CodeId parse_code(const std::string& s, const std::string& where) {
@@ -109,10 +119,11 @@ DType element_dtype(const AnyArray& x, const std::optional<std::string>& declare
   }
   if (native) return *native;
   std::string hint;
+  if (is_integer(t) && t.bits == 8) hint = "; for bit patterns pass dtype='fp8_e4m3' or dtype='fp8_e5m2'";
   if (is_integer(t) && t.bits == 16) hint = "; for bit patterns pass dtype='bf16' or dtype='fp16'";
   if (is_integer(t) && t.bits == 32) hint = "; for bit patterns pass dtype='fp32'";
   throw nb::type_error((where + ": unsupported dtype " + name +
-                        " (zipcomm codes bfloat16, float16 and float32" + hint + ")")
+                        " (zipcomm codes bfloat16, float16, float32, float8_e4m3fn and float8_e5m2" + hint + ")")
                            .c_str());
 }
 
@@ -155,8 +166,11 @@ void check_status(Status s, const std::string& where) {
   if (s != Status::ok) throw StatusError(where, s);
 }
 
-/// The DLPack type of a decoded array: numpy has no bfloat16, so bf16 comes back as its uint16 bits there.
+/// The DLPack type of a decoded array: numpy has no bfloat16, so bf16 comes back as its uint16 bits there. fp8
+/// comes back as uint8 bits everywhere (few frameworks import DLPack's fp8 codes yet): zipcomm/__init__.py
+/// views them as the framework's fp8 type.
 nb::dlpack::dtype result_dtype(DType d, bool bf16_as_bits) {
+  if (format::elem_bytes(d) == 1) return nb::dtype<uint8_t>();
   if (d == DType::fp32) return nb::dtype<float>();
   if (d == DType::fp16) return nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
   if (bf16_as_bits) return nb::dtype<uint16_t>();
@@ -417,6 +431,9 @@ double exponent_entropy_bits(DType d, const uint8_t* src, uint64_t n) {
       uint32_t b;
       std::memcpy(&b, src + 4 * i, 4);
       ++hist[(b >> 23) & 0xFFu];
+    } else if (format::elem_bytes(d) == 1) {  // fp8: the exponent sits above 3 (e4m3) or 2 (e5m2) mantissa bits
+      const int eb = format::exp_bits(d);
+      ++hist[(src[i] >> (7 - eb)) & ((1u << eb) - 1)];
     } else {
       uint16_t v;
       std::memcpy(&v, src + 2 * i, 2);

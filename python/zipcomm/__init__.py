@@ -1,4 +1,4 @@
-"""zipcomm: lossless compression of bf16, fp16 and fp32 tensors.
+"""zipcomm: lossless compression of bf16, fp16, fp32 and fp8 (e4m3, e5m2) tensors.
 
 A thin client of the zipcomm C++ library (header-only, include/zipcomm): the host reference codec for arrays
 in host memory, the device-wide GPU codec for arrays on a CUDA device (when the package was built with nvcc).
@@ -6,8 +6,10 @@ Both write the same bytes: wire format v4 (docs/FORMAT.md). Every decoded bit eq
 payloads, infinities, subnormals and -0 included).
 
 Arrays are taken through DLPack: NumPy, torch, CuPy and other DLPack arrays, with no dependency on any of them
-except NumPy. NumPy has no bfloat16: pass ``ml_dtypes.bfloat16`` arrays, or bf16 bit patterns as uint16 with
-``dtype="bf16"``.
+except NumPy. NumPy has no bfloat16 and no fp8: pass ``ml_dtypes.bfloat16`` / ``ml_dtypes.float8_e4m3fn`` /
+``ml_dtypes.float8_e5m2`` arrays, or bit patterns as uint16 with ``dtype="bf16"`` or as uint8 with
+``dtype="fp8_e4m3"`` / ``dtype="fp8_e5m2"``. torch's ``float8_e4m3fn`` and ``float8_e5m2`` tensors are taken
+as their bytes (a uint8 view), so they work whether or not the torch version exports fp8 through DLPack.
 
     >>> import numpy as np, zipcomm
     >>> x = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
@@ -60,16 +62,22 @@ HEADER_BYTES: int = _ext.HEADER_BYTES
 #: Elements per chunk, the unit of independent decoding and of the chunk checks.
 CHUNK_ELEMENTS: int = _ext.CHUNK_ELEMENTS
 
-try:  # optional: NumPy's bfloat16
+try:  # optional: NumPy's bfloat16 and fp8
     from ml_dtypes import bfloat16 as _bfloat16
+    from ml_dtypes import float8_e4m3fn as _float8_e4m3fn
+    from ml_dtypes import float8_e5m2 as _float8_e5m2
 except ImportError:  # pragma: no cover - depends on the environment
-    _bfloat16 = None
+    _bfloat16 = _float8_e4m3fn = _float8_e5m2 = None
 
 _DTYPE_NAMES = {
     "bf16": "bf16", "bfloat16": "bf16",
     "fp16": "fp16", "float16": "fp16", "half": "fp16",
     "fp32": "fp32", "float32": "fp32", "float": "fp32",
+    "fp8_e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3", "e4m3": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2", "e5m2": "fp8_e5m2",
 }
+# The element types whose arrays are passed as their bytes: NumPy's (ml_dtypes) and torch's fp8 names.
+_FP8_NAMES = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"}
 
 _STATUS_HELP = """
     Status values (``zipcomm.Status``, include/zipcomm/config.hpp), raised as ``ZipcommError``:
@@ -86,9 +94,12 @@ _STATUS_HELP = """
 
 _FORMAT_HELP = """
     Wire format v4 (docs/FORMAT.md): one self-contained stream per array, little-endian:
-        [0, 64)            header: magic "ZPCM", version 4, dtype (1 bf16, 2 fp16, 3 fp32), code (3 pair),
-                           chunk_log2 14, element count, total bytes, section offsets, FNV-1a check
-        plane0             one byte per element, stored raw: the sign and the top 7 mantissa bits
+        [0, 64)            header: magic "ZPCM", version 4, dtype (1 bf16, 2 fp16, 3 fp32, 4 fp8_e4m3,
+                           5 fp8_e5m2), code (3 pair), chunk_log2 14, element count, total bytes, section
+                           offsets, FNV-1a check
+        plane0             stored raw: one byte per element, the sign and the top 7 mantissa bits; fp8: the
+                           sign and the mantissa as bit-planes, 4 (e4m3) or 3 (e5m2) planes of 32 bytes per
+                           256-element tile
         width codes        fp16, fp32: 2 bits per 256-element tile, how many low mantissa bits the tile keeps
                            (fp32 16, 8 or 0; fp16 3 or 0): bits that are zero in every element are dropped, so
                            bf16 values widened to fp32 or converted to fp16 cost what bf16 costs
@@ -100,12 +111,13 @@ _FORMAT_HELP = """
                            lane of a warp, or stored raw when that is not smaller
     Sections are 16-byte aligned and the padding is zero. Only the exponents are coded, so real tensors come
     to about 0.67 of their size (bf16), 0.68 (fp16 holding bf16 values), 0.33 (fp32 holding bf16 values) to
-    0.85 (fp32 with full mantissas); random bits come to slightly over 1
+    0.85 (fp32 with full mantissas), 0.83 (fp8_e4m3), 0.71 (fp8_e5m2); random bits come to slightly over 1
     (max_compressed_bytes is the bound)."""
 
 
 def _canonical_dtype(dtype: Any, where: str) -> Optional[str]:
-    """'bf16' / 'fp16' / 'fp32' from a name, a NumPy dtype or type, or a torch dtype; None stays None."""
+    """'bf16' / 'fp16' / 'fp32' / 'fp8_e4m3' / 'fp8_e5m2' from a name, a NumPy dtype or type, or a torch dtype;
+    None stays None."""
     if dtype is None:
         return None
     if isinstance(dtype, str):
@@ -116,15 +128,40 @@ def _canonical_dtype(dtype: Any, where: str) -> Optional[str]:
         try:
             name = np.dtype(dtype).name
         except TypeError:
-            raise TypeError(f"{where}: dtype must be 'bf16', 'fp16', 'fp32' or a float dtype, got {dtype!r}") from None
+            raise TypeError(f"{where}: dtype must be 'bf16', 'fp16', 'fp32', 'fp8_e4m3', 'fp8_e5m2' or a float "
+                            f"dtype, got {dtype!r}") from None
     canonical = _DTYPE_NAMES.get(name.lower())
     if canonical is None:
-        raise TypeError(f"{where}: unsupported dtype {name!r} (zipcomm codes bf16, fp16 and fp32)")
+        raise TypeError(f"{where}: unsupported dtype {name!r} (zipcomm codes bf16, fp16, fp32, fp8_e4m3 and "
+                        "fp8_e5m2)")
     return canonical
+
+
+def _fp8_of(x: Any) -> Optional[str]:
+    """'fp8_e4m3' / 'fp8_e5m2' for a NumPy (ml_dtypes) or torch fp8 array, else None."""
+    if isinstance(x, np.ndarray):
+        return _FP8_NAMES.get(x.dtype.name)
+    if _framework(x) == "torch":
+        return _FP8_NAMES.get(str(getattr(x, "dtype", "")).rpartition(".")[2])
+    return None
+
+
+def _as_fp8_bytes(x: Any, fp8: str, dtype: Optional[str], where: str) -> tuple[Any, str]:
+    """An fp8 array as a uint8 view of its bytes (DLPack has no fp8 in NumPy, nor in older torch)."""
+    if dtype not in (None, fp8):
+        raise TypeError(f"{where}: the array is {fp8} but dtype={dtype!r} was given")
+    if isinstance(x, np.ndarray):
+        return x.view(np.uint8), fp8
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    return x.view(torch.uint8), fp8
 
 
 def _array_argument(x: Any, dtype: Optional[str], where: str) -> tuple[Any, Optional[str]]:
     """The array as the extension takes it (DLPack), and its declared dtype."""
+    fp8 = _fp8_of(x)
+    if fp8 is not None:
+        return _as_fp8_bytes(x, fp8, dtype, where)
     if isinstance(x, np.ndarray):
         if x.dtype.name == "bfloat16":
             # ml_dtypes arrays have no DLPack type code: pass their bits.
@@ -150,13 +187,17 @@ def _framework(x: Any) -> str:
     return type(x).__module__.partition(".")[0]
 
 
-def _in_framework_of(x: Any, result: Any) -> Any:
-    """A GPU result (a DLPack array of the extension) as an array of x's framework, where it is known."""
+def _in_framework_of(x: Any, result: Any, fp8: Optional[str] = None) -> Any:
+    """A GPU result (a DLPack array of the extension) as an array of x's framework, where it is known. fp8
+    results come as uint8 bits: torch views them as its fp8 type (CuPy has none)."""
     framework = _framework(x)
     if framework == "torch":
         import torch  # type: ignore[import-not-found, unused-ignore]
 
-        return torch.from_dlpack(result)
+        t = torch.from_dlpack(result)
+        if fp8 is not None:
+            t = t.view(torch.float8_e4m3fn if fp8 == "fp8_e4m3" else torch.float8_e5m2)
+        return t
     if framework == "cupy":
         import cupy  # type: ignore[import-not-found, unused-ignore]
 
@@ -165,17 +206,20 @@ def _in_framework_of(x: Any, result: Any) -> Any:
 
 
 def compress(x: Any, code: str = "pair", *, dtype: Any = None) -> Any:
-    """Compresses an array of bf16, fp16 or fp32 elements, losslessly, into one wire format v4 stream.
+    """Compresses an array of bf16, fp16, fp32 or fp8 elements, losslessly, into one wire format v4 stream.
 
     Args:
         x: a C-contiguous array of any shape (its elements are taken in row-major order; the shape is not
             stored: decompress gives them back as 1-D). bfloat16 (torch.bfloat16, ml_dtypes.bfloat16),
-            float16 or float32; or integer bit patterns with ``dtype``: uint16/int16 with "bf16" or "fp16",
-            uint32/int32 with "fp32". A non-contiguous array raises ValueError (pass a contiguous copy:
-            numpy.ascontiguousarray(x), x.contiguous()); another dtype raises TypeError naming it.
+            float16, float32, fp8 (torch.float8_e4m3fn / torch.float8_e5m2, ml_dtypes.float8_e4m3fn /
+            ml_dtypes.float8_e5m2, or a DLPack array of those types); or integer bit patterns with ``dtype``:
+            uint8/int8 with "fp8_e4m3" or "fp8_e5m2", uint16/int16 with "bf16" or "fp16", uint32/int32 with
+            "fp32". A non-contiguous array raises ValueError (pass a contiguous copy: numpy.ascontiguousarray(x),
+            x.contiguous()); another dtype raises TypeError naming it.
         code: the exponent code: "pair", the only one (format v4).
-        dtype: what the elements are when x holds bit patterns: "bf16", "fp16", "fp32" (or a NumPy/torch
-            dtype). For a float array it may be given and must agree.
+        dtype: what the elements are when x holds bit patterns: "bf16", "fp16", "fp32", "fp8_e4m3" (OCP E4M3FN:
+            no infinities, NaN S.1111.111), "fp8_e5m2" (or a NumPy/torch dtype). For a float array it may be
+            given and must agree.
 
     Returns:
         For a host array (NumPy, torch CPU, ...): a 1-D numpy.ndarray of uint8, the stream, exactly as the C++
@@ -205,13 +249,14 @@ def decompress(buf: Any, out: Any = None) -> Any:
             stream's end (the header's total_bytes) are ignored. On a GPU it must start 16-byte aligned.
         out: optional array to fill, on the same device as buf, C-contiguous, of any shape with exactly the
             stream's element count, and of its dtype (bf16: bfloat16, uint16 or int16; fp16: float16, uint16 or
-            int16; fp32: float32, uint32 or int32). Its contents are unspecified if an error is raised.
+            int16; fp32: float32, uint32 or int32; fp8: its float8 type, uint8 or int8). Its contents are
+            unspecified if an error is raised.
 
     Returns:
         out when given. Otherwise a new 1-D array of the stream's dtype and element count: on the host a
-        numpy.ndarray, float16 / float32, and for bf16 ml_dtypes.bfloat16 when ml_dtypes is installed, else
-        uint16 holding the bf16 bits; on a GPU an array of buf's framework (torch.bfloat16 for bf16 in torch;
-        uint16 bits in CuPy).
+        numpy.ndarray, float16 / float32, and for bf16 / fp8 ml_dtypes.bfloat16 / float8_e4m3fn / float8_e5m2
+        when ml_dtypes is installed, else uint16 / uint8 holding the bits; on a GPU an array of buf's framework
+        (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2 in torch; uint16 / uint8 bits in CuPy).
 
     Raises:
         ZipcommError: a corrupt, truncated or foreign stream (bad_header, corrupt_stream, checksum_mismatch,
@@ -222,23 +267,28 @@ def decompress(buf: Any, out: Any = None) -> Any:
     buf = _stream_argument(buf, where)
     if out is not None:
         target = out
-        if isinstance(out, np.ndarray):
-            if not out.flags.writeable:
-                raise ValueError(f"{where}: out is read-only")
-            if out.dtype.name == "bfloat16":
-                target = out.view(np.uint16)
+        if isinstance(out, np.ndarray) and not out.flags.writeable:
+            raise ValueError(f"{where}: out is read-only")
+        if isinstance(out, np.ndarray) and out.dtype.name == "bfloat16":
+            target = out.view(np.uint16)
+        elif _fp8_of(out) is not None:
+            target, _ = _as_fp8_bytes(out, _fp8_of(out), None, where)
         _ext.decompress(buf, target, True)
         return out
     result = _ext.decompress(buf, None, _framework(buf) == "cupy")
     if isinstance(result, np.ndarray):
         if result.dtype == np.uint16 and _bfloat16 is not None:  # uint16 comes back only for bf16 streams
-            result = result.view(_bfloat16)
+            return result.view(_bfloat16)
+        if result.dtype == np.uint8 and _float8_e4m3fn is not None:  # uint8 only for fp8: the header says which
+            return result.view(_float8_e4m3fn if _ext.info(buf)["dtype"] == "fp8_e4m3" else _float8_e5m2)
         return result
-    return _in_framework_of(buf, result)
+    stream_dtype = _ext.info(buf)["dtype"]
+    return _in_framework_of(buf, result, stream_dtype if stream_dtype.startswith("fp8") else None)
 
 
 def max_compressed_bytes(n: int, dtype: Any) -> int:
-    """Upper bound of the stream size of n elements of dtype ("bf16", "fp16", "fp32" or a float dtype).
+    """Upper bound of the stream size of n elements of dtype ("bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2"
+    or a float dtype).
 
     Reached when every chunk is stored raw (random bits): the planes, the header and tables, and the raw
     exponents. compress never writes more.
@@ -255,7 +305,7 @@ def max_compressed_bytes(n: int, dtype: Any) -> int:
 def info(buf: Any) -> dict[str, Any]:
     """The header fields of a stream, checked (magic, header check, version, sizes) but without decoding it.
 
-    Returns a dict: version, dtype ("bf16" | "fp16" | "fp32"), code ("pair"), elements,
+    Returns a dict: version, dtype ("bf16" | "fp16" | "fp32" | "fp8_e4m3" | "fp8_e5m2"), code ("pair"), elements,
     original_bytes, compressed_bytes (the header's total_bytes), ratio (compressed / original), chunks,
     raw_chunks (chunks whose exponents are stored raw), chunk_elements, table_offset, low_offset,
     exp_offset, header_check, buffer_bytes (the length of buf; bytes past compressed_bytes are ignored).

@@ -49,7 +49,8 @@ import zipcomm
 
 __all__ = ["CompressedAllreduceState", "allreduce_hook", "uncompressed_allreduce_hook", "reduce_in_rank_order"]
 
-#: Dtypes the codec takes; other bucket dtypes are sent uncompressed.
+#: Dtypes the hook compresses (those it reduces in a wider type or its own); other bucket dtypes, fp8 among
+#: them, are sent uncompressed.
 COMPRESSED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 #: Default of CompressedAllreduceState.threshold_bytes: below it the 64-byte header, the chunk table and the two

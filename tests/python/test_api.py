@@ -47,7 +47,8 @@ def test_help_explains_format_and_statuses() -> None:
 
 
 def test_max_compressed_bytes_bounds_random_bits(rng: np.random.Generator) -> None:
-    for kind, bits in (("bf16", np.uint16), ("fp16", np.uint16), ("fp32", np.uint32)):
+    for kind, bits in (("bf16", np.uint16), ("fp16", np.uint16), ("fp32", np.uint32), ("fp8_e4m3", np.uint8),
+                       ("fp8_e5m2", np.uint8)):
         for n in (0, 1, 255, 16385, 50000):
             x = rng.integers(0, np.iinfo(bits).max, n, dtype=bits, endpoint=True)
             bound = zipcomm.max_compressed_bytes(n, kind)

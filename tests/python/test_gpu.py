@@ -105,3 +105,23 @@ def test_gpu_stream_must_be_aligned(cuda: object) -> None:
     padded = cuda.to_gpu(np.concatenate([np.zeros(1, np.uint8), stream]))
     with pytest.raises(ValueError, match="16-byte aligned"):
         zipcomm.decompress(padded[1:])
+
+
+@pytest.mark.parametrize("name,kind", [("llama_grads.e4m3", "fp8_e4m3"), ("llama_acts.e5m2", "fp8_e5m2")])
+def test_gpu_fp8(cuda: object, name: str, kind: str) -> None:
+    """fp8 on the GPU: the host's bytes, round trips (torch: back as its float8 type), host streams decoded."""
+    x = read_data(name, np.uint8)
+    for n in (0, 1, 257, 40000, x.size):
+        expected = zipcomm.compress(x[:n], dtype=kind)
+        stream = zipcomm.compress(cuda.to_gpu(x[:n]), dtype=kind)
+        assert bytes(cuda.to_host(stream)) == bytes(expected), (name, n)
+        decoded = zipcomm.decompress(stream)
+        if cuda.name == "torch":
+            import torch
+
+            assert decoded.dtype == (torch.float8_e4m3fn if kind == "fp8_e4m3" else torch.float8_e5m2)
+            decoded = decoded.view(torch.uint8)
+        np.testing.assert_array_equal(cuda.to_host(decoded), x[:n])
+        out = cuda.to_gpu(np.zeros(n, np.uint8))
+        zipcomm.decompress(cuda.to_gpu(expected), out=out)
+        np.testing.assert_array_equal(cuda.to_host(out), x[:n])

@@ -13,7 +13,8 @@ import pytest
 import zipcomm
 from conftest import REPO, read_data
 
-# docs/FORMAT.md section 15: the first 40000 elements of tests/data/llama_weights.bf16, pair code.
+# The worked example of docs/FORMAT.md: the first 40000 elements of tests/data/llama_weights.bf16, pair code,
+# format v4 (version 4; the header's offsets: table, low section, exponent section).
 WORKED_EXAMPLE_HEADER = bytes.fromhex(
     "5a 50 43 4d 04 01 03 0e  40 9c 00 00 00 00 00 00"
     "80 d1 00 00 00 00 00 00  80 9c 00 00 00 00 00 00"
@@ -50,6 +51,8 @@ def test_format_md_worked_example() -> None:
     assert zipcomm.max_compressed_bytes(40000, "bf16") == 80112
     assert zipcomm.max_compressed_bytes(40000, "fp16") == 80256
     assert zipcomm.max_compressed_bytes(40000, "fp32") == 160176
+    assert zipcomm.max_compressed_bytes(40000, "fp8_e4m3") == 64 + 157 * 128 + 48 + 20000
+    assert zipcomm.max_compressed_bytes(40000, "fp8_e5m2") == 64 + 157 * 96 + 48 + 25008
 
 
 def test_format_md_worked_example_width_codes() -> None:
@@ -82,7 +85,9 @@ def zipcomm_file_cli() -> Path:
 @pytest.mark.parametrize("code", ["pair"])
 @pytest.mark.parametrize("name,kind,bits", [("llama_grads.bf16", "bf16", np.uint16),
                                             ("llama_grads_scaled.f16", "fp16", np.uint16),
-                                            ("tiny_lm_grads_autocast.f32", "fp32", np.uint32)])
+                                            ("tiny_lm_grads_autocast.f32", "fp32", np.uint32),
+                                            ("llama_grads.e4m3", "fp8_e4m3", np.uint8),
+                                            ("llama_acts.e5m2", "fp8_e5m2", np.uint8)])
 def test_same_bytes_as_the_cli(tmp_path: Path, name: str, kind: str, bits: type, code: str) -> None:
     cli = zipcomm_file_cli()
     x = read_data(name, bits)
