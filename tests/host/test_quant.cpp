@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cfenv>
+#include <cmath>
 #include <limits>
 
 using namespace zipcomm;
@@ -189,6 +190,15 @@ std::vector<uint8_t> check_roundtrip(const zt::Tensor& t, QuantMode mode, uint32
   const zt::Decoded d = dequantize_guarded(m, t.bytes.size());
   REQUIRE(d.status == Status::ok);
   REQUIRE(d.guards_ok);
+  // into every dtype: the fp32 reconstruction narrowed to it
+  for (DType o : zt::kDTypes) {
+    std::vector<uint8_t> out(t.n * format::elem_bytes(o));
+    REQUIRE(quant::host::dequantize(m.data(), m.size(), out.data(), out.size(), o) == Status::ok);
+    for (uint64_t i = 0; i < t.n; ++i)
+      if (out_elem(o, out, i) != narrow(o, e.value32[i]))
+        FAIL("element " << i << " into " << dtype_name(o) << ": 0x" << std::hex << out_elem(o, out, i)
+                        << ", restated 0x" << narrow(o, e.value32[i]));
+  }
   const double p_dtype = t.dtype == DType::bf16 ? 8 : t.dtype == DType::fp16 ? 11 : 24;
   const double min_sub = t.dtype == DType::fp16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -149);
   for (uint64_t i = 0; i < t.n; ++i) {
@@ -445,6 +455,94 @@ TEST_CASE("quant: NaN and infinity are refused with not_finite, and so are range
     REQUIRE(quantize_status(t, QuantMode::asymmetric, 4, 64) == Status::not_finite);
     check_roundtrip(t, QuantMode::symmetric, 4, 64);
   }
+}
+
+// ---- helpers of the device quantizer ---------------------------------------------------------------------------
+TEST_CASE("quant: params_surely_valid never accepts parameters that params_valid refuses", "[quant]") {
+  ZT_RNG("quant surely valid");
+  // exponents around each limit (2^(E - b), 2^(E + 1 - b), 2^E with E = 14 or 126), random mantissas and signs,
+  // and the special values
+  auto pick = [&](uint32_t centre_exp) {
+    const uint32_t r = uint32_t(rng() % 16);
+    if (r == 0) return zt::bits_f32(0x7F800000u | uint32_t(rng() % 2) << 31);  // infinity
+    if (r == 1) return zt::bits_f32(0x7FC00000u);                                // NaN
+    if (r == 2) return zt::bits_f32(uint32_t(rng() % 2) << 31);                  // a zero
+    int e = int(centre_exp) + int(rng() % 9) - 4;
+    e = std::max(1, std::min(254, e));
+    const uint32_t sign = rng() % 8 == 0 ? 0x80000000u : 0u;
+    const uint32_t mant = rng() % 4 == 0 ? (rng() % 2 ? 0u : 0x7FFFFFu) : uint32_t(rng()) & 0x7FFFFFu;
+    return zt::bits_f32(sign | uint32_t(e) << 23 | mant);
+  };
+  uint64_t accepted = 0, refused_by_both = 0;
+  for (DType d : zt::kDTypes)
+    for (QuantMode mode : kModes)
+      for (uint32_t bits : kBits)
+        for (int constant = 0; constant < 2; ++constant) {
+          if (constant && mode == QuantMode::asymmetric) continue;
+          const uint32_t e = d == DType::fp16 ? 14u : 126u;
+          for (int i = 0; i < 4000; ++i) {
+            const uint32_t centre = 127u + (i % 3 == 0 ? e - bits : i % 3 == 1 ? e + 1u - bits : e);
+            const float scale = pick(centre), lo = pick(127u + e);
+            const bool sure = quant::params_surely_valid(d, mode, bits, scale, lo, constant != 0);
+            bool valid = false;
+            if (d == DType::bf16) valid = quant::params_valid<DType::bf16>(mode, bits, scale, lo, constant != 0);
+            if (d == DType::fp16) valid = quant::params_valid<DType::fp16>(mode, bits, scale, lo, constant != 0);
+            if (d == DType::fp32) valid = quant::params_valid<DType::fp32>(mode, bits, scale, lo, constant != 0);
+            INFO("dtype " << dtype_name(d) << " mode " << quant::mode_name(mode) << " bits " << bits << " scale "
+                          << scale << " lo " << lo << " constant " << constant);
+            if (sure) REQUIRE(valid);
+            accepted += sure;
+            refused_by_both += !sure && !valid;
+          }
+        }
+  REQUIRE(accepted > 10000);  // the condition holds for ordinary parameters
+  REQUIRE(refused_by_both > 10000);
+  REQUIRE(quant::params_surely_valid(DType::bf16, QuantMode::asymmetric, 8, 0.01f, -1.0f, false));
+  REQUIRE(quant::params_surely_valid(DType::fp16, QuantMode::symmetric, 2, 3000.0f, 0.0f, false));
+  REQUIRE_FALSE(quant::params_surely_valid(DType::fp16, QuantMode::symmetric, 2, 9000.0f, 0.0f, false));
+}
+
+TEST_CASE("quant: div_by_reciprocal gives the correctly rounded quotient for the scales and quotients it covers",
+          "[quant]") {
+  ZT_RNG("quant reciprocal division");
+  std::uniform_int_distribution<int> scale_exp(-64, 63), quot_exp(-32, 31);
+  uint64_t cases = 0;
+  auto check = [&](float d, float s) {
+    const float r = quant::div_rn(1.0f, s);
+    const float got = quant::div_by_reciprocal(d, s, r), want = f_div(d, s);
+    const double q = std::fabs(double(d) / double(s));
+    INFO("d " << d << " (0x" << std::hex << zt::f32_bits(d) << ") s " << s << " (0x" << zt::f32_bits(s) << ")");
+    if (d == 0.0f)
+      REQUIRE(got == 0.0f);  // either sign
+    else if (q >= std::ldexp(1.0, -32) && q <= std::ldexp(1.0, 32))
+      REQUIRE(zt::f32_bits(got) == zt::f32_bits(want));
+    else if (q < std::ldexp(1.0, -32))
+      REQUIRE(std::fabs(got) < std::ldexp(1.0f, -31));
+    ++cases;
+  };
+  for (int i = 0; i < 600000; ++i) {
+    const uint32_t mant = i % 5 == 0 ? 0x7FFFFFu : i % 5 == 1 ? 0u : uint32_t(rng()) & 0x7FFFFFu;
+    const float s = zt::bits_f32(uint32_t(127 + scale_exp(rng)) << 23 | mant);
+    float d;
+    switch (i % 4) {
+      case 0: {  // near a half-integer quotient (k + 1/2) * s, and its neighbours: ties and near-ties
+        const double k = double(rng() % 512) + 0.5;
+        d = float(k * double(s));
+        const int step = int(rng() % 5) - 2;
+        for (int j = 0; j < std::abs(step); ++j) d = std::nextafter(d, step > 0 ? INFINITY : -INFINITY);
+        break;
+      }
+      case 1: d = float(double(rng() % 512) * double(s)); break;  // integer quotients
+      default: d = float(std::ldexp(1.0 + double(rng() % (1u << 23)) / double(1u << 23), quot_exp(rng)) *
+                         double(s));
+    }
+    if (rng() % 2) d = -d;
+    if (std::isfinite(d)) check(d, s);
+  }
+  check(0.0f, 1.0f);
+  check(-0.0f, 3.0f);
+  check(std::ldexp(1.0f, -140), 1.0f);  // a quotient far below 2^-32
+  REQUIRE(cases > 500000);
 }
 
 // ---- validation -------------------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@
 //  * Every operation below is ONE IEEE-754 binary32 operation rounded to nearest even, never fused with another
 //    into a multiply-add and never flushed to zero: on the device use __fadd_rn, __fsub_rn, __fmul_rn,
 //    __fdiv_rn (the plain `/` of nvcc is not correctly rounded under -prec-div=false, and `a + b * c` may be
-//    contracted into an FMA), and compile without --use_fast_math / -ftz=true. The host versions go through
+//    contracted into an FMA), and compile without --use_fast_math / -ftz=true. (The device quantizer gets the
+//    correctly rounded quotient without a division instruction: div_by_reciprocal.) The host versions go through
 //    volatile fp32 temporaries so that no compiler contracts them; they assume IEEE binary32 hardware arithmetic
 //    (SSE on x86-64, AArch64), never x87 extended precision.
 //  * Rounding to an integer code is round-half-to-even (rne_int: __float2int_rn on the device) of a value already
@@ -35,6 +36,7 @@
 // largest finite value: e.g. bf16/fp32 groups with hi - lo > 3.4e38).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "../config.hpp"
@@ -79,6 +81,25 @@ ZIPCOMM_HOST_DEVICE int32_t rne_int(float v) {
   volatile float r = t - 12582912.0f;
   return static_cast<int32_t>(r);
 #endif
+}
+
+ZIPCOMM_HOST_DEVICE float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+/// The quotient d / s rounded to nearest even, from r = div_rn(1, s) (the correctly rounded reciprocal) without a
+/// division: q = d * r is within an ulp of d / s, the remainder d - q * s is exact in one fused multiply-add, and
+/// q + remainder * r rounded once is the correctly rounded quotient (Markstein's theorem, the correction step of
+/// the hardware-assisted divisions), provided no intermediate result underflows or overflows: for
+/// 2^-64 <= s <= 2^64 and 2^-32 <= |d / s| <= 2^32. A smaller quotient may be off by an ulp (it stays below
+/// 2^-31), and d = -0 gives +0. tests/host/test_quant.cpp checks the formula against a division.
+ZIPCOMM_HOST_DEVICE float div_by_reciprocal(float d, float s, float r) {
+  const float q = mul_rn(d, r);
+  return fma_rn(fma_rn(-q, s, d), r, q);
 }
 
 ZIPCOMM_HOST_DEVICE bool f32_finite(float x) { return (f32_to_bits(x) & 0x7FFFFFFFu) < 0x7F800000u; }
@@ -147,11 +168,25 @@ ZIPCOMM_HOST_DEVICE bool params_valid(QuantMode mode, uint32_t bits, float scale
   return scale_nonneg && element_finite<D>(dequantize_element<D>(mode, bits, scale, lo, asym_max_code(bits)));
 }
 
-/// A group's parameters from its canonical range. not_finite when the range or the reconstruction overflows.
-template <DType D>
-ZIPCOMM_HOST_DEVICE Status make_params(QuantMode mode, uint32_t bits, GroupRange r, GroupParams& p) {
-  p = GroupParams{};
-  if (!f32_finite(r.lo) || !f32_finite(r.hi)) return Status::not_finite;
+/// A cheap sufficient condition for params_valid (never true where params_valid is false): parameters of
+/// moderate magnitude, so that every reconstruction stays within 2^(E+1), E = 126 for bf16 and fp32, 14 for fp16.
+/// Asymmetric: |lo| <= 2^E and 0 <= scale <= 2^(E-b), so |lo + code * scale| <= 2^E + (2^b - 1) * 2^(E-b),
+/// rounded at most to 2^(E+1). Symmetric: 0 <= scale <= 2^(E+1-b), so |level * scale| < 2^(b-1) * 2^(E+1-b);
+/// a constant group's value |c| <= 2^E. Device code tests it per group and calls params_valid only where it
+/// fails (values near the dtype's largest finite value).
+ZIPCOMM_HOST_DEVICE bool params_surely_valid(DType dtype, QuantMode mode, uint32_t bits, float scale, float lo,
+                                             bool constant) {
+  const uint32_t e = dtype == DType::fp16 ? 14u : 126u;
+  const uint32_t s = f32_to_bits(scale);  // as an unsigned integer: a sign bit, NaN or infinity is above any limit
+  if (mode == QuantMode::asymmetric)
+    return s <= (127u + e - bits) << 23 && (f32_to_bits(lo) & 0x7FFFFFFFu) <= (127u + e) << 23;
+  if (constant) return (s & 0x7FFFFFFFu) <= (127u + e) << 23;
+  return s <= (127u + e + 1u - bits) << 23;
+}
+
+/// A group's parameters from its canonical, finite range, before the checks of params_valid.
+ZIPCOMM_HOST_DEVICE GroupParams params_from_range(QuantMode mode, uint32_t bits, GroupRange r) {
+  GroupParams p{};
   p.constant = r.hi == r.lo;
   if (mode == QuantMode::asymmetric) {
     p.lo = r.lo;
@@ -160,6 +195,15 @@ ZIPCOMM_HOST_DEVICE Status make_params(QuantMode mode, uint32_t bits, GroupRange
     const float amax = -r.lo > r.hi ? -r.lo : r.hi;  // negation is exact
     p.scale = p.constant ? r.lo : div_rn(amax, static_cast<float>(sym_max_level(bits)));
   }
+  return p;
+}
+
+/// A group's parameters from its canonical range. not_finite when the range or the reconstruction overflows.
+template <DType D>
+ZIPCOMM_HOST_DEVICE Status make_params(QuantMode mode, uint32_t bits, GroupRange r, GroupParams& p) {
+  p = GroupParams{};
+  if (!f32_finite(r.lo) || !f32_finite(r.hi)) return Status::not_finite;
+  p = params_from_range(mode, bits, r);
   return params_valid<D>(mode, bits, p.scale, p.lo, p.constant) ? Status::ok : Status::not_finite;
 }
 

@@ -93,8 +93,9 @@ inline Status quantize_typed(QuantMode mode, uint32_t bits, uint32_t group, cons
   return Status::ok;
 }
 
-/// Checks the body of a message whose header was validated (pass 1, write = false), or decodes it (pass 2).
-template <DType D>
+/// Checks the body of a message of dtype D whose header was validated (pass 1, write = false), or decodes it into
+/// dtype O (pass 2).
+template <DType D, DType O>
 inline Status dequantize_typed(const uint8_t* msg, const Layout& l, uint8_t* dst, bool write) {
   uint32_t codes[128];
   for (uint64_t g = 0; g < l.num_groups; ++g) {
@@ -115,7 +116,7 @@ inline Status dequantize_typed(const uint8_t* msg, const Layout& l, uint8_t* dst
     if (!params_valid<D>(l.mode, l.bits, scale, lo, constant)) return Status::corrupt_stream;
     if (write)
       for (uint32_t k = 0; k < count; ++k)
-        store_bits<D>(dst, g * l.group + k, dequantize_element<D>(l.mode, l.bits, scale, lo, codes[k]));
+        store_bits<O>(dst, g * l.group + k, dequantize_element<O>(l.mode, l.bits, scale, lo, codes[k]));
   }
   return Status::ok;
 }
@@ -204,27 +205,42 @@ inline Status quantize(DType dtype, QuantMode mode, uint32_t bits, uint32_t grou
   return Status::ok;
 }
 
-/// Dequantizes a message of src_bytes bytes into dst (capacity dst_bytes; must hold n elements of the header's
-/// dtype). Status: the header's (bad_header, unsupported_version, corrupt_stream when truncated),
-/// buffer_too_small, invalid_argument, corrupt_stream (non-zero padding, parameters no writer produces, codes
-/// that contradict their group's parameters). The whole message is checked before the first write: on any error
-/// dst is untouched. A quantized message carries no checksum (v1): a changed code decodes to another value.
-inline Status dequantize(const void* src, uint64_t src_bytes, void* dst, uint64_t dst_bytes) {
+/// Dequantizes a message of src_bytes bytes into dst (capacity dst_bytes; must hold n elements of `out_dtype`):
+/// each element's fp32 reconstruction narrowed to out_dtype with round-to-nearest-even. Into the message's own
+/// dtype (the overload below) that is the reconstruction of docs/QUANT.md; into another dtype it is the same fp32
+/// value cast (an fp32 message read into fp16 can overflow to infinity where fp16 has no finite value).
+/// Status: invalid_argument (unknown out_dtype), the header's (bad_header, unsupported_version, corrupt_stream
+/// when truncated), buffer_too_small, invalid_argument (null dst), corrupt_stream (non-zero padding, parameters no
+/// writer produces, codes that contradict their group's parameters: the checks use the message's dtype, whatever
+/// out_dtype is). The whole message is checked before the first write: on any error dst is untouched. A
+/// quantized message carries no checksum (v1): a changed code decodes to another value.
+inline Status dequantize(const void* src, uint64_t src_bytes, void* dst, uint64_t dst_bytes, DType out_dtype) {
+  if (!dtype_valid(static_cast<uint8_t>(out_dtype))) return Status::invalid_argument;
   Header h;
   Status st = read_header(src, src_bytes, &h);
   if (st != Status::ok) return st;
-  const DType dtype = static_cast<DType>(h.dtype);
-  if (dst_bytes < h.num_elements * format::elem_bytes(dtype)) return Status::buffer_too_small;
+  if (dst_bytes < h.num_elements * format::elem_bytes(out_dtype)) return Status::buffer_too_small;
   if (!dst && h.num_elements) return Status::invalid_argument;
   auto s = static_cast<const uint8_t*>(src);
   auto d = static_cast<uint8_t*>(dst);
   const Layout l = layout_for(static_cast<QuantMode>(h.mode), h.bits, h.group_size, h.num_elements);
   if (!detail::padding_zero(s, l)) return Status::corrupt_stream;
-  return detail::visit_dtype(dtype, [&](auto dt) {
+  return detail::visit_dtype(static_cast<DType>(h.dtype), [&](auto dt) {
     constexpr DType D = decltype(dt)::value;
-    const Status check = detail::dequantize_typed<D>(s, l, d, false);
-    return check != Status::ok ? check : detail::dequantize_typed<D>(s, l, d, true);
+    return detail::visit_dtype(out_dtype, [&](auto ot) {
+      constexpr DType O = decltype(ot)::value;
+      const Status check = detail::dequantize_typed<D, O>(s, l, d, false);
+      return check != Status::ok ? check : detail::dequantize_typed<D, O>(s, l, d, true);
+    });
   });
+}
+
+/// Dequantizes into the message's own dtype: the reconstruction docs/QUANT.md defines.
+inline Status dequantize(const void* src, uint64_t src_bytes, void* dst, uint64_t dst_bytes) {
+  Header h;
+  const Status st = read_header(src, src_bytes, &h);
+  if (st != Status::ok) return st;
+  return dequantize(src, src_bytes, dst, dst_bytes, static_cast<DType>(h.dtype));
 }
 
 /// Read access to a message whose header checked out (for tests and tools): parameters and codes as stored.
