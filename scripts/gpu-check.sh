@@ -2,12 +2,13 @@
 # One run on a GPU machine: build, run every test (GPU ones included), the stress run (full and p2p modes),
 # compute-sanitizer on the GPU tests, then the benchmarks. Logs go to $OUT. Needs
 # Catch2 carried in .deps/.
-# Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p|codec]    (full: everything; quick: no sanitizers, 64 MiB
+# Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p|codec|quant]    (full: everything; quick: no sanitizers, 64 MiB
 # benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second run;
 # p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples, a short stress run and bench_p2p (stream mode
 # and its copy-mode fallback), no sanitizers - a short run for a change confined to the P2P links; codec: the codec
 # targets: every GPU test but [p2p], memcheck on the codec, block and fused tests, bench and bench_fused
-# (ZIPCOMM_BENCHES="codec fused ring" adds bench_ring) - a short run for a change to the codec). Env:
+# (ZIPCOMM_BENCHES="codec fused ring" adds bench_ring) - a short run for a change to the codec; quant: the
+# quantization tier: the [quant] GPU tests, memcheck on them, and bench_quant). Env:
 # ZIPCOMM_BENCHES (subset), ZIPCOMM_BENCH_ARGS (more zipcomm_bench flags, e.g. --sms 16), ZIPCOMM_P2P_ARGS,
 # ZIPCOMM_P2P_TIMEOUT (s, 300), ZIPCOMM_P2P_DATA (folder with llama_grads.bf16 for bench_p2p; tests/data),
 # ZIPCOMM_P2P_ARGS2 (a second bench_p2p run after the first, e.g. on other data: its output goes to bench_p2p2.*),
@@ -30,7 +31,8 @@ cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTU
 # -k 0: a target that fails to build is reported, and everything else still builds and runs.
 TARGETS=()
 [ "$MODE" = p2p ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_p2p zipcomm_p2p_pipeline zipcomm_rl_weight_sync zipcomm_probe_split zipcomm_probe_concurrent zipcomm_probe_copy_engines zipcomm_stress_links zipcomm_stress_load)
-[ "$MODE" = codec ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench zipcomm_bench_fused zipcomm_bench_ring)
+[ "$MODE" = codec ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench zipcomm_bench_fused zipcomm_bench_ring zipcomm_bench_quant)
+[ "$MODE" = quant ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_quant)
 if ! cmake --build $BUILD -j"$(nproc)" "${TARGETS[@]}" -- -k 0 > "$OUT/build.log" 2>&1; then
   log "build had FAILURES (the rest runs)"; grep -E "error|FAILED" "$OUT/build.log" | head -40
   [ -x $BUILD/tests/gpu/zipcomm_gpu_tests ] || exit 1
@@ -50,6 +52,12 @@ elif [ "$MODE" = codec ]; then
   timeout 200 compute-sanitizer --tool memcheck --error-exitcode 99 $GPU_TESTS "[codec],[block],[fused]~[large]" > "$OUT/memcheck.log" 2>&1
   log "memcheck rc=$?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
   ZIPCOMM_BENCHES=${ZIPCOMM_BENCHES:-codec fused}
+elif [ "$MODE" = quant ]; then
+  timeout 300 $GPU_TESTS "[quant]" --durations yes > "$OUT/gpu_tests.log" 2>&1
+  log "gpu tests [quant] rc=$?: $(tail -3 "$OUT/gpu_tests.log" | tr '\n' ' ')"
+  timeout 400 compute-sanitizer --tool memcheck --error-exitcode 99 $GPU_TESTS "[quant]~[large]" > "$OUT/memcheck.log" 2>&1
+  log "memcheck rc=$?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+  ZIPCOMM_BENCHES=quant
 elif [ "$MODE" != san ]; then
 # GPU tests one at a time: some run sender and receiver kernels side by side and need the GPU to themselves.
 ctest --test-dir $BUILD --output-on-failure -j4 -LE gpu > "$OUT/ctest.log" 2>&1
@@ -93,7 +101,7 @@ if [ "$MODE" = full ] || [ "$MODE" = san ]; then
 fi
 MIB=256
 [ "$MODE" = quick ] && MIB=64
-BENCHES=${ZIPCOMM_BENCHES:-codec p2p fused ring}  # a subset runs faster
+BENCHES=${ZIPCOMM_BENCHES:-codec p2p fused ring quant}  # a subset runs faster
 [ "$MODE" = san ] && BENCHES=""
 want() { [[ " $BENCHES " == *" $1 "* ]]; }
 if want codec; then
@@ -121,13 +129,20 @@ if want fused; then
   $BUILD/bench/zipcomm_bench_fused --data tests/data --mib $MIB --reps 20 --json "$OUT/bench_fused.json" > "$OUT/bench_fused.txt" 2>&1
   log "bench_fused rc=$?"
 fi
+# Quantization tier (lossy): quantize/dequantize on the bf16 tensors, b = 4/6/8, G = 32/128, both modes, against the
+# copy roofline and next to the lossless codec
+if want quant; then
+  $BUILD/bench/zipcomm_bench_quant --data tests/data --mib $MIB --reps 20 --json "$OUT/bench_quant.json" > "$OUT/bench_quant.txt" 2>&1
+  log "bench_quant rc=$?: $(grep -E 'slowest quantization row' "$OUT/bench_quant.txt")"
+fi
 # Ring allreduce: compressed vs raw ring, simulated ranks on GPU 0 (peer GPUs and ncclAllReduce where there are several)
 if want ring; then
   timeout ${ZIPCOMM_RING_BENCH_S:-300} $BUILD/bench/zipcomm_bench_ring --data tests/data --mib $MIB --json "$OUT/bench_ring.json" > "$OUT/bench_ring.txt" 2>&1
   log "bench_ring rc=$?"
 fi
 cat "$OUT"/bench*.txt "$OUT"/probe*.txt 2>/dev/null
-# $OUT is kept to at most 8 files: logs travel in one archive.
-( cd "$OUT" && tar czf all-logs.tgz *.log *.txt $(ls bench_p2p_batch.json 2>/dev/null) 2>/dev/null &&
-  rm -f *.log bench*.txt machine.txt bench_p2p_batch.json )
+# $OUT is kept to at most 8 files: logs travel in one archive (bench_quant.json too, except in quant mode).
+QUANT_JSON=""; [ "$MODE" != quant ] && QUANT_JSON=$(ls "$OUT"/bench_quant.json 2>/dev/null | xargs -r -n1 basename)
+( cd "$OUT" && tar czf all-logs.tgz *.log *.txt $(ls bench_p2p_batch.json 2>/dev/null) $QUANT_JSON 2>/dev/null &&
+  rm -f *.log bench*.txt machine.txt bench_p2p_batch.json $QUANT_JSON )
 cat "$OUT/summary.txt" 2>/dev/null
