@@ -523,7 +523,9 @@ TEST_CASE("quant: more than 2^31 elements: sampled groups equal the host referen
   CUDA_OK(cudaMemcpy(&h, out.ptr, sizeof h, cudaMemcpyDeviceToHost));
   REQUIRE(quant::validate_header(h, l.total_bytes) == Status::ok);
   REQUIRE(h.num_elements == n);
-  std::mt19937_64 rng(gpu_test::fresh_seed());
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
   std::vector<uint64_t> groups = {0, l.num_groups / 2, l.num_groups - 2, l.num_groups - 1};
   for (int i = 0; i < 60; ++i) groups.push_back(rng() % l.num_groups);
   for (uint64_t g : groups) {
