@@ -185,7 +185,7 @@ void check_against_host(const std::vector<uint8_t>& raw, DType d, QuantMode mode
 }  // namespace
 
 TEST_CASE("quant: device messages and reconstructions equal the host reference's, every dtype x b x G x mode",
-          "[gpu][quant]") {
+          "[gpu][quant][configs]") {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
