@@ -447,6 +447,10 @@ TEST_CASE("quant: argument errors give a status and cudaErrorInvalidValue", "[gp
   REQUIRE(status() == Status::invalid_argument);
   REQUIRE(q(in.ptr, n, DType(0), asym, 4, 32, out.ptr, cap) == cudaErrorInvalidValue);
   REQUIRE(status() == Status::invalid_argument);
+  for (DType fp8 : {DType::fp8_e4m3, DType::fp8_e5m2}) {  // lossless codec dtypes, not quantized further
+    REQUIRE(q(in.ptr, n, fp8, asym, 4, 32, out.ptr, cap) == cudaErrorInvalidValue);
+    REQUIRE(status() == Status::invalid_argument);
+  }
   REQUIRE(q(in.ptr, n, DType::bf16, QuantMode(3), 4, 32, out.ptr, cap) == cudaErrorInvalidValue);
   REQUIRE(status() == Status::invalid_argument);
   REQUIRE(q(nullptr, n, DType::bf16, asym, 4, 32, out.ptr, cap) == cudaErrorInvalidValue);

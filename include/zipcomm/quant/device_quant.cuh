@@ -171,7 +171,7 @@ inline cudaError_t quantize(const void* d_in, uint64_t n, DType dtype, QuantMode
                             void* d_out, uint64_t out_capacity, Status* d_status, cudaStream_t stream = 0) {
   if (!d_status) return cudaErrorInvalidValue;
   Status check = Status::ok;
-  if ((!d_in && n) || !d_out || reinterpret_cast<uintptr_t>(d_out) % 16 || !dtype_valid(uint8_t(dtype)) ||
+  if ((!d_in && n) || !d_out || reinterpret_cast<uintptr_t>(d_out) % 16 || !original_dtype_valid(uint8_t(dtype)) ||
       !mode_valid(uint32_t(mode)) || !bits_valid(bits) || !group_valid(group) || n > MAX_ELEMENTS)
     check = Status::invalid_argument;
   else if (out_capacity < max_quantized_bytes(mode, bits, group, n))
@@ -207,7 +207,7 @@ inline cudaError_t dequantize(const void* d_msg, uint64_t msg_bytes, DType out_d
                               uint64_t out_capacity_bytes, Status* d_status, cudaStream_t stream = 0) {
   if (!d_status) return cudaErrorInvalidValue;
   Status check = Status::ok;
-  if (!d_msg || reinterpret_cast<uintptr_t>(d_msg) % 16 || !dtype_valid(uint8_t(out_dtype)) ||
+  if (!d_msg || reinterpret_cast<uintptr_t>(d_msg) % 16 || !original_dtype_valid(uint8_t(out_dtype)) ||
       (!d_out && out_capacity_bytes))
     check = Status::invalid_argument;
   else if (msg_bytes < HEADER_BYTES)

@@ -215,7 +215,7 @@ inline Status quantize(DType dtype, QuantMode mode, uint32_t bits, uint32_t grou
 /// out_dtype is). The whole message is checked before the first write: on any error dst is untouched. A
 /// quantized message carries no checksum (v1): a changed code decodes to another value.
 inline Status dequantize(const void* src, uint64_t src_bytes, void* dst, uint64_t dst_bytes, DType out_dtype) {
-  if (!dtype_valid(static_cast<uint8_t>(out_dtype))) return Status::invalid_argument;
+  if (!original_dtype_valid(static_cast<uint8_t>(out_dtype))) return Status::invalid_argument;
   Header h;
   Status st = read_header(src, src_bytes, &h);
   if (st != Status::ok) return st;
