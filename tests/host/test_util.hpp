@@ -5,6 +5,8 @@
 
 #include <zipcomm/host/reference_codec.hpp>
 
+#include "../gpu/gpu_test_data.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -75,21 +77,8 @@ inline float bits_f32(uint32_t b) {
   return x;
 }
 inline uint16_t f32_to_bf16(float x) { return static_cast<uint16_t>(f32_bits(x) >> 16); }  // truncation
-/// float -> fp8 (e4m3: bias 7, no infinities, NaN S.1111.111, saturating at 448; e5m2: bias 15, as fp16),
-/// truncating; good enough for test data (keeps NaN, produces subnormals).
-inline uint8_t f32_to_fp8(float x, bool e4m3) {
-  const uint32_t sign = (f32_bits(x) >> 24) & 0x80u;
-  const float a = std::fabs(x);
-  const int mant = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
-  if (std::isnan(a)) return uint8_t(sign | 0x7Fu);
-  if (a >= (e4m3 ? 448.0f : 57344.0f)) return uint8_t(sign | (e4m3 ? 0x7Eu : std::isinf(a) ? 0x7Cu : 0x7Bu));
-  if (a == 0.0f) return uint8_t(sign);
-  int e;
-  std::frexp(a, &e);  // a in [2^(e-1), 2^e)
-  const int field = e - 1 + bias;
-  if (field <= 0) return uint8_t(sign | uint32_t(std::ldexp(a, bias - 1 + mant)));  // subnormal
-  return uint8_t(sign | uint32_t(field) << mant | (uint32_t(std::ldexp(a, mant - (e - 1))) & ((1u << mant) - 1u)));
-}
+/// float -> fp8, truncating (test data; the GPU tests' conversion).
+inline uint8_t f32_to_fp8(float x, bool e4m3) { return gpu_test::to_fp8(x, e4m3); }
 
 /// float -> half, truncating; good enough for test data (keeps inf/NaN, produces subnormals).
 inline uint16_t f32_to_f16(float x) {
