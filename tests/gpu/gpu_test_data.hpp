@@ -138,4 +138,34 @@ inline std::vector<uint8_t> read_file(const std::string& path) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
+/// Test values of the quantization tier: n floats in runs of 32 of varied kinds (centred and offset Gaussians
+/// with a scale per run, uniform, an outlier, constant runs, signed zeros, small integers and halves: exact ties
+/// at half steps, one-signed negatives); scales within fp16's range when `fp16_range`.
+inline std::vector<float> quant_test_values(uint64_t n, bool fp16_range, std::mt19937_64& rng) {
+  std::vector<float> v(n);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_real_distribution<double> ue(fp16_range ? -12 : -30, fp16_range ? 8 : 20);
+  int kind = 0;
+  float s = 1.0f, c = 0.0f;
+  for (uint64_t i = 0; i < n; ++i) {
+    if (i % 32 == 0) {
+      kind = int(rng() % 8);
+      s = float(std::exp2(ue(rng)));
+      c = nd(rng) * s;
+    }
+    switch (kind) {
+      case 0: v[i] = nd(rng) * s; break;
+      case 1: v[i] = 3.0f * s + nd(rng) * s * 0.25f; break;
+      case 2: v[i] = u(rng) * s; break;
+      case 3: v[i] = (i % 32 == 7 ? 40.0f : 1.0f) * nd(rng) * s; break;
+      case 4: v[i] = c; break;
+      case 5: v[i] = (rng() % 2) ? 0.0f : -0.0f; break;
+      case 6: v[i] = float(int(rng() % 33) - 16) * 0.5f; break;
+      default: v[i] = -std::fabs(nd(rng)) * s; break;
+    }
+  }
+  return v;
+}
+
 }  // namespace gpu_test

@@ -40,35 +40,11 @@ uint32_t from_float(DType d, float x) {
   return d == DType::fp32 ? f32_bits(x) : d == DType::bf16 ? gpu_test::to_bf16(x) : gpu_test::to_fp16(x);
 }
 
-/// n elements of dtype d in runs of 32 of varied kinds: centred and offset Gaussians with a scale per run,
-/// uniform, an outlier, constant runs, signed zeros, small integers and halves (exact ties at half steps),
-/// one-signed negatives.
+/// n elements of dtype d: gpu_test::quant_test_values, rounded to nearest even.
 std::vector<uint8_t> quant_data(DType d, uint64_t n, std::mt19937_64& rng) {
   std::vector<uint8_t> raw(n * format::elem_bytes(d));
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::uniform_real_distribution<double> ue(d == DType::fp16 ? -12 : -30, d == DType::fp16 ? 8 : 20);
-  int kind = 0;
-  float s = 1.0f, c = 0.0f;
-  for (uint64_t i = 0; i < n; ++i) {
-    if (i % 32 == 0) {
-      kind = int(rng() % 8);
-      s = float(std::exp2(ue(rng)));
-      c = nd(rng) * s;
-    }
-    float x;
-    switch (kind) {
-      case 0: x = nd(rng) * s; break;
-      case 1: x = 3.0f * s + nd(rng) * s * 0.25f; break;
-      case 2: x = u(rng) * s; break;
-      case 3: x = (i % 32 == 7 ? 40.0f : 1.0f) * nd(rng) * s; break;
-      case 4: x = c; break;
-      case 5: x = (rng() % 2) ? 0.0f : -0.0f; break;
-      case 6: x = float(int(rng() % 33) - 16) * 0.5f; break;
-      default: x = -std::fabs(nd(rng)) * s; break;
-    }
-    set_elem(d, raw, i, from_float(d, x));
-  }
+  const std::vector<float> v = gpu_test::quant_test_values(n, d == DType::fp16, rng);
+  for (uint64_t i = 0; i < n; ++i) set_elem(d, raw, i, from_float(d, v[i]));
   return raw;
 }
 

@@ -99,35 +99,11 @@ Expected restate(const zt::Tensor& t, QuantMode mode, uint32_t bits, uint32_t gr
 }
 
 // ---- data -------------------------------------------------------------------------------------------------------
-/// Runs of 32 elements of varied kinds: centred Gaussian, offset Gaussian (one-signed groups), uniform, Gaussian
-/// with an outlier, constant runs, all-zero runs, and small integers (exact ties at half steps).
+/// gpu_test::quant_test_values as a tensor of dtype d.
 zt::Tensor quant_data(DType d, uint64_t n, std::mt19937_64& rng) {
   zt::Tensor t(d, n);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  const double lo_exp = d == DType::fp16 ? -12 : -30, hi_exp = d == DType::fp16 ? 8 : 20;
-  std::uniform_real_distribution<double> ue(lo_exp, hi_exp);
-  int kind = 0;
-  float s = 1.0f, c = 0.0f;
-  for (uint64_t i = 0; i < n; ++i) {
-    if (i % 32 == 0) {
-      kind = int(rng() % 8);
-      s = float(std::exp2(ue(rng)));
-      c = nd(rng) * s;
-    }
-    float x;
-    switch (kind) {
-      case 0: x = nd(rng) * s; break;
-      case 1: x = 3.0f * s + nd(rng) * s * 0.25f; break;
-      case 2: x = u(rng) * s; break;
-      case 3: x = (i % 32 == 7 ? 40.0f : 1.0f) * nd(rng) * s; break;
-      case 4: x = c; break;
-      case 5: x = (rng() % 2) ? 0.0f : -0.0f; break;
-      case 6: x = float(int(rng() % 33) - 16) * 0.5f; break;
-      default: x = -std::fabs(nd(rng)) * s; break;
-    }
-    t.set_float(i, x);
-  }
+  const std::vector<float> v = gpu_test::quant_test_values(n, d == DType::fp16, rng);
+  for (uint64_t i = 0; i < n; ++i) t.set_float(i, v[i]);
   return t;
 }
 
