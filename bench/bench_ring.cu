@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include <zipcomm/comm/ring_communicator.cuh>
+#include <zipcomm/comm/ring/communicator.cuh>
 
 #include "bench_common.cuh"
 

@@ -2,7 +2,7 @@
 // GPU's SMs, and a stream of it on which the runtime API (the library's cudaMemsetAsync and kernel launches) runs
 // unchanged. A communication kernel gets a share of the SMs; this measures the codec on such a share without
 // changing the library's API. The driver's entry points come through the runtime's lookup, as in the library
-// (comm/p2p_link.cuh): nothing links libcuda, so the bench still starts, and says so, where no driver is installed.
+// (comm/p2p/detail/host_resources.cuh): nothing links libcuda, so the bench still starts, and says so, where no driver is installed.
 #pragma once
 
 #include <cuda.h>

@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include <zipcomm/comm/ring_communicator.cuh>
-#include <zipcomm/comm/ring_reference.cuh>
+#include <zipcomm/comm/ring/communicator.cuh>
+#include <zipcomm/comm/ring/reference.cuh>
 
 #include "example_common.cuh"
 

@@ -1,4 +1,4 @@
-// 05_ring_allreduce/ring_nccl.cu: the same ring kernel (comm/ring_allreduce.cuh) on NCCL's device API, one
+// 05_ring_allreduce/ring_nccl.cu: the same ring kernel (comm/ring/allreduce.cuh) on NCCL's device API, one
 // process per GPU, compared with ncclAllReduce.
 //
 // Every rank allocates its ring window with ncclMemAlloc and registers it with ncclCommWindowRegister
@@ -53,8 +53,8 @@
 #include <thread>
 #include <vector>
 
-#include <zipcomm/comm/ring_allreduce.cuh>
-#include <zipcomm/comm/ring_reference.cuh>
+#include <zipcomm/comm/ring/allreduce.cuh>
+#include <zipcomm/comm/ring/reference.cuh>
 
 #include "nccl_check.cuh"
 

@@ -1,6 +1,6 @@
 // libFuzzer target for the P2P frame checks (build: clang++ -fsanitize=fuzzer,address,undefined). The receiver
 // kernel and the host reference share validate_frame_header, the item-table rules and the item checks
-// (comm/p2p_protocol.cuh), so this exercises on a CPU what a GPU receiver does with a damaged frame. The kernel
+// (comm/p2p/protocol.cuh), so this exercises on a CPU what a GPU receiver does with a damaged frame. The kernel
 // checks the table per item (item_entry_share_valid), the reference whole (validate_item_table): every frame
 // whose header passes is also checked for the two refusing the same tables.
 //
@@ -16,7 +16,7 @@
 //
 // Compiled with ZIPCOMM_FUZZ_SEED_MAIN, the same file writes seed inputs (both modes, every dtype and kind)
 // into the directory given, and runs each through the harness once.
-#include <zipcomm/comm/p2p_reference.cuh>
+#include <zipcomm/comm/p2p/reference.cuh>
 
 #include "fuzz_check.hpp"
 

@@ -31,8 +31,8 @@
 #include <vector>
 
 #include <zipcomm/comm/p2p.cuh>
-#include <zipcomm/comm/ring_communicator.cuh>
-#include <zipcomm/comm/ring_reference.cuh>
+#include <zipcomm/comm/ring/communicator.cuh>
+#include <zipcomm/comm/ring/reference.cuh>
 
 #include "example_common.cuh"
 #include "gpu_test_data.hpp"

@@ -9,7 +9,7 @@
 #include <cstdlib>
 
 #include <zipcomm/comm/p2p.cuh>
-#include <zipcomm/comm/p2p_reference.cuh>
+#include <zipcomm/comm/p2p/reference.cuh>
 
 #include "gpu_test_util.cuh"
 

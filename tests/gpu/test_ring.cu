@@ -1,4 +1,4 @@
-// GPU tests of the ring allreduce (comm/ring_*.cuh), ranks simulated on one GPU: the compressed ring's result
+// GPU tests of the ring allreduce (comm/ring/), ranks simulated on one GPU: the compressed ring's result
 // is bit-identical to the uncompressed ring's (same slices, chunks and order) and to the host reference of
 // that order, on every rank, for bf16/fp16/fp32 x sum/prod/min/max/avg, random per-rank data with special
 // values, odd sizes, R = 1..8, unaligned buffers; nothing is written outside the buffers; a rank that never
@@ -8,8 +8,8 @@
 #include <chrono>
 #include <memory>
 
-#include <zipcomm/comm/ring_communicator.cuh>
-#include <zipcomm/comm/ring_reference.cuh>
+#include <zipcomm/comm/ring/communicator.cuh>
+#include <zipcomm/comm/ring/reference.cuh>
 
 #include "gpu_test_util.cuh"
 

@@ -4,8 +4,8 @@
 // follows the same rules as the GPU kernels.
 #include "test_util.hpp"
 
-#include <zipcomm/comm/p2p_protocol.cuh>
-#include <zipcomm/comm/p2p_reference.cuh>
+#include <zipcomm/comm/p2p/protocol.cuh>
+#include <zipcomm/comm/p2p/reference.cuh>
 
 #include <algorithm>
 #include <fstream>

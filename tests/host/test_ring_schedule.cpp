@@ -1,12 +1,12 @@
-// Ring allreduce on the host: the partition and step arithmetic of comm/ring_schedule.cuh, and a host model of
+// Ring allreduce on the host: the partition and step arithmetic of comm/ring/schedule.cuh, and a host model of
 // the whole protocol (every (rank, channel) block a state machine run in random order, mailboxes with
 // ready flags and epochs, passes, the host codec on the compressed hops) checked against the ring's
-// host reference (comm/ring_reference.cuh) bit for bit. The model follows BlockRingAllreduce::Run step by
+// host reference (comm/ring/reference.cuh) bit for bit. The model follows BlockRingAllreduce::Run step by
 // step; what it cannot check is the device code itself (tests/gpu/test_ring.cu does, on a GPU).
 #include "test_util.hpp"
 
-#include <zipcomm/comm/ring_reference.cuh>
-#include <zipcomm/comm/ring_schedule.cuh>
+#include <zipcomm/comm/ring/reference.cuh>
+#include <zipcomm/comm/ring/schedule.cuh>
 #include <zipcomm/host/reference_reduce.hpp>
 
 #include <algorithm>

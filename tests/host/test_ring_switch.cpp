@@ -1,9 +1,9 @@
-// The ring's raw/compressed switch (comm/ring_switch.cuh): the pure decision RingCommunicator's automatic mode
+// The ring's raw/compressed switch (comm/ring/switch.cuh): the pure decision RingCommunicator's automatic mode
 // calls, from measured (size, raw ms, compressed ms) points, a user threshold or nothing; and the sizes
 // calibrate() measures. No GPU involved.
 #include "test_util.hpp"
 
-#include <zipcomm/comm/ring_switch.cuh>
+#include <zipcomm/comm/ring/switch.cuh>
 
 #include <algorithm>
 #include <limits>

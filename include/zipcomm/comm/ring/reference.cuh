@@ -1,4 +1,4 @@
-// Host reference of the ring allreduce's result (plain C++17; no CUDA needed): slice k (ring_schedule.cuh)
+// Host reference of the ring allreduce's result (plain C++17; no CUDA needed): slice k (ring/schedule.cuh)
 // starts at rank k with pre(x_k) and is combined, one rounding per hop, with ranks k+1, ..., k-1 in that
 // order (host::reduce). Chunking and channels do not change the result (the operators are elementwise);
 // only the slices do. The compressed and the uncompressed ring must both give these bits on every rank.
@@ -8,11 +8,11 @@
 #include <cstring>
 #include <vector>
 
-#include "../config.hpp"
-#include "../format.hpp"
-#include "../host/reference_reduce.hpp"
-#include "../thread/reduce_op.hpp"
-#include "ring_schedule.cuh"
+#include "../../config.hpp"
+#include "../../format.hpp"
+#include "../../host/reference_reduce.hpp"
+#include "../../thread/reduce_op.hpp"
+#include "schedule.cuh"
 
 namespace zipcomm {
 namespace comm {

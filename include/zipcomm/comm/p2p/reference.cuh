@@ -7,10 +7,10 @@
 #include <cstring>
 #include <vector>
 
-#include "../format.hpp"
-#include "../host/reference_codec.hpp"
-#include "../thread/chunk_check.hpp"
-#include "p2p_protocol.cuh"
+#include "../../format.hpp"
+#include "../../host/reference_codec.hpp"
+#include "../../thread/chunk_check.hpp"
+#include "protocol.cuh"
 
 namespace zipcomm {
 namespace comm {

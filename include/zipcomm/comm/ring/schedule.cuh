@@ -13,8 +13,8 @@
 
 #include <cstdint>
 
-#include "../config.hpp"
-#include "../format.hpp"
+#include "../../config.hpp"
+#include "../../format.hpp"
 
 namespace zipcomm {
 namespace comm {

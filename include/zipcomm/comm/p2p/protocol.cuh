@@ -6,8 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../config.hpp"
-#include "../format.hpp"
+#include "../../config.hpp"
+#include "../../format.hpp"
 
 namespace zipcomm {
 namespace comm {

@@ -1,0 +1,83 @@
+// Ring allreduce, host side: preparing, sizing and launching the kernel's passes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../allreduce.cuh"
+
+namespace zipcomm {
+namespace comm {
+
+namespace detail {
+/// cudaFuncSetAttribute once per device and kernel (it is per function and device; cheap, but not free).
+template <DType D, bool COMPRESSED>
+inline cudaError_t ring_prepare_kernel(int device) {
+  static std::atomic<uint64_t> done{0};
+  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+  if (bit && (done.load() & bit)) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(ring_allreduce_kernel<D, COMPRESSED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(ring_smem_bytes<D, COMPRESSED>()));
+  if (e == cudaSuccess && bit) done.fetch_or(bit);
+  return e;
+}
+}  // namespace detail
+
+/// Blocks of the ring kernel that can be resident at once on the current device (all of a launch must be).
+template <DType D, bool COMPRESSED>
+inline cudaError_t ring_resident_blocks(int& blocks) {
+  blocks = 0;
+  int device = 0, per_sm = 0, sms = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = detail::ring_prepare_kernel<D, COMPRESSED>(device);
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ring_allreduce_kernel<D, COMPRESSED>, RING_THREADS,
+                                                      ring_smem_bytes<D, COMPRESSED>());
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e == cudaSuccess) blocks = per_sm * sms;
+  return e;
+}
+
+/// Launches one pass on the current device, cooperatively (so either every block is resident or the launch
+/// fails with cudaErrorCooperativeLaunchTooLarge). cudaErrorInvalidValue for inconsistent arguments.
+template <DType D, bool COMPRESSED>
+inline cudaError_t ring_launch_pass(const RingLaunch& a, cudaStream_t stream) {
+  if (!ring_launch_valid(a, D)) return cudaErrorInvalidValue;
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = detail::ring_prepare_kernel<D, COMPRESSED>(device);
+  if (e != cudaSuccess) return e;
+  RingLaunch args = a;
+  void* params[] = {&args};
+  return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&ring_allreduce_kernel<D, COMPRESSED>),
+                                     dim3(unsigned(a.num_ranks * a.part.channels)), dim3(RING_THREADS), params,
+                                     ring_smem_bytes<D, COMPRESSED>(), stream);
+}
+
+/// Pass sequencing of one communicator: the epoch of the last pass. Every rank of a ring must issue the same
+/// calls, in order on one stream, so that every rank's sequence agrees.
+struct RingSequence {
+  uint32_t epoch = 0;
+};
+
+/// Splits a call into passes (each fits the mailbox) and calls launch(pass) for each: `call` holds everything
+/// but epoch, first_round and rounds. Stops at the first error.
+template <class LaunchPass>
+inline cudaError_t ring_for_each_pass(RingSequence& seq, RingLaunch call, LaunchPass&& launch) {
+  const uint64_t per_pass = ring_rounds_per_pass(call.layout, call.part.ranks);
+  if (per_pass == 0) return cudaErrorInvalidValue;
+  for (uint64_t first = 0; first < call.part.rounds; first += per_pass) {
+    call.epoch = seq.epoch + 1;
+    call.first_round = first;
+    call.rounds = call.part.rounds - first < per_pass ? call.part.rounds - first : per_pass;
+    const cudaError_t e = launch(static_cast<const RingLaunch&>(call));
+    if (e != cudaSuccess) return e;
+    seq.epoch = call.epoch;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace comm
+}  // namespace zipcomm
