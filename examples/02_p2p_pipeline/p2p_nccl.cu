@@ -112,7 +112,12 @@ int run_rank(int rank, int nranks, ncclUniqueId id, const std::vector<uint8_t>& 
   }
   CK(cudaDeviceSynchronize());
   const uint64_t t0 = now_ns();
-  if (sender) CK(tx.launch(plan, src, 0, 0, plan.num_frames, send_ring, true, TIMEOUT_NS, s_send));
+  if (sender) {
+    SendLaunch launch;
+    launch.frames = {0, plan.num_frames};
+    launch.timeout_ns = TIMEOUT_NS;
+    CK(tx.launch(plan, src, send_ring, launch, s_send));
+  }
 
   uint64_t credited = 0;  // sender: frames whose slot went back
   auto give_credits = [&](uint64_t upto) {
@@ -183,8 +188,15 @@ int run_rank(int rank, int nranks, ncclUniqueId id, const std::vector<uint8_t>& 
       cudaStream_t d = s_dec[f % 2];
       CK(cudaEventRecord(landed[slot], s_nccl));
       CK(cudaStreamWaitEvent(d, landed[slot], 0));
-      CK(rx.launch(plan, out, 0, f, f + 1, recv_ring, false, false, TIMEOUT_NS, d, uint32_t(f % 2), false,
-                   int(std::max<uint64_t>(1, format::div_up(fi.items, P2PPolicy::WARPS)))));
+      RecvLaunch launch;
+      launch.frames = {f, f + 1};
+      launch.wait_flags = false;    // the frame landed before this stream got here
+      launch.give_credits = false;  // the sender frees its slots itself, once NCCL has sent them
+      launch.timeout_ns = TIMEOUT_NS;
+      launch.lane = uint32_t(f % 2);
+      launch.reset_control = false;
+      launch.max_blocks = int(std::max<uint64_t>(1, format::div_up(fi.items, P2PPolicy::WARPS)));
+      CK(rx.launch(plan, out, recv_ring, launch, d));
       CK(cudaEventRecord(decoded[slot], d));
     }
   }

@@ -21,6 +21,34 @@ using gpu_test::upload;
 
 namespace {
 
+// Launch settings of one whole message from sequence number seq_base; each test names what it changes.
+SendLaunch whole_send(const FramePlan& plan, uint64_t seq_base, uint64_t timeout_ns) {
+  SendLaunch p;
+  p.frames = {0, plan.num_frames};
+  p.seq_base = seq_base;
+  p.timeout_ns = timeout_ns;
+  return p;
+}
+RecvLaunch whole_recv(const FramePlan& plan, uint64_t seq_base, uint64_t timeout_ns) {
+  RecvLaunch p;
+  p.frames = {0, plan.num_frames};
+  p.seq_base = seq_base;
+  p.timeout_ns = timeout_ns;
+  return p;
+}
+// Stream-ordered ends: the frames are in the ring (or the slots free) by stream order; no flag is waited for.
+SendLaunch ordered_send(const FramePlan& plan, uint64_t seq_base, uint64_t timeout_ns) {
+  SendLaunch p = whole_send(plan, seq_base, timeout_ns);
+  p.wait_credits = false;
+  return p;
+}
+RecvLaunch ordered_recv(const FramePlan& plan, uint64_t seq_base, uint64_t timeout_ns) {
+  RecvLaunch p = whole_recv(plan, seq_base, timeout_ns);
+  p.wait_flags = false;
+  p.give_credits = false;
+  return p;
+}
+
 std::string data_dir() {
   const char* env = std::getenv("ZIPCOMM_TEST_DATA");  // a build carried to another machine
   return env ? env : ZIPCOMM_TEST_DATA_DIR;
@@ -773,7 +801,7 @@ TEST_CASE("p2p sender with a head region writes exactly the host reference's fra
   const FrameRingView ring = p.ring.view();
   CUDA_OK(cudaMemsetAsync(ring.slots, 0xCD, size_t(8) * ring.slot_bytes, p.s_tx));  // before the sender, in order
   const uint64_t base = 13;
-  CUDA_OK(p.tx.launch(plan, src.ptr, base, 0, plan.num_frames, ring, false, 1000000000ull, p.s_tx));
+  CUDA_OK(p.tx.launch(plan, src.ptr, ring, ordered_send(plan, base, 1000000000ull), p.s_tx));
   CUDA_OK(cudaStreamSynchronize(p.s_tx));
   REQUIRE(p.status(p.tx.control()) == Status::ok);
   std::vector<uint8_t> ref, got;
@@ -785,7 +813,7 @@ TEST_CASE("p2p sender with a head region writes exactly the host reference's fra
     CUDA_OK(cudaMemcpy(got.data(), slot_ptr(ring, base + f), ref.size(), cudaMemcpyDeviceToHost));
     REQUIRE(got == ref);
   }
-  CUDA_OK(p.rx.launch(plan, dst.ptr, base, 0, plan.num_frames, ring, false, false, 1000000000ull, p.s_rx));
+  CUDA_OK(p.rx.launch(plan, dst.ptr, ring, ordered_recv(plan, base, 1000000000ull), p.s_rx));
   CUDA_OK(cudaStreamSynchronize(p.s_rx));
   REQUIRE(p.status(p.rx.control()) == Status::ok);
   std::vector<uint8_t> back(host.size());
@@ -812,7 +840,7 @@ TEST_CASE("p2p sender writes exactly the host reference's frames; corrupt frames
   // poison, on the sender's stream so that it lands first: every frame byte must be written
   CUDA_OK(cudaMemsetAsync(ring.slots, 0xCD, size_t(8) * ring.slot_bytes, p.s_tx));
   const uint64_t base = 40;  // any sequence base: slots are taken modulo the ring
-  CUDA_OK(p.tx.launch(plan, src.ptr, base, 0, plan.num_frames, ring, false, 1000000000ull, p.s_tx));
+  CUDA_OK(p.tx.launch(plan, src.ptr, ring, ordered_send(plan, base, 1000000000ull), p.s_tx));
   CUDA_OK(cudaStreamSynchronize(p.s_tx));
   REQUIRE(p.status(p.tx.control()) == Status::ok);
 
@@ -836,8 +864,9 @@ TEST_CASE("p2p sender writes exactly the host reference's frames; corrupt frames
     const FramePlan rp = make_plan(DType::bf16, FrameKind::coded, expect_n, shape);
     CUDA_OK(p.rx.reset());  // the same sequence numbers again: forget what the last attempt saw
     CUDA_OK(cudaMemsetAsync(dst.ptr, 0, dst.bytes, p.s_rx));
-    CUDA_OK(p.rx.launch(rp, dst.ptr, base, 0, std::min(rp.num_frames, plan.num_frames), ring, false, false,
-                        1000000000ull, p.s_rx));
+    RecvLaunch launch = ordered_recv(rp, base, 1000000000ull);
+    launch.frames.end = std::min(rp.num_frames, plan.num_frames);
+    CUDA_OK(p.rx.launch(rp, dst.ptr, ring, launch, p.s_rx));
     CUDA_OK(cudaStreamSynchronize(p.s_rx));
     return p.status(p.rx.control());
   };
@@ -912,7 +941,7 @@ TEST_CASE("p2p peers that disagree on sizes, or never answer, end with an error,
   SECTION("receiver alone: timeout") {
     Pair p(4, shape);
     const auto t0 = clock::now();
-    CUDA_OK(p.rx.launch(plan, dst.ptr, 0, 0, plan.num_frames, p.ring.view(), true, true, timeout, p.s_rx));
+    CUDA_OK(p.rx.launch(plan, dst.ptr, p.ring.view(), whole_recv(plan, 0, timeout), p.s_rx));
     CUDA_OK(cudaStreamSynchronize(p.s_rx));
     REQUIRE(p.status(p.rx.control()) == Status::timeout);
     REQUIRE(clock::now() - t0 < std::chrono::seconds(5));
@@ -921,10 +950,10 @@ TEST_CASE("p2p peers that disagree on sizes, or never answer, end with an error,
     Pair p(4, shape);
     DeviceBuffer poison(4 * 8);
     CUDA_OK(cudaMemsetAsync(poison.ptr, 0, poison.bytes, p.s_tx));  // before the sender sets them
-    P2PLaunchExtras x;
-    x.poison = {poison.as<uint64_t>(), 4};
+    SendLaunch launch = whole_send(plan, 0, timeout);
+    launch.extras.poison = {poison.as<uint64_t>(), 4};
     const auto t0 = clock::now();
-    CUDA_OK(p.tx.launch(plan, src.ptr, 0, 0, plan.num_frames, p.ring.view(), true, timeout, p.s_tx, x));
+    CUDA_OK(p.tx.launch(plan, src.ptr, p.ring.view(), launch, p.s_tx));
     CUDA_OK(cudaStreamSynchronize(p.s_tx));
     REQUIRE(p.status(p.tx.control()) == Status::timeout);
     REQUIRE(clock::now() - t0 < std::chrono::seconds(5));
@@ -935,8 +964,8 @@ TEST_CASE("p2p peers that disagree on sizes, or never answer, end with an error,
   SECTION("receiver expects more elements: size mismatch, sender then times out") {
     Pair p(4, shape);
     const FramePlan other = make_plan(DType::bf16, FrameKind::coded, n + 1000, shape);
-    CUDA_OK(p.tx.launch(plan, src.ptr, 0, 0, plan.num_frames, p.ring.view(), true, timeout, p.s_tx));
-    CUDA_OK(p.rx.launch(other, dst.ptr, 0, 0, other.num_frames, p.ring.view(), true, true, timeout, p.s_rx));
+    CUDA_OK(p.tx.launch(plan, src.ptr, p.ring.view(), whole_send(plan, 0, timeout), p.s_tx));
+    CUDA_OK(p.rx.launch(other, dst.ptr, p.ring.view(), whole_recv(other, 0, timeout), p.s_rx));
     CUDA_OK(cudaStreamSynchronize(p.s_rx));
     CUDA_OK(cudaStreamSynchronize(p.s_tx));
     REQUIRE(p.status(p.rx.control()) == Status::size_mismatch);
@@ -946,9 +975,11 @@ TEST_CASE("p2p peers that disagree on sizes, or never answer, end with an error,
     Pair p(4, shape);
     DeviceBuffer done(8);
     CUDA_OK(cudaMemsetAsync(done.ptr, 0, 8, p.s_rx));  // before the receiver sets it
-    CUDA_OK(p.tx.launch(plan, src.ptr, 0, 0, plan.num_frames, p.ring.view(), true, timeout * 20, p.s_tx));
-    CUDA_OK(p.rx.launch(plan, dst.ptr, 0, 0, plan.num_frames, p.ring.view(), true, true, timeout * 20, p.s_rx, 0, true,
-                        0, done.as<uint64_t>(), 4242));
+    RecvLaunch launch = whole_recv(plan, 0, timeout * 20);
+    launch.done_word = done.as<uint64_t>();
+    launch.done_value = 4242;
+    CUDA_OK(p.tx.launch(plan, src.ptr, p.ring.view(), whole_send(plan, 0, timeout * 20), p.s_tx));
+    CUDA_OK(p.rx.launch(plan, dst.ptr, p.ring.view(), launch, p.s_rx));
     CUDA_OK(cudaStreamSynchronize(p.s_rx));
     CUDA_OK(cudaStreamSynchronize(p.s_tx));
     REQUIRE(p.status(p.rx.control()) == Status::ok);

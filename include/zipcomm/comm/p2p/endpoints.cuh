@@ -25,6 +25,48 @@ struct P2PLaunchExtras {
   bool first_frame_planes_first = false;  // SendArgs::first_frame_planes_first
 };
 
+/// Frames [begin, end) of a plan: the part of a message one launch handles.
+struct FrameRange {
+  uint64_t begin = 0, end = 0;
+};
+
+/// How one P2PSender::launch runs. Frame f of the plan has ring sequence number seq_base + f.
+/// \code
+/// zipcomm::comm::SendLaunch p;
+/// p.frames = {0, plan.num_frames};   // the whole message
+/// p.timeout_ns = 1000000000ull;
+/// sender.launch(plan, d_src, ring.view(), p, stream);
+/// \endcode
+struct SendLaunch {
+  FrameRange frames;                    // the frames to send; empty: only the control words are cleared
+  uint64_t seq_base = 0;                // ring sequence number of the plan's frame 0
+  bool wait_credits = true;             // false: the caller guarantees the slots are free (stream order)
+  uint64_t timeout_ns = 5000000000ull;  // bound of every wait on the peer, as P2POptions::timeout_ns
+  P2PLaunchExtras extras;               // traces, poison flags, stream mode's section-B budget
+};
+
+/// How one P2PReceiver::launch runs. Frame f of the plan has ring sequence number seq_base + f.
+/// \code
+/// zipcomm::comm::RecvLaunch p;
+/// p.frames = {0, plan.num_frames};
+/// p.wait_flags = false;      // the frames are in the ring already (stream order)
+/// p.give_credits = false;    // nobody waits for the slots
+/// receiver.launch(plan, d_dst, ring.view(), p, stream);
+/// \endcode
+struct RecvLaunch {
+  FrameRange frames;                    // the frames to decode; empty: only the control words are cleared
+  uint64_t seq_base = 0;                // ring sequence number of the plan's frame 0
+  bool wait_flags = true;               // false: every frame of the launch is in the ring already (stream order)
+  bool give_credits = true;             // false: the slots are not handed back to the sender
+  uint64_t timeout_ns = 5000000000ull;  // bound of every wait on the peer, as P2POptions::timeout_ns
+  uint32_t lane = 0;                    // item counter of this launch: launches running at once use different lanes
+  bool reset_control = true;            // clear status and abort first (once per transfer)
+  int max_blocks = 0;                   // grid cap; 0: the receiver's blocks
+  uint64_t* done_word = nullptr;        // optional: set to done_value once every frame of the launch is decoded
+  uint64_t done_value = 0;
+  P2PLaunchExtras extras;               // traces, poison flags, stream mode's section-B budget
+};
+
 /// Sender end on one GPU: device state for p2p_send_kernel and its launch.
 template <DType D, class Code = thread::PairCode>
 class P2PSender {
@@ -37,11 +79,10 @@ class P2PSender {
   /// blocks: persistent grid size (0: one per SM).
   cudaError_t init(int device, uint32_t slots, const PipelineShape& shape, int blocks = 0);
 
-  /// Enqueues the sending of frames [f0, f1) of `plan` (message at `in`) into `ring`; frame f has sequence
-  /// number seq_base + f. Resets the control words first (status, abort).
-  cudaError_t launch(const FramePlan& plan, const void* in, uint64_t seq_base, uint64_t f0, uint64_t f1,
-                     const FrameRingView& ring, bool wait_credits, uint64_t timeout_ns, cudaStream_t stream,
-                     const P2PLaunchExtras& extras = {});
+  /// Enqueues the sending of frames p.frames of `plan` (message at `in`) into `ring`. Resets the control words
+  /// first (status, abort).
+  cudaError_t launch(const FramePlan& plan, const void* in, const FrameRingView& ring, const SendLaunch& p,
+                     cudaStream_t stream);
   SideControl* control() const { return state_.get<SideControl>(control_offset()); }
   /// [EXPS_BUDGET_CLASSES] device words: per budget class, the most coded section-B bytes per 1024 elements a
   /// frame of the last launch needed (classes as the launch's extras.exps_budget tells them apart).
@@ -84,14 +125,10 @@ class P2PReceiver {
   /// lanes: launches that may run at once (one per stream).
   cudaError_t init(int device, uint32_t slots, int blocks = 0, uint32_t lanes = 1);
 
-  /// Enqueues the receiving of frames [f0, f1) of `plan` into `out`, decoded where they are in `ring` (GPU
-  /// memory: this GPU's or a peer's). wait_flags: wait for each frame's flags on `ring` (false: the frames are
-  /// already there, by stream order). reset_control: clear status/abort first (once per transfer). done_word
-  /// (optional) gets done_value when every frame of the launch is decoded.
-  cudaError_t launch(const FramePlan& plan, void* out, uint64_t seq_base, uint64_t f0, uint64_t f1,
-                     const FrameRingView& ring, bool wait_flags, bool give_credits, uint64_t timeout_ns,
-                     cudaStream_t stream, uint32_t lane = 0, bool reset_control = true, int max_blocks = 0,
-                     uint64_t* done_word = nullptr, uint64_t done_value = 0, const P2PLaunchExtras& extras = {});
+  /// Enqueues the receiving of frames p.frames of `plan` into `out`, decoded where they are in `ring` (GPU
+  /// memory: this GPU's or a peer's).
+  cudaError_t launch(const FramePlan& plan, void* out, const FrameRingView& ring, const RecvLaunch& p,
+                     cudaStream_t stream);
   SideControl* control() const { return state_.get<SideControl>(state_words() * 8); }
   cudaError_t reset() {
     p2p_detail::DeviceGuard g(device_);
@@ -102,10 +139,8 @@ class P2PReceiver {
   int blocks() const { return blocks_; }
 
  private:
-  cudaError_t launch_kernel(const FramePlan& plan, void* out, uint64_t seq_base, uint64_t f0, uint64_t f1,
-                            const FrameRingView& ring, bool wait_flags, bool give_credits, uint64_t timeout_ns,
-                            cudaStream_t stream, uint32_t lane, int max_blocks,
-                            uint64_t* done_word, uint64_t done_value, const P2PLaunchExtras& extras);
+  cudaError_t launch_kernel(const FramePlan& plan, void* out, const FrameRingView& ring, const RecvLaunch& p,
+                            cudaStream_t stream);
   // per lane: 16 words (item counter, frames done); per slot: counter, 2 mirror words, frame_status (2 x u32)
   size_t state_words() const { return 16 * size_t(lanes_) + 4 * size_t(slots_) + 2; }
   uint32_t next_tag() {

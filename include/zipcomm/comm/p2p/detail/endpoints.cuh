@@ -32,9 +32,9 @@ cudaError_t P2PSender<D, Code>::init(int device, uint32_t slots, const PipelineS
 }
 
 template <DType D, class Code>
-cudaError_t P2PSender<D, Code>::launch(const FramePlan& plan, const void* in, uint64_t seq_base, uint64_t f0,
-                                       uint64_t f1, const FrameRingView& ring, bool wait_credits, uint64_t timeout_ns,
-                                       cudaStream_t stream, const P2PLaunchExtras& extras) {
+cudaError_t P2PSender<D, Code>::launch(const FramePlan& plan, const void* in, const FrameRingView& ring,
+                                       const SendLaunch& p, cudaStream_t stream) {
+  const uint64_t f0 = p.frames.begin, f1 = p.frames.end;
   if (ring.num_slots != slots_) return cudaErrorInvalidValue;
   p2p_detail::DeviceGuard g(device_);
   // One clear of what a launch must find zero (item counter, per-slot counters, control words, the per-class
@@ -46,11 +46,11 @@ cudaError_t P2PSender<D, Code>::launch(const FramePlan& plan, const void* in, ui
   SendArgs a;
   a.plan = plan;
   a.in = in;
-  a.seq_base = seq_base;
+  a.seq_base = p.seq_base;
   a.frame_begin = f0;
   a.frame_end = f1;
   a.ring = ring;
-  a.wait_credits = wait_credits;
+  a.wait_credits = p.wait_credits;
   a.launch_tag = next_tag();
   a.item_counter = state_.get<unsigned long long>(0);
   a.counters = state_.get<unsigned long long>(16 * 8);
@@ -59,13 +59,13 @@ cudaError_t P2PSender<D, Code>::launch(const FramePlan& plan, const void* in, ui
   a.scratch = scratch_.get();
   a.scratch_bytes = scratch_bytes_;
   a.control = control();
-  a.timeout_ns = timeout_ns;
-  a.trace = extras.trace;
-  a.poison = extras.poison;
-  a.overflow_slots = extras.overflow_slots;
-  a.exps_budget = extras.exps_budget;
+  a.timeout_ns = p.timeout_ns;
+  a.trace = p.extras.trace;
+  a.poison = p.extras.poison;
+  a.overflow_slots = p.extras.overflow_slots;
+  a.exps_budget = p.extras.exps_budget;
   a.exps_need = state_.get<uint32_t>(need_offset());
-  a.first_frame_planes_first = extras.first_frame_planes_first;
+  a.first_frame_planes_first = p.extras.first_frame_planes_first;
   const uint64_t items =
       (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
   const int grid = int(std::min<uint64_t>(uint64_t(blocks_), format::div_up(items, P2PPolicy::WARPS)));
@@ -95,69 +95,63 @@ cudaError_t P2PReceiver<D, Code>::init(int device, uint32_t slots, int blocks, u
 }
 
 template <DType D, class Code>
-cudaError_t P2PReceiver<D, Code>::launch(const FramePlan& plan, void* out, uint64_t seq_base, uint64_t f0, uint64_t f1,
-                                         const FrameRingView& ring, bool wait_flags, bool give_credits,
-                                         uint64_t timeout_ns, cudaStream_t stream, uint32_t lane, bool reset_control,
-                                         int max_blocks, uint64_t* done_word, uint64_t done_value,
-                                         const P2PLaunchExtras& extras) {
-  if (ring.num_slots != slots_ || lane >= lanes_) return cudaErrorInvalidValue;
+cudaError_t P2PReceiver<D, Code>::launch(const FramePlan& plan, void* out, const FrameRingView& ring,
+                                         const RecvLaunch& p, cudaStream_t stream) {
+  const uint64_t f0 = p.frames.begin, f1 = p.frames.end;
+  if (ring.num_slots != slots_ || p.lane >= lanes_) return cudaErrorInvalidValue;
   p2p_detail::DeviceGuard g(device_);
   if (lanes_ == 1 && f0 < f1) {  // one launch at a time: one clear of the whole state (and the control words,
                                  // which follow it), not 3 + 2 per frame (each delays the kernel); by a kernel
                                  // (p2p_side_words_kernel)
     cudaError_t e = p2p_detail::side_words(state_.get(), nullptr,
-                                           state_words() * 8 + (reset_control ? sizeof(SideControl) : 0), stream);
+                                           state_words() * 8 + (p.reset_control ? sizeof(SideControl) : 0), stream);
     if (e != cudaSuccess) return e;
-    return launch_kernel(plan, out, seq_base, f0, f1, ring, wait_flags, give_credits, timeout_ns, stream, lane,
-                         max_blocks, done_word, done_value, extras);
+    return launch_kernel(plan, out, ring, p, stream);
   }
-  cudaError_t e = reset_control ? cudaMemsetAsync(control(), 0, sizeof(SideControl), stream) : cudaSuccess;
+  cudaError_t e = p.reset_control ? cudaMemsetAsync(control(), 0, sizeof(SideControl), stream) : cudaSuccess;
   if (e != cudaSuccess || f0 >= f1) return e;
-  e = cudaMemsetAsync(state_.get(16 * 8 * size_t(lane)), 0, 8, stream);  // the lane's item counter
+  e = cudaMemsetAsync(state_.get(16 * 8 * size_t(p.lane)), 0, 8, stream);  // the lane's item counter
   if (e == cudaSuccess)
     e = p2p_detail::zero_slot_counters(state_.get<unsigned long long>(16 * 8 * size_t(lanes_)), 1, slots_,
-                                       seq_base + f0, f1 - f0, stream);
+                                       p.seq_base + f0, f1 - f0, stream);
   if (e == cudaSuccess)  // the leaders' mirrored flags too: a stale "q + 1" would let warps skip the wait
     e = p2p_detail::zero_slot_counters(state_.get<unsigned long long>((16 * size_t(lanes_) + slots_) * 8), 2, slots_,
-                                       seq_base + f0, f1 - f0, stream);
+                                       p.seq_base + f0, f1 - f0, stream);
   if (e != cudaSuccess) return e;
-  return launch_kernel(plan, out, seq_base, f0, f1, ring, wait_flags, give_credits, timeout_ns, stream, lane,
-                       max_blocks, done_word, done_value, extras);
+  return launch_kernel(plan, out, ring, p, stream);
 }
 
 template <DType D, class Code>
-cudaError_t P2PReceiver<D, Code>::launch_kernel(const FramePlan& plan, void* out, uint64_t seq_base, uint64_t f0,
-                                                uint64_t f1, const FrameRingView& ring, bool wait_flags,
-                                                bool give_credits, uint64_t timeout_ns, cudaStream_t stream,
-                                                uint32_t lane, int max_blocks, uint64_t* done_word, uint64_t done_value,
-                                                const P2PLaunchExtras& extras) {
+cudaError_t P2PReceiver<D, Code>::launch_kernel(const FramePlan& plan, void* out, const FrameRingView& ring,
+                                                const RecvLaunch& p, cudaStream_t stream) {
+  const uint64_t f0 = p.frames.begin, f1 = p.frames.end;
   RecvArgs a;
   a.plan = plan;
   a.out = out;
-  a.seq_base = seq_base;
+  a.seq_base = p.seq_base;
   a.frame_begin = f0;
   a.frame_end = f1;
   a.ring = ring;
-  a.wait_flags = wait_flags;
-  a.give_credits = give_credits;
+  a.wait_flags = p.wait_flags;
+  a.give_credits = p.give_credits;
   a.launch_tag = next_tag();
-  a.item_counter = state_.get<unsigned long long>(16 * 8 * size_t(lane));
-  a.frames_done = state_.get<unsigned long long>(16 * 8 * size_t(lane) + 8);
+  a.item_counter = state_.get<unsigned long long>(16 * 8 * size_t(p.lane));
+  a.frames_done = state_.get<unsigned long long>(16 * 8 * size_t(p.lane) + 8);
   a.counters = state_.get<unsigned long long>(16 * 8 * size_t(lanes_));
   a.mirror = state_.get<uint64_t>((16 * size_t(lanes_) + slots_) * 8);
   a.frame_status = state_.get<uint32_t>((16 * size_t(lanes_) + 3 * size_t(slots_)) * 8);
-  a.done_word = done_word;
-  a.done_value = done_value;
+  a.done_word = p.done_word;
+  a.done_value = p.done_value;
   a.control = control();
-  a.timeout_ns = timeout_ns;
-  a.trace = extras.trace;
-  a.poison = extras.poison;
-  a.overflow_slots = extras.overflow_slots;
-  a.exps_budget = extras.exps_budget;
-  a.item_trace = extras.item_trace;
+  a.timeout_ns = p.timeout_ns;
+  a.trace = p.extras.trace;
+  a.poison = p.extras.poison;
+  a.overflow_slots = p.extras.overflow_slots;
+  a.exps_budget = p.extras.exps_budget;
+  a.item_trace = p.extras.item_trace;
   const uint64_t items =
       (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
-  const int cap = max_blocks > 0 ? std::min(max_blocks, blocks_) : blocks_;
+  const int cap = p.max_blocks > 0 ? std::min(p.max_blocks, blocks_) : blocks_;
   const int grid = int(std::min<uint64_t>(uint64_t(cap), format::div_up(items, P2PPolicy::WARPS)));
   p2p_recv_kernel<D, Code><<<grid, P2PPolicy::THREADS, smem_bytes(), stream>>>(a);
   return cudaGetLastError();

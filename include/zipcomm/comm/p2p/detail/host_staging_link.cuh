@@ -423,8 +423,12 @@ cudaError_t HostStagingLink<D, Code>::issue_coded(const void* src, void* dst, ui
   }
   FrameRingView ring = ring_.view();
   ring.slots = dev_send_.get();  // frames in GPU memory, flags in pinned memory (the host relay polls them)
-  e = sender_.launch(plan, src, seq_base, 0, plan.num_frames, ring, true, opt_.timeout_ns, send_stream(),
-                     send_extras());
+  SendLaunch sp;
+  sp.frames = {0, plan.num_frames};
+  sp.seq_base = seq_base;
+  sp.timeout_ns = opt_.timeout_ns;
+  sp.extras = send_extras();
+  e = sender_.launch(plan, src, ring, sp, send_stream());
   if (e != cudaSuccess) return finish(stream, e, true);
   for (uint32_t k = 0; k < COPY_DECODE_STREAMS && e == cudaSuccess; ++k) {  // decodes follow the control reset
     e = cudaEventRecord(ev(3), recv_stream());
@@ -504,13 +508,19 @@ cudaError_t HostStagingLink<D, Code>::schedule_stream(const FramePlan& plan, con
   // first frame's planes are split; its host -> device copy fills the time until the first frame's piece lands.
   if (edges.first) batch_head_bytes_ = head_bytes;  // the batch's raw tail is staged after these bytes
   if (head_bytes && e == cudaSuccess) e = copy_raw(0, head_bytes, raw_buffers_.get());
-  P2PLaunchExtras sx = send_extras();
-  sx.first_frame_planes_first = edges.first;
-  if (e == cudaSuccess)
-    e = sender_.launch(plan, src, seq_base, 0, F, send_view, true, opt_.timeout_ns, send_stream(), sx);
-  if (e == cudaSuccess)
-    e = receiver_.launch(plan, dst, seq_base, 0, F, recv_view, true, true, opt_.timeout_ns, recv_stream(), 0, true,
-                         0, nullptr, 0, recv_extras());
+  SendLaunch sp;
+  sp.frames = {0, F};
+  sp.seq_base = seq_base;
+  sp.timeout_ns = opt_.timeout_ns;
+  sp.extras = send_extras();
+  sp.extras.first_frame_planes_first = edges.first;
+  RecvLaunch rp;
+  rp.frames = {0, F};
+  rp.seq_base = seq_base;
+  rp.timeout_ns = opt_.timeout_ns;
+  rp.extras = recv_extras();
+  if (e == cudaSuccess) e = sender_.launch(plan, src, send_view, sp, send_stream());
+  if (e == cudaSuccess) e = receiver_.launch(plan, dst, recv_view, rp, recv_stream());
   // A copy stream's wait for a flag: through a gate stream, which waits on the flag and records the slot's gate
   // event of that kind, the copy stream waiting on the event (a stream memory wait on a flag already set cost
   // up to ~20 us, an event ~2 us: 1.134 / 3.974 ms at 64 / 256 MiB against 1.170 / 4.031); the first frame's
@@ -682,10 +692,16 @@ cudaError_t HostStagingLink<D, Code>::relay(const FramePlan& plan, void* dst, ui
       if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], recv_stream());
       const uint32_t lane = uint32_t(next_exps % COPY_DECODE_STREAMS);
       if (e == cudaSuccess) e = cudaStreamWaitEvent(decode_stream(lane), h2d_done()[slot], 0);
-      if (e == cudaSuccess)
-        e = receiver_.launch(plan, dst, seq_base, next_exps, next_exps + 1, dev_ring, false, false,
-                             opt_.timeout_ns, decode_stream(lane), lane, false,
-                             int(std::max<uint64_t>(1, format::div_up(fi.items, P2PPolicy::WARPS))));
+      RecvLaunch rp;  // the frame is in the ring by stream order; the relay hands its slot back
+      rp.frames = {next_exps, next_exps + 1};
+      rp.seq_base = seq_base;
+      rp.wait_flags = false;
+      rp.give_credits = false;
+      rp.timeout_ns = opt_.timeout_ns;
+      rp.lane = lane;
+      rp.reset_control = false;
+      rp.max_blocks = int(std::max<uint64_t>(1, format::div_up(fi.items, P2PPolicy::WARPS)));
+      if (e == cudaSuccess) e = receiver_.launch(plan, dst, dev_ring, rp, decode_stream(lane));
       if (e == cudaSuccess) e = cudaEventRecord(decode_done()[slot], decode_stream(lane));
       ++next_exps;
       progress = true;

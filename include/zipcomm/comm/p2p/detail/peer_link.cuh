@@ -222,14 +222,21 @@ cudaError_t PeerLink<D, Code>::move_many(const P2PMessage* msgs, size_t count, c
     next_seq_ += plan.num_frames;
     FrameRingView send_view = ring_.view();        // frames and ready flags: the receiver's memory
     send_view.credits = credits_.get<uint64_t>();  // credits: the sender's memory
-    e = sender_.launch(plan, m.src, seq_base, 0, plan.num_frames, send_view, true, opt_.timeout_ns, streams_[0]);
+    SendLaunch sp;
+    sp.frames = {0, plan.num_frames};
+    sp.seq_base = seq_base;
+    sp.timeout_ns = opt_.timeout_ns;
+    RecvLaunch rp;
+    rp.frames = sp.frames;
+    rp.seq_base = seq_base;
+    rp.timeout_ns = opt_.timeout_ns;
+    e = sender_.launch(plan, m.src, send_view, sp, streams_[0]);
     if (e == cudaSuccess) {
       p2p_detail::DeviceGuard g(send_dev_);
       e = p2p_detail::side_words(log_.device_alias(&rec[0]), sender_.control(), sizeof(SideControl), streams_[0]);
     }
     if (e == cudaSuccess)
-      e = receiver_.launch(plan, m.dst, seq_base, 0, plan.num_frames, send_view, true, true, opt_.timeout_ns,
-                           streams_[1]);
+      e = receiver_.launch(plan, m.dst, send_view, rp, streams_[1]);
     if (e == cudaSuccess) {
       p2p_detail::DeviceGuard g(recv_dev_);
       e = p2p_detail::side_words(log_.device_alias(&rec[1]), receiver_.control(), sizeof(SideControl), streams_[1]);
