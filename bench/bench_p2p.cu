@@ -55,7 +55,7 @@ __global__ void sm_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, 
 }
 
 // The trace's origin on the kernels' clock (%globaltimer, the clock the link's kernels stamp with).
-__global__ void stamp_clock(uint64_t* out) { *out = p2p_detail::global_ns(); }
+__global__ void stamp_clock(uint64_t* out) { *out = zipcomm::detail::global_timer_ns(); }
 
 struct Row {
   uint64_t bytes;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "../../config.hpp"
+#include "../../detail/bounded_wait.cuh"
 #include "../../format.hpp"
 #include "../../thread/pair_code.hpp"
 #include "detail/host_resources.cuh"
@@ -41,7 +42,7 @@ struct SendLaunch {
   FrameRange frames;                    // the frames to send; empty: only the control words are cleared
   uint64_t seq_base = 0;                // ring sequence number of the plan's frame 0
   bool wait_credits = true;             // false: the caller guarantees the slots are free (stream order)
-  uint64_t timeout_ns = 5000000000ull;  // bound of every wait on the peer, as P2POptions::timeout_ns
+  uint64_t timeout_ns = zipcomm::detail::DEFAULT_WAIT_TIMEOUT_NS;  // bound of every wait on the peer
   P2PLaunchExtras extras;               // traces, poison flags, stream mode's section-B budget
 };
 
@@ -58,7 +59,7 @@ struct RecvLaunch {
   uint64_t seq_base = 0;                // ring sequence number of the plan's frame 0
   bool wait_flags = true;               // false: every frame of the launch is in the ring already (stream order)
   bool give_credits = true;             // false: the slots are not handed back to the sender
-  uint64_t timeout_ns = 5000000000ull;  // bound of every wait on the peer, as P2POptions::timeout_ns
+  uint64_t timeout_ns = zipcomm::detail::DEFAULT_WAIT_TIMEOUT_NS;  // bound of every wait on the peer
   uint32_t lane = 0;                    // item counter of this launch: launches running at once use different lanes
   bool reset_control = true;            // clear status and abort first (once per transfer)
   int max_blocks = 0;                   // grid cap; 0: the receiver's blocks

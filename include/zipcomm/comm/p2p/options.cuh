@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "../../config.hpp"
+#include "../../detail/bounded_wait.cuh"
 #include "kernel_args.cuh"
 #include "protocol.cuh"
 
@@ -18,7 +19,7 @@ namespace comm {
 struct P2POptions {
   PipelineShape shape;                  // how messages are cut into items and frames
   uint32_t slots = 16;                  // frames in flight: 4 slots 1.347 / 4.301 ms at 64 / 256 MiB, 16 1.205 / 4.181
-  uint64_t timeout_ns = 5000000000ull;  // a peer silent this long gives Status::timeout
+  uint64_t timeout_ns = zipcomm::detail::DEFAULT_WAIT_TIMEOUT_NS;  // a peer silent this long gives Status::timeout
   int sender_blocks = 0;                // 0: one block per SM
   int receiver_blocks = 0;              // 0: one block per SM (persistent receivers)
   uint64_t bypass_bytes = uint64_t(4) << 20;        // messages below go raw; a guess until calibrate() measures it

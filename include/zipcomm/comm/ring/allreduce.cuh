@@ -83,7 +83,7 @@ class BlockRingAllreduce {
     uint8_t* const data = static_cast<uint8_t*>(a.peers.data[rank]);
     const bool leader = g.thread_rank() == 0;
     uint64_t timer[RING_TIMER_SLOTS] = {};  // thread 0's
-    const uint64_t block_start = leader ? detail::ring_now_ns() : 0;
+    const uint64_t block_start = leader ? zipcomm::detail::global_timer_ns() : 0;
     unsigned long long sent = 0;
 
     Status st = Status::ok;
@@ -103,14 +103,14 @@ class BlockRingAllreduce {
         const uint32_t out_slot = act.out_msg >= 0 ? ring_slot_index(R, j, act.out_msg) : 0;
         uint8_t* const out = act.out_msg >= 0 ? ring_slot(L, next, channel, out_slot) : nullptr;
         uint8_t* const self = ring_slot(L, own, channel, ring_self_slot_index(R, j));
-        const uint64_t t = leader ? detail::ring_now_ns() : 0;
+        const uint64_t t = leader ? zipcomm::detail::global_timer_ns() : 0;
         uint64_t out_bytes = 0;
         if constexpr (COMPRESSED) {
           st = Compressed(g, act.kind, L.slot_bytes, in, elems, e.count, a.op, out, self, out_bytes);
         } else {
           st = Raw(g, act.kind, in, elems, e.count, a.op, out, out_bytes);
         }
-        if (leader) timer[ring_timer_of(act.kind)] += detail::ring_now_ns() - t;
+        if (leader) timer[ring_timer_of(act.kind)] += zipcomm::detail::global_timer_ns() - t;
         if (st == Status::ok && out) {
           detail::ring_publish(g, ring_ready_flag(L, next, channel, out_slot), a.epoch);
           sent += out_bytes;
@@ -126,7 +126,7 @@ class BlockRingAllreduce {
       }
       if (sent) atomicAdd(ring_bytes_sent(own), sent);
       if (a.timers) {
-        timer[RING_TIMER_TOTAL] = detail::ring_now_ns() - block_start;
+        timer[RING_TIMER_TOTAL] = zipcomm::detail::global_timer_ns() - block_start;
         unsigned long long* tr = a.timers + uint64_t(rank - a.first_rank) * RING_TIMER_SLOTS;
         for (int k = 0; k < RING_TIMER_SLOTS; ++k)
           if (timer[k]) atomicAdd(tr + k, static_cast<unsigned long long>(timer[k]));

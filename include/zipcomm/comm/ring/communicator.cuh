@@ -28,6 +28,7 @@
 #include "../../config.hpp"
 #include "../../format.hpp"
 #include "../../thread/reduce_op.hpp"
+#include "../../detail/bounded_wait.cuh"
 #include "allreduce.cuh"
 #include "schedule.cuh"
 #include "switch.cuh"
@@ -43,7 +44,7 @@ struct RingOptions {
   // RING_SWITCH_UNSET (default): none. calibrate()'s measurements take precedence for their dtype (the last
   // one set wins: set_raw_below_bytes() drops the measurements).
   uint64_t raw_below_bytes = RING_SWITCH_UNSET;
-  uint64_t timeout_ns = 2000000000ull;                   // bound of every wait on a peer
+  uint64_t timeout_ns = zipcomm::detail::DEFAULT_WAIT_TIMEOUT_NS;  // bound of every wait on a peer
 };
 
 /// What the last call did (for benchmarks and tests).

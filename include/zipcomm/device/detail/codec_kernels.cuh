@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "../../config.hpp"
+#include "../../detail/bounded_wait.cuh"
 #include "../../format.hpp"
 #include "../../thread/pair_code.hpp"
 #include "../../thread/reduce_op.hpp"
@@ -71,12 +72,6 @@ ZIPCOMM_DEVICE uint64_t next_chunk(unsigned long long* counter) {
   return __shfl_sync(warp::FULL_MASK, c, 0);
 }
 
-ZIPCOMM_DEVICE uint64_t warp_sum_u64(uint64_t v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(warp::FULL_MASK, v, o);
-  return v;
-}
-
 /// Exclusive prefix of chunk sizes before chunk c (decoupled look-back, 32 predecessors per round).
 ZIPCOMM_DEVICE uint64_t look_back(uint64_t* state, uint64_t c, bool& timed_out) {
   const uint32_t lane = warp::lane_id();
@@ -100,10 +95,10 @@ ZIPCOMM_DEVICE uint64_t look_back(uint64_t* state, uint64_t c, bool& timed_out) 
     const uint32_t inclusive = __ballot_sync(warp::FULL_MASK, (s >> 62) == 2);
     if (inclusive) {
       const uint32_t k = __ffs(inclusive) - 1;  // nearest predecessor with a full prefix
-      exclusive += warp_sum_u64(lane <= k ? (s & VALUE_MASK) : 0);
+      exclusive += zipcomm::detail::warp_sum(lane <= k ? (s & VALUE_MASK) : 0);
       break;
     }
-    exclusive += warp_sum_u64(s & VALUE_MASK);
+    exclusive += zipcomm::detail::warp_sum(s & VALUE_MASK);
     window_end -= 32;
   }
   timed_out = __any_sync(warp::FULL_MASK, timed_out);

@@ -12,6 +12,7 @@
 #include "../../../thread/chunk_check.hpp"
 #include "../../../warp/lane_io.cuh"
 #include "../../../warp/warp_chunk_decoder.cuh"
+#include "../../../detail/bounded_wait.cuh"
 #include "../kernel_args.cuh"
 #include "../protocol.cuh"
 
@@ -19,12 +20,6 @@ namespace zipcomm {
 namespace comm {
 
 namespace p2p_detail {
-
-ZIPCOMM_DEVICE uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 template <class T>
 ZIPCOMM_DEVICE T load_acquire_sys(T* p) {
@@ -72,33 +67,17 @@ ZIPCOMM_DEVICE void report(SideControl* ctl, Status s, uint64_t frame, bool stop
 /// aborted; the outcome goes to every lane. System scope: the flag may be written by another GPU or the host.
 template <bool SYSTEM, class State>
 ZIPCOMM_DEVICE Status warp_wait(uint64_t* flag, State state, const SideControl* ctl, uint64_t timeout_ns) {
-  uint32_t result = 0;
-  if (warp::lane_id() == 0) {
-    const uint64_t start = global_ns();
-    uint32_t sleep = 32;
-    for (;;) {
-      const uint64_t v = SYSTEM ? load_acquire_sys(flag) : load_acquire_gpu(flag);
-      const FlagState s = state(v);
-      if (s == FlagState::ready) break;
-      if (s == FlagState::broken) {
-        result = uint32_t(Status::corrupt_stream);
-        break;
-      }
-      if (*const_cast<volatile const uint32_t*>(&ctl->abort)) {
-        result = uint32_t(Status::timeout);
-        break;
-      }
-      if (global_ns() - start > timeout_ns) {
-        result = uint32_t(Status::timeout);
-        break;
-      }
-      __nanosleep(sleep);
-      sleep = sleep < 1024 ? sleep * 2 : sleep;
-    }
-  }
-  result = __shfl_sync(warp::FULL_MASK, result, 0);
-  __syncwarp();  // orders the other lanes' later reads after lane 0's acquire
-  return Status(result);
+  zipcomm::detail::WarpGroup warp_group;
+  zipcomm::detail::WaitBound bound;
+  bound.timeout_ns = timeout_ns;
+  bound.abort = &ctl->abort;
+  auto check = [&] {
+    const FlagState s = state(SYSTEM ? load_acquire_sys(flag) : load_acquire_gpu(flag));
+    const Status outcome = s == FlagState::broken ? Status::corrupt_stream : Status::ok;
+    return zipcomm::detail::WaitStep{s != FlagState::waiting, outcome};
+  };
+  // 32 ns doubling to 1 us: a frame on the pinned-host link takes tens of microseconds
+  return zipcomm::detail::bounded_wait(warp_group, check, bound, zipcomm::detail::DoublingSleep{32, 1024});
 }
 
 /// Whether the transfer was aborted (read by lane 0, the same answer in every lane).
@@ -144,12 +123,6 @@ ZIPCOMM_DEVICE uint64_t lb_pack(uint64_t seq, uint64_t flag, uint32_t bytes) {
   return (((seq + 1) & 0x3FFFFFFFull) << 34) | (flag << 32) | bytes;
 }
 
-ZIPCOMM_DEVICE uint64_t warp_sum(uint64_t v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(warp::FULL_MASK, v, o);
-  return v;
-}
-
 /// Chunk placement inside a frame: the byte offset of item j's chunk = the sum of the chunk sizes of items
 /// 0..j-1 (decoupled look-back, 32 predecessors per round). Items of a frame are taken in order, so every
 /// item waited for is held by a running warp.
@@ -157,6 +130,9 @@ ZIPCOMM_DEVICE Status look_back(uint64_t* entries, uint32_t j, uint64_t seq, uin
                                 uint64_t timeout_ns, uint32_t& exclusive_out) {
   const uint32_t lane = warp::lane_id();
   const uint64_t tag = (seq + 1) & 0x3FFFFFFFull;
+  zipcomm::detail::WaitBound bound;
+  bound.timeout_ns = timeout_ns;
+  bound.abort = &ctl->abort;
   if (lane == 0)
     cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(entries[j])
         .store(lb_pack(seq, j == 0 ? LB_INCLUSIVE : LB_AGGREGATE, bytes), cuda::memory_order_relaxed);
@@ -168,26 +144,23 @@ ZIPCOMM_DEVICE Status look_back(uint64_t* entries, uint32_t j, uint64_t seq, uin
     uint64_t e = lb_pack(seq, LB_INCLUSIVE, 0);  // before item 0: an inclusive sum of 0
     if (idx >= 0) {
       cuda::atomic_ref<uint64_t, cuda::thread_scope_device> ref(entries[idx]);
-      const uint64_t start = global_ns();
-      for (;;) {
+      auto published = [&] {
         e = ref.load(cuda::memory_order_relaxed);
-        if ((e >> 34) == tag && ((e >> 32) & 3u) != 0) break;
-        if (*const_cast<volatile const uint32_t*>(&ctl->abort) || global_ns() - start > timeout_ns) {
-          failed = 1;
-          e = lb_pack(seq, LB_INCLUSIVE, 0);
-          break;
-        }
-        __nanosleep(64);
+        return zipcomm::detail::WaitStep{(e >> 34) == tag && ((e >> 32) & 3u) != 0, Status::ok};
+      };
+      if (zipcomm::detail::poll_bounded(published, bound, zipcomm::detail::FixedSleep{64}) != Status::ok) {
+        failed = 1;
+        e = lb_pack(seq, LB_INCLUSIVE, 0);
       }
     }
     failed = __any_sync(warp::FULL_MASK, failed);
     const uint32_t inclusive = __ballot_sync(warp::FULL_MASK, ((e >> 32) & 3u) == LB_INCLUSIVE);
     if (inclusive) {
       const uint32_t k = __ffs(inclusive) - 1;  // nearest predecessor that knows its full prefix
-      exclusive += warp_sum(lane <= k ? (e & 0xFFFFFFFFu) : 0);
+      exclusive += zipcomm::detail::warp_sum(lane <= k ? (e & 0xFFFFFFFFu) : 0);
       break;
     }
-    exclusive += warp_sum(e & 0xFFFFFFFFu);
+    exclusive += zipcomm::detail::warp_sum(e & 0xFFFFFFFFu);
     window_end -= 32;
   }
   if (lane == 0 && !failed && j > 0)

@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     const uint64_t g = item_begin + p2p_detail::take_item(a.item_counter);
     if (g >= item_stop) break;
     uint64_t* item_trace = a.item_trace && lane == 0 ? a.item_trace + ITEM_TRACE_STAMPS * g : nullptr;
-    if (item_trace) item_trace[0] = p2p_detail::global_ns();
+    if (item_trace) item_trace[0] = zipcomm::detail::global_timer_ns();
     if (p2p_detail::aborted(a.control)) break;
     uint32_t j = 0;
     const uint64_t f = a.plan.frame_of_item(g, j);
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     const uint32_t slot = slot_of(q, S);
     const uint8_t* base = a.ring.slot_at(slot);  // the frame, decoded where it is
     uint64_t* trace = a.trace ? a.trace + TRACE_STAMPS * (f - a.frame_begin) : nullptr;
-    if (trace && j == 0 && lane == 0) trace[0] = p2p_detail::global_ns();
+    if (trace && j == 0 && lane == 0) trace[0] = zipcomm::detail::global_timer_ns();
     uint64_t* mirror_planes = &a.mirror[2 * slot];
     uint64_t* mirror_exps = &a.mirror[2 * slot + 1];
     auto fail = [&](Status s, bool stop) {
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
         break;
       }
       if (lane == 0) p2p_detail::store_release_gpu(mirror_planes, flag_value(q));
-      if (trace && lane == 0) trace[3] = p2p_detail::global_ns();
+      if (trace && lane == 0) trace[3] = zipcomm::detail::global_timer_ns();
       if (a.wait_flags)
         s = p2p_detail::warp_wait<true>(
             &a.ring.ready_exps[slot], [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
         a.frame_status[2 * slot] = uint32_t(hs);
         a.frame_status[2 * slot + 1] = h.exps_bytes;
         p2p_detail::store_release_gpu(mirror_exps, flag_value(q));
-        if (trace) trace[1] = p2p_detail::global_ns();
+        if (trace) trace[1] = zipcomm::detail::global_timer_ns();
       }
       // Out-of-step peers (another message size or sequence) cannot recover: stop the transfer.
       if (hs != Status::ok) fail(hs, hs == Status::size_mismatch || hs == Status::bad_header);
@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
       break;
     }
     const Status frame_ok = Status(*const_cast<volatile uint32_t*>(&a.frame_status[2 * slot]));
-    if (item_trace) item_trace[1] = p2p_detail::global_ns();
+    if (item_trace) item_trace[1] = zipcomm::detail::global_timer_ns();
 
     // 3. Decode into the output (raw frames: copy).
     if (frame_ok == Status::ok) {
@@ -163,11 +163,11 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
     // the counting warps wrote and read is ordered before the credit and the done word through the counters.
     // (A system fence per item cost its warp ~4-8 us while the copy engines streamed, and the transfer's last
     // item paid it on the critical path: bench_p2p --trace-light, H200.)
-    if (item_trace) item_trace[2] = p2p_detail::global_ns();
+    if (item_trace) item_trace[2] = zipcomm::detail::global_timer_ns();
     __threadfence();
     __syncwarp();
     const bool last_of_frame = lane == 0 && p2p_detail::count_frame_item(&a.counters[slot], fi.items);
-    if (item_trace) item_trace[3] = p2p_detail::global_ns();
+    if (item_trace) item_trace[3] = zipcomm::detail::global_timer_ns();
     if (last_of_frame) {
       __threadfence();  // acquire the frame's items before the launch count passes them on
       const bool last_of_launch = p2p_detail::tagged_increment(a.frames_done, a.launch_tag) == launch_frames;
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArg
       // frames_done) to both the credit and the done word.
       p2p_detail::fence_acq_rel_sys();
       if (a.give_credits) p2p_detail::store_relaxed_sys(&a.ring.credits[slot], flag_value(q));
-      if (trace) trace[2] = p2p_detail::global_ns();
+      if (trace) trace[2] = zipcomm::detail::global_timer_ns();
       if (last_of_launch && a.done_word != nullptr) p2p_detail::store_relaxed_sys(a.done_word, a.done_value);
     }
   }

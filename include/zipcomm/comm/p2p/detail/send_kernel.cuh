@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
     const uint32_t slot = slot_of(q, S);
     uint8_t* frame = a.ring.slots + slot * a.ring.slot_bytes;
     uint64_t* trace = a.trace ? a.trace + TRACE_STAMPS * (f - a.frame_begin) : nullptr;
-    if (trace && j == 0 && lane == 0) trace[0] = p2p_detail::global_ns();
+    if (trace && j == 0 && lane == 0) trace[0] = zipcomm::detail::global_timer_ns();
 
     // 1. The slot is ours once the consumer handed back frame q - S. The frame's first warp polls the
     //    (possibly remote) credit word; the others watch its device-local mirror.
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
         s = p2p_detail::warp_wait<true>(
             &a.ring.credits[slot], [&](uint64_t v) { return credit_state(v, q, S); }, a.control, a.timeout_ns);
         if (s == Status::ok && lane == 0) p2p_detail::store_release_gpu(&a.credit_seen[slot], flag_value(q));
-        if (trace && lane == 0) trace[3] = p2p_detail::global_ns();
+        if (trace && lane == 0) trace[3] = zipcomm::detail::global_timer_ns();
       } else {
         s = p2p_detail::warp_wait<false>(
             &a.credit_seen[slot], [&](uint64_t v) { return ready_state(v, q); }, a.control, a.timeout_ns);
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
     __syncwarp();
     if (lane == 0 && p2p_detail::count_frame_item(&a.counters[2 * slot], fi.items)) {
       p2p_detail::store_release_sys(&a.ring.ready_planes[slot], flag_value(q));
-      if (trace) trace[1] = p2p_detail::global_ns();
+      if (trace) trace[1] = zipcomm::detail::global_timer_ns();
     }
 
     // 3. Exponents: code the item, place its chunk after those of the frame's earlier items, write it.
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArg
       __threadfence();
       __syncwarp();
       if (lane == 0) p2p_detail::store_release_sys(&a.ring.ready_exps[slot], flag_value(q));
-      if (trace && lane == 0) trace[2] = p2p_detail::global_ns();
+      if (trace && lane == 0) trace[2] = zipcomm::detail::global_timer_ns();
     }
   }
 }

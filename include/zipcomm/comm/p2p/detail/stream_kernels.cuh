@@ -13,14 +13,11 @@ namespace comm {
 
 template <class Word = uint32_t>
 __global__ void p2p_hold_stream_kernel(const volatile Word* go, Word* timed_out, uint64_t timeout_ns) {
-  const uint64_t t0 = p2p_detail::global_ns();
-  while (*go == Word(0)) {
-    if (p2p_detail::global_ns() - t0 > timeout_ns) {
-      *timed_out = Word(1);
-      return;
-    }
-    __nanosleep(256);
-  }
+  zipcomm::detail::WaitBound bound;
+  bound.timeout_ns = timeout_ns;
+  auto released = [&] { return zipcomm::detail::WaitStep{*go != Word(0), Status::ok}; };
+  if (zipcomm::detail::poll_bounded(released, bound, zipcomm::detail::FixedSleep{256}) != Status::ok)
+    *timed_out = Word(1);
 }
 
 /// Copies `words` 64-bit words from `from` to `to` (`to` may be mapped pinned memory); `from` null: zeroes `to`. What

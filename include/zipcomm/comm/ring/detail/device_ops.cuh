@@ -17,6 +17,7 @@
 #include "../../../thread/pair_code.hpp"
 #include "../../../thread/reduce_op.hpp"
 #include "../../../warp/lane_io.cuh"
+#include "../../../detail/bounded_wait.cuh"
 #include "../schedule.cuh"
 #include "../launch_args.cuh"
 
@@ -24,12 +25,6 @@ namespace zipcomm {
 namespace comm {
 
 namespace detail {
-
-ZIPCOMM_DEVICE uint64_t ring_now_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 using SysFlag = cuda::atomic_ref<uint32_t, cuda::thread_scope_system>;
 
@@ -39,25 +34,17 @@ using SysFlag = cuda::atomic_ref<uint32_t, cuda::thread_scope_system>;
 template <class Group>
 ZIPCOMM_DEVICE Status ring_wait(Group& g, uint32_t* flag, uint32_t target, uint32_t* error_word,
                                 uint64_t timeout_ns, uint32_t& shared, uint64_t& wait_ns) {
-  g.sync();  // every thread is past its last use of `shared`
-  if (g.thread_rank() == 0) {
-    SysFlag f(*flag), err(*error_word);
-    const uint64_t start = ring_now_ns();
-    uint32_t s = 0;
-    for (uint32_t spin = 0;; ++spin) {
-      if (int32_t(f.load(cuda::memory_order_acquire) - target) >= 0) break;
-      if ((s = err.load(cuda::memory_order_relaxed)) != 0) break;
-      if (ring_now_ns() - start > timeout_ns) {
-        s = uint32_t(Status::timeout);
-        break;
-      }
-      if (spin >= 64) __nanosleep(spin < 4096 ? 64 : 512);
-    }
-    shared = s;
-    wait_ns += ring_now_ns() - start;
-  }
-  g.sync();
-  return static_cast<Status>(shared);
+  zipcomm::detail::WaitBound bound;
+  bound.timeout_ns = timeout_ns;
+  bound.abort = error_word;
+  bound.on_abort = zipcomm::detail::AbortReport::word;
+  SysFlag f(*flag);
+  auto reached = [&] {
+    return zipcomm::detail::WaitStep{int32_t(f.load(cuda::memory_order_acquire) - target) >= 0, Status::ok};
+  };
+  // 64 polls without sleeping (the next message is usually microseconds away), then 64 ns; 512 ns past 4096 polls
+  const zipcomm::detail::SpinThenSleep sleep{64, 64, 4096, 512};
+  return zipcomm::detail::bounded_wait(g, reached, bound, sleep, &shared, &wait_ns);
 }
 
 /// Raises *flag to `value` once every thread of the group has written what the flag announces.
