@@ -211,8 +211,10 @@ double time_ring(RingCommunicator& comm, Buffers& buf, RingMode mode, int reps,
     CK(comm.allreduce<D>(buf.data.data(), n, ReduceOp::sum(), mode));
   };
   Status st;
+  cudaError_t wait_error = cudaSuccess;  // a CUDA failure while waiting
   for (int i = 0; i < 2; ++i) buf.restore(streams), call();  // warm-up
-  CK(comm.wait(&st));
+  st = comm.wait(&wait_error);
+  CK(wait_error);
   if (st != Status::ok) std::fprintf(stderr, "ring status %s\n", status_string(st)), std::exit(1);
   CK(comm.reset_counters());
   std::vector<double> t;
@@ -240,7 +242,8 @@ double time_ring(RingCommunicator& comm, Buffers& buf, RingMode mode, int reps,
       t.push_back(now_ms() - t0);
     }
   }
-  CK(comm.wait(&st));
+  st = comm.wait(&wait_error);
+  CK(wait_error);
   if (st != Status::ok) std::fprintf(stderr, "ring status %s\n", status_string(st)), std::exit(1);
   std::vector<uint64_t> bytes_sent;
   std::vector<std::array<uint64_t, RING_TIMER_SLOTS>> all;

@@ -90,7 +90,11 @@ RunResult run(RingCommunicator& comm, const std::vector<int>& rank_device, DType
     CK(comm.reset_counters());
     const auto t0 = std::chrono::steady_clock::now();
     CK(comm.allreduce(d, buf.data(), n, op, mode));
-    CK(comm.wait(&res.status));
+    {
+      cudaError_t wait_error = cudaSuccess;
+      res.status = comm.wait(&wait_error);
+      CK(wait_error);
+    }
     times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(times.begin(), times.end());

@@ -302,7 +302,11 @@ void ring_round(Bench& b, const std::string& name, RingCommunicator& comm, Tally
   CK(cudaStreamWaitEvent(b.stream, b.ring_done, 0));
   CK(cudaMemcpyAsync(b.seen->get(), b.dst, uint64_t(R) * stride, cudaMemcpyDeviceToHost, b.stream));
   Status st = Status::ok;
-  CK(comm.wait(&st));
+  {
+    cudaError_t wait_error = cudaSuccess;
+    st = comm.wait(&wait_error);
+    CK(wait_error);
+  }
   CK(cudaMemcpyAsync(b.after->get(), b.dst, uint64_t(R) * stride, cudaMemcpyDeviceToHost, b.stream));
   CK(cudaStreamSynchronize(b.stream));
   ++t.transfers;

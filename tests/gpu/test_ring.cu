@@ -20,6 +20,14 @@ using gpu_test::ring_data;
 
 namespace {
 
+// The ring's Status; a CUDA failure while waiting fails the test.
+Status wait_ok(RingCommunicator& comm) {
+  cudaError_t e = cudaSuccess;
+  const Status s = comm.wait(&e);
+  CUDA_OK(e);
+  return s;
+}
+
 const ReduceOp kRingOps[] = {ReduceOp::sum(), ReduceOp::prod(), ReduceOp::min(), ReduceOp::max(), ReduceOp::avg(1)};
 constexpr uint8_t kGuard = 0xEE;
 constexpr size_t kGuardBytes = 64;
@@ -71,7 +79,7 @@ std::vector<std::vector<uint8_t>> run_ring(RingCommunicator& comm, DType d, cons
   for (const auto& b : bufs) ptrs.push_back(b.data());
   CUDA_OK(comm.allreduce(d, ptrs.data(), n, op, mode));
   Status st = Status::invalid_argument;
-  CUDA_OK(comm.wait(&st));
+  st = wait_ok(comm);
   INFO("ring status: " << status_string(st));
   REQUIRE(st == Status::ok);
   REQUIRE(comm.last_call().compressed == (mode == RingMode::compressed));
@@ -264,7 +272,7 @@ void check_automatic(RingCommunicator& comm, uint64_t n, bool want_compressed, R
   for (const auto& b : bufs) dp.push_back(b.data());
   CUDA_OK(comm.allreduce<DType::bf16>(dp.data(), n, ReduceOp::sum()));
   Status st;
-  CUDA_OK(comm.wait(&st));
+  st = wait_ok(comm);
   REQUIRE(st == Status::ok);
   REQUIRE(comm.last_call().compressed == want_compressed);
   REQUIRE(comm.last_call().source == want_source);
@@ -452,7 +460,7 @@ TEST_CASE("ring allreduce: the communicator clears its windows after a failed pa
   a.timeout_ns = 50 * 1000 * 1000;  // 50 ms for the pass that must fail
   CUDA_OK((ring_launch_pass<DType::fp16, true>(a, comm.stream(0))));
   Status st = Status::ok;
-  CUDA_OK(comm.wait(&st));
+  st = wait_ok(comm);
   REQUIRE(st == Status::timeout);
   for (int r = 0; r < R; ++r) {
     uint32_t w = 1;
@@ -485,7 +493,7 @@ TEST_CASE("ring allreduce: bad arguments give cudaErrorInvalidValue and Status::
   auto expect_invalid = [&](void* const* ptrs, uint64_t count, ReduceOp op) {
     REQUIRE(comm.allreduce<DType::bf16>(ptrs, count, op) == cudaErrorInvalidValue);
     Status st = Status::ok;
-    CUDA_OK(comm.wait(&st));
+    st = wait_ok(comm);
     REQUIRE(st == Status::invalid_argument);
   };
   void* null_rank[3] = {a.ptr, nullptr, c.ptr};
@@ -498,7 +506,7 @@ TEST_CASE("ring allreduce: bad arguments give cudaErrorInvalidValue and Status::
   expect_invalid(good, (uint64_t(1) << 50) + 1, ReduceOp::sum());
   REQUIRE(comm.allreduce(DType(0), good, n, ReduceOp::sum()) == cudaErrorInvalidValue);
   Status st = Status::ok;
-  CUDA_OK(comm.wait(&st));
+  st = wait_ok(comm);
   REQUIRE(st == Status::invalid_argument);
   for (DType fp8 : {DType::fp8_e4m3, DType::fp8_e5m2}) {  // codec only: no ring
     REQUIRE(comm.allreduce(fp8, good, n, ReduceOp::sum()) == cudaErrorInvalidValue);
@@ -508,7 +516,7 @@ TEST_CASE("ring allreduce: bad arguments give cudaErrorInvalidValue and Status::
   // n = 0 is a no-op; then a valid call succeeds.
   CUDA_OK(comm.allreduce<DType::bf16>(good, 0, ReduceOp::sum()));
   CUDA_OK(comm.allreduce<DType::bf16>(good, n, ReduceOp::sum()));
-  CUDA_OK(comm.wait(&st));
+  st = wait_ok(comm);
   REQUIRE(st == Status::ok);
 
   // The low-level launch checks its arguments too.
@@ -590,7 +598,7 @@ TEST_CASE("ring allreduce: one rank per GPU through peer access", "[gpu][ring][m
       CUDA_OK(cudaSetDevice(0));
       CUDA_OK(comm.allreduce(d, bufs.data(), n, ReduceOp::sum(), mode));
       Status st;
-      CUDA_OK(comm.wait(&st));
+      st = wait_ok(comm);
       REQUIRE(st == Status::ok);
       for (int r = 0; r < R; ++r) {
         std::vector<uint8_t> got(n * eb);

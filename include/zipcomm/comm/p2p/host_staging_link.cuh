@@ -102,8 +102,9 @@ class HostStagingLink {
 
   /// Waits for every transfer issued since the last wait(); the first error among them in issue order (ok only
   /// when every element of every one arrived and decoded intact). After an error the link refuses transfers
-  /// until reset().
-  Status wait();
+  /// until reset(). A CUDA failure while waiting gives Status::invalid_argument, and *cuda_error (optional) says
+  /// which; RingCommunicator::wait() has the same shape.
+  Status wait(cudaError_t* cuda_error = nullptr);
 
   /// Clears rings and state after an error (sequence numbers restart). Waits for the link to be idle.
   cudaError_t reset();

@@ -85,8 +85,9 @@ class PeerLink {
   const std::vector<P2PCalibrationPoint>& calibration() const { return points_; }
 
   /// Waits for every transfer issued since the last wait(); the first error among them in issue order. After
-  /// an error the link refuses transfers until reset().
-  Status wait();
+  /// an error the link refuses transfers until reset(). A CUDA failure while waiting gives
+  /// Status::invalid_argument, and *cuda_error (optional) says which.
+  Status wait(cudaError_t* cuda_error = nullptr);
 
   cudaError_t reset();
 

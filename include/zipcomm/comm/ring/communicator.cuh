@@ -280,9 +280,10 @@ class RingCommunicator {
     return cudaErrorInvalidValue;
   }
 
-  /// Waits for every enqueued call; *status = the first error any rank met (ok if none). After an error the
-  /// windows are cleared (flags, epochs, error words), so the ring can be used again.
-  cudaError_t wait(Status* status);
+  /// Waits for every enqueued call; the first error any rank met (ok if none). After an error the windows are
+  /// cleared (flags, epochs, error words), so the ring can be used again. A CUDA failure while waiting gives
+  /// Status::invalid_argument, and *cuda_error (optional) says which; the links' wait() has the same shape.
+  Status wait(cudaError_t* cuda_error = nullptr);
 
   /// Per rank: bytes it sent since the last reset_counters(), and its timers (RING_TIMER_* slots, ns summed
   /// over its blocks). Call after wait().
@@ -361,7 +362,7 @@ class RingCommunicator {
       const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
       if (e == cudaSuccess && rep >= 0) t.push_back(events ? double(event_ms) : host_ms);
     }
-    if (e == cudaSuccess) e = wait(&st);
+    if (e == cudaSuccess) st = wait(&e);
     if (a) cudaEventDestroy(a);
     if (b) cudaEventDestroy(b);
     std::sort(t.begin(), t.end());

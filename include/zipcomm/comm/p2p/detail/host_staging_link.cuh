@@ -157,11 +157,16 @@ uint64_t HostStagingLink<D, Code>::raw_chunk_for(uint64_t bytes) const {
 }
 
 template <DType D, class Code>
-Status HostStagingLink<D, Code>::wait() {
+Status HostStagingLink<D, Code>::wait(cudaError_t* cuda_error) {
+  if (cuda_error) *cuda_error = cudaSuccess;
   if (!ready_) return Status::invalid_argument;
   p2p_detail::DeviceGuard g(device_);
-  if (raw_pending_ && cudaStreamSynchronize(raw_stream_) != cudaSuccess) return Status::invalid_argument;
-  if (synchronize() != cudaSuccess) return Status::invalid_argument;
+  cudaError_t e = raw_pending_ ? cudaStreamSynchronize(raw_stream_) : cudaSuccess;
+  if (e == cudaSuccess) e = synchronize();
+  if (e != cudaSuccess) {
+    if (cuda_error) *cuda_error = e;
+    return Status::invalid_argument;
+  }
   const Status s = log_.collect();
   const bool adapt = adapt_pending_;
   raw_pending_ = adapt_pending_ = false;

@@ -143,9 +143,14 @@ cudaError_t PeerLink<D, Code>::calibrate(const void* sample, uint64_t sample_ele
 }
 
 template <DType D, class Code>
-Status PeerLink<D, Code>::wait() {
+Status PeerLink<D, Code>::wait(cudaError_t* cuda_error) {
+  if (cuda_error) *cuda_error = cudaSuccess;
   if (!ready_) return Status::invalid_argument;
-  if (synchronize() != cudaSuccess) return Status::invalid_argument;
+  const cudaError_t e = synchronize();
+  if (e != cudaSuccess) {
+    if (cuda_error) *cuda_error = e;
+    return Status::invalid_argument;
+  }
   const Status s = log_.collect();
   if (s != Status::ok) broken_ = true;
   return s;

@@ -74,7 +74,7 @@ inline cudaError_t RingCommunicator::init(const std::vector<int>& rank_device, c
   return e;
 }
 
-inline cudaError_t RingCommunicator::wait(Status* status) {
+inline Status RingCommunicator::wait(cudaError_t* cuda_error) {
   Status result = pending_;
   pending_ = Status::ok;
   cudaError_t e = cudaSuccess;
@@ -86,8 +86,8 @@ inline cudaError_t RingCommunicator::wait(Status* status) {
     if (e == cudaSuccess && word != 0 && result == Status::ok) result = static_cast<Status>(word);
   }
   if (e == cudaSuccess && result != Status::ok && result != Status::invalid_argument) e = clear_windows();
-  if (status) *status = result;
-  return e;
+  if (cuda_error) *cuda_error = e;
+  return e == cudaSuccess ? result : Status::invalid_argument;
 }
 
 inline cudaError_t RingCommunicator::read_counters(std::vector<uint64_t>& bytes_sent,
