@@ -21,20 +21,21 @@ using gpu_test::upload;
 
 namespace {
 
-// Launch settings of one whole message from sequence number seq_base; each test names what it changes.
-SendLaunch whole_send(const FramePlan& plan, uint64_t seq_base, uint64_t timeout_ns) {
-  SendLaunch p;
+// Launch settings (SendLaunch or RecvLaunch) of one whole message from sequence number seq_base; each test
+// names what it changes.
+template <class Launch>
+Launch whole(const FramePlan& plan, uint64_t seq_base, uint64_t timeout_ns) {
+  Launch p;
   p.frames = {0, plan.num_frames};
   p.seq_base = seq_base;
   p.timeout_ns = timeout_ns;
   return p;
 }
+SendLaunch whole_send(const FramePlan& plan, uint64_t seq_base, uint64_t timeout_ns) {
+  return whole<SendLaunch>(plan, seq_base, timeout_ns);
+}
 RecvLaunch whole_recv(const FramePlan& plan, uint64_t seq_base, uint64_t timeout_ns) {
-  RecvLaunch p;
-  p.frames = {0, plan.num_frames};
-  p.seq_base = seq_base;
-  p.timeout_ns = timeout_ns;
-  return p;
+  return whole<RecvLaunch>(plan, seq_base, timeout_ns);
 }
 // Stream-ordered ends: the frames are in the ring (or the slots free) by stream order; no flag is waited for.
 SendLaunch ordered_send(const FramePlan& plan, uint64_t seq_base, uint64_t timeout_ns) {

@@ -2,17 +2,7 @@
 #pragma once
 
 #include <cooperative_groups.h>
-#include <cuda_runtime.h>
 
-#include <cstdint>
-
-#include "../../../config.hpp"
-#include "../../../format.hpp"
-#include "../../../thread/pair_code.hpp"
-#include "../../../warp/lane_io.cuh"
-#include "../../../warp/pair_tables.cuh"
-#include "../../../warp/warp_chunk_encoder.cuh"
-#include "../kernel_args.cuh"
 #include "../kernels.cuh"
 #include "device_ops.cuh"
 
