@@ -13,7 +13,12 @@ namespace zipcomm {
 namespace comm {
 
 /// A ring of frame slots with its flags in one memory block: pinned host memory (mapped; the host and every
-/// GPU can use it) or one GPU's memory.
+/// GPU can use it) or one GPU's memory. Kernels get its view() by value.
+/// \code
+/// zipcomm::comm::FrameRing ring;
+/// ring.init_device(1, slots, zipcomm::comm::slot_bytes_for(zipcomm::DType::bf16, shape));  // on GPU 1
+/// receiver.launch(plan, d_dst, ring.view(), recv_launch, stream);
+/// \endcode
 class FrameRing {
  public:
   cudaError_t init_pinned(uint32_t slots, uint64_t slot_bytes) {

@@ -28,6 +28,12 @@ namespace comm {
 /// the sender's GPU memory. Both kernels are persistent: no host involvement. send_device == recv_device
 /// works too (one GPU; used by the tests on one-GPU machines). Below bypass_threshold() a transfer is one
 /// cudaMemcpyPeerAsync; calibrate() measures where coding pays on the link (over NVLink it may never).
+/// \code
+/// zipcomm::comm::PeerLink<zipcomm::DType::bf16> link;
+/// link.init(0, 1);                                         // GPU 0 sends, GPU 1 receives (peer access)
+/// link.transfer(d_src_on_0, d_dst_on_1, n, stream_on_0, stream_on_1);
+/// zipcomm::Status s = link.wait();                         // ok once every element arrived intact
+/// \endcode
 template <DType D, class Code = thread::PairCode>
 class PeerLink {
   static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no P2P links");

@@ -67,6 +67,14 @@ struct RingCalibration {
   double margin = RING_SWITCH_DEFAULT_MARGIN;  // the compressed ring must win by this fraction of the raw time
 };
 
+/// The ranks one process drives, their windows and streams; one allreduce() per call, wait() for the outcome.
+/// \code
+/// zipcomm::comm::RingCommunicator ring;
+/// ring.init({0, 1, 2, 3});                                  // one rank per GPU, peer access
+/// ring.allreduce<zipcomm::DType::bf16>(bufs, n, zipcomm::ReduceOp::sum());  // bufs[r] on GPU r, in place
+/// cudaError_t cuda_error = cudaSuccess;
+/// zipcomm::Status s = ring.wait(&cuda_error);               // ok, or the first error any rank met
+/// \endcode
 class RingCommunicator {
  public:
   RingCommunicator() = default;
