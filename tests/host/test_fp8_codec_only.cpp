@@ -3,9 +3,9 @@
 // compile for fp8 (static_assert); tests/gpu checks the ring's run-time dtype call and launch check.
 #include "test_util.hpp"
 
-#include <zipcomm/comm/p2p_protocol.cuh>
-#include <zipcomm/comm/p2p_reference.cuh>
-#include <zipcomm/comm/ring_reference.cuh>
+#include <zipcomm/comm/p2p/protocol.cuh>
+#include <zipcomm/comm/p2p/reference.cuh>
+#include <zipcomm/comm/ring/reference.cuh>
 #include <zipcomm/host/reference_reduce.hpp>
 
 using namespace zipcomm;
