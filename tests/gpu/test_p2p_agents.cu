@@ -51,6 +51,19 @@ struct Pair {
 
 uint8_t* slot_ptr(const FrameRingView& v, uint64_t seq) { return v.slots + slot_of(seq, v.num_slots) * v.slot_bytes; }
 
+/// Uploads `host` to `src` and sends it, stream-ordered, from sequence number `base` into p's ring (every slot
+/// poisoned first, on the sender's stream so that it lands first: every frame byte must be written); requires
+/// the sender to finish ok.
+void send_into_poisoned_ring(Pair& p, const FramePlan& plan, const std::vector<uint8_t>& host,
+                             const DeviceBuffer& src, uint64_t base) {
+  CUDA_OK(cudaMemcpyAsync(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice, p.s_tx));
+  const FrameRingView ring = p.ring.view();
+  CUDA_OK(cudaMemsetAsync(ring.slots, 0xCD, size_t(ring.num_slots) * ring.slot_bytes, p.s_tx));
+  CUDA_OK(p.tx.launch(plan, src.ptr, ring, ordered_send(plan, base, 1000000000ull), p.s_tx));
+  CUDA_OK(cudaStreamSynchronize(p.s_tx));
+  REQUIRE(p.status(p.tx.control()) == Status::ok);
+}
+
 /// Requires every frame of `plan` in `ring`, from sequence number `base`, to be the host reference's encoding of
 /// `host`, byte for byte; with `ready_flags`, each slot's two ready flags set for it as well (base + f + 1).
 void require_reference_frames(const FramePlan& plan, const FrameRingView& ring, uint64_t base,
@@ -149,13 +162,9 @@ TEST_CASE("p2p sender with a head region writes exactly the host reference's fra
   REQUIRE(plan.part[0].frames == 2);
   REQUIRE(plan.num_frames <= 8);
   DeviceBuffer src(host.size()), dst(host.size());
-  CUDA_OK(cudaMemcpyAsync(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice, p.s_tx));
   const FrameRingView ring = p.ring.view();
-  CUDA_OK(cudaMemsetAsync(ring.slots, 0xCD, size_t(8) * ring.slot_bytes, p.s_tx));  // before the sender, in order
   const uint64_t base = 13;
-  CUDA_OK(p.tx.launch(plan, src.ptr, ring, ordered_send(plan, base, 1000000000ull), p.s_tx));
-  CUDA_OK(cudaStreamSynchronize(p.s_tx));
-  REQUIRE(p.status(p.tx.control()) == Status::ok);
+  send_into_poisoned_ring(p, plan, host, src, base);
   require_reference_frames(plan, ring, base, host, /*ready_flags=*/false);
   CUDA_OK(p.rx.launch(plan, dst.ptr, ring, ordered_recv(plan, base, 1000000000ull), p.s_rx));
   CUDA_OK(cudaStreamSynchronize(p.s_rx));
@@ -177,14 +186,9 @@ TEST_CASE("p2p sender writes exactly the host reference's frames; corrupt frames
   const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n, shape);
   REQUIRE(plan.num_frames <= 8);
   DeviceBuffer src(host.size()), dst(host.size());
-  CUDA_OK(cudaMemcpyAsync(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice, p.s_tx));
   const FrameRingView ring = p.ring.view();
-  // poison, on the sender's stream so that it lands first: every frame byte must be written
-  CUDA_OK(cudaMemsetAsync(ring.slots, 0xCD, size_t(8) * ring.slot_bytes, p.s_tx));
   const uint64_t base = 40;  // any sequence base: slots are taken modulo the ring
-  CUDA_OK(p.tx.launch(plan, src.ptr, ring, ordered_send(plan, base, 1000000000ull), p.s_tx));
-  CUDA_OK(cudaStreamSynchronize(p.s_tx));
-  REQUIRE(p.status(p.tx.control()) == Status::ok);
+  send_into_poisoned_ring(p, plan, host, src, base);
 
   require_reference_frames(plan, ring, base, host, /*ready_flags=*/true);
 
