@@ -49,6 +49,16 @@ struct Pair {
   }
 };
 
+/// Items of 16384, 2048 and 256 elements, a few per frame: a message of about 90 Ki elements makes a frame or two
+/// in each tier, all in the 8 slots of the tests' ring.
+PipelineShape small_three_tier_shape() {
+  PipelineShape shape;
+  shape.tier[0] = {16384, 4, 0};
+  shape.tier[1] = {2048, 8, 20000};
+  shape.tier[2] = {256, 16, 3000};
+  return shape;
+}
+
 uint8_t* slot_ptr(const FrameRingView& v, uint64_t seq) { return v.slots + slot_of(seq, v.num_slots) * v.slot_bytes; }
 
 /// Uploads `host` to `src` and sends it, stream-ordered, from sequence number `base` into p's ring (every slot
@@ -149,10 +159,7 @@ TEST_CASE("p2p sender with a head region writes exactly the host reference's fra
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  PipelineShape shape;
-  shape.tier[0] = {16384, 4, 0};
-  shape.tier[1] = {2048, 8, 20000};
-  shape.tier[2] = {256, 16, 3000};
+  PipelineShape shape = small_three_tier_shape();
   shape.head = {4096, 2, 12288};
   Pair p(8, shape);
   const uint64_t n = 12288 + 4 * 16384 + 20000 + 3000 + 17;  // head: 2 frames, body 1, tiers 1 and 2: 2 each
@@ -176,10 +183,7 @@ TEST_CASE("p2p sender writes exactly the host reference's frames; corrupt frames
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  PipelineShape shape;
-  shape.tier[0] = {16384, 4, 0};
-  shape.tier[1] = {2048, 8, 20000};
-  shape.tier[2] = {256, 16, 3000};
+  PipelineShape shape = small_three_tier_shape();
   Pair p(8, shape);
   const uint64_t n = 4 * 16384 + 20000 + 3000 + 17;  // one frame per tier and then some; fits 8 slots
   const std::vector<uint8_t> host = test_bf16(n, rng);
