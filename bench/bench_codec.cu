@@ -62,15 +62,6 @@ struct SmTarget {
 };
 
 /// `text` as a JSON string literal.
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out + "\"";
-}
-
 constexpr int BLOCK_WARPS = 8;
 
 // Block-level primitives in a user kernel: each block owns consecutive slices of SLICE elements and turns
@@ -268,11 +259,7 @@ int main(int argc, char** argv) {
   const std::string& json = opt.json;
   const uint64_t mib = opt.mib;
   const int reps = opt.reps;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("zipcomm_bench: no GPU on this machine; nothing measured.\n");
-    return 0;
-  }
+  if (!bench::gpu_count("zipcomm_bench")) return 0;
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
 
@@ -404,16 +391,15 @@ int main(int argc, char** argv) {
           << ", \"runtime_reported_sms\": " << p.runtime_reported_sms() << ", \"copy_tbps\": " << partition_copy_tbps[i]
           << "}";
       else
-        o << ", \"skipped\": " << json_string(p.why()) << "}";
+        o << ", \"skipped\": " << bench::json_string(p.why()) << "}";
     }
     o << (partitions.empty() ? "]" : "\n  ]") << ",\n  \"rows\": [\n";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      o << "    {\"library\": \"" << r.library << "\", \"data\": \"" << r.data << "\", \"dtype\": \"" << r.dtype
+    bench::write_json_rows(o, rows, [](std::ostream& o, const Row& r) {
+      o << "{\"library\": \"" << r.library << "\", \"data\": \"" << r.data << "\", \"dtype\": \"" << r.dtype
         << "\", \"operation\": \"" << r.what << "\", \"sms\": " << (r.partition ? r.sms : 0)
         << ", \"ratio\": " << r.ratio << ", \"gbps\": " << r.gbps << ", \"gbps_per_sm\": " << r.gbps / r.sms
-        << ", \"roof_pct\": " << r.roof_pct << "}" << (i + 1 < rows.size() ? ",\n" : "\n");
-    }
+        << ", \"roof_pct\": " << r.roof_pct << "}";
+    });
     o << "  ]\n}\n";
   }
 #if ZIPCOMM_BENCH_WITH_NVCOMP

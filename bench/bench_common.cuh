@@ -1,5 +1,6 @@
 // Shared pieces of the zipcomm benchmarks: median timing with CUDA events, the copy roofline measured in the same
-// run, the command line the benches take, and test-data files (checked CUDA calls: example_common.cuh).
+// run, the command line the benches take, test-data files, sizes in words and JSON rows (checked CUDA calls:
+// example_common.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,28 @@ double median_ms(int reps, F&& f) {
 template <class F>
 double median_ms(int reps, cudaStream_t stream, F&& f) {
   return examples::median_ms(stream, 3, reps, f);
+}
+
+/// Middle element of v once sorted (the upper one of an even count).
+template <class T>
+T median(std::vector<T> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// Elapsed ms between CUDA events a (before) and b (after).
+inline float elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, a, b));
+  return ms;
+}
+
+/// Number of GPUs; where there is none, says so as `bench_name` (the bench then measures nothing and succeeds).
+inline int gpu_count(const char* bench_name) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) return count;
+  std::printf("%s: no GPU on this machine; nothing measured.\n", bench_name);
+  return 0;
 }
 
 /// Device-to-device copy bandwidth, bytes read + written per second, in TB/s.
@@ -96,6 +120,39 @@ inline std::vector<uint8_t> read_data_file(const std::string& dir, const char* n
   std::vector<uint8_t> v = examples::read_file(dir + "/" + name);
   if (v.empty()) std::fprintf(stderr, "missing or empty %s/%s\n", dir.c_str(), name), std::exit(1);
   return v;
+}
+
+/// Size in whole GiB, MiB or KiB (rounded down): "64 MiB".
+inline std::string human_bytes(uint64_t bytes) {
+  char s[32];
+  if (bytes >= (uint64_t(1) << 30))
+    std::snprintf(s, sizeof s, "%llu GiB", (unsigned long long)(bytes >> 30));
+  else if (bytes >= (uint64_t(1) << 20))
+    std::snprintf(s, sizeof s, "%llu MiB", (unsigned long long)(bytes >> 20));
+  else
+    std::snprintf(s, sizeof s, "%llu KiB", (unsigned long long)(bytes >> 10));
+  return s;
+}
+
+/// text as a JSON string literal: quotes and backslashes escaped, control characters dropped.
+inline std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out + "\"";
+}
+
+/// The body of a JSON array of objects, one a line: each row indented by four spaces, written by
+/// write_row(o, row) (the braces included), commas between rows.
+template <class Row, class WriteRow>
+void write_json_rows(std::ostream& o, const std::vector<Row>& rows, WriteRow&& write_row) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    o << "    ";
+    write_row(o, rows[i]);
+    o << (i + 1 < rows.size() ? ",\n" : "\n");
+  }
 }
 
 }  // namespace bench

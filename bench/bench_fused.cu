@@ -168,11 +168,7 @@ int main(int argc, char** argv) {
   const std::string& json = opt.json;
   const uint64_t mib = opt.mib;
   const int reps = opt.reps;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("zipcomm_bench_fused: no GPU on this machine; nothing measured.\n");
-    return 0;
-  }
+  if (!bench::gpu_count("zipcomm_bench_fused")) return 0;
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const double copy_tbps = bench::copy_roofline_tbps(mib * 1024 * 1024, reps);
@@ -200,12 +196,11 @@ int main(int argc, char** argv) {
     std::ofstream o(json);
     o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"copy_tbps\": " << copy_tbps << ",\n  \"mib\": " << mib
       << ",\n  \"reps\": " << reps << ",\n  \"rows\": [\n";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      o << "    {\"data\": \"" << r.data << "\", \"dtype\": \"" << r.dtype << "\", \"op\": \"" << r.op
+    bench::write_json_rows(o, rows, [](std::ostream& o, const Row& r) {
+      o << "{\"data\": \"" << r.data << "\", \"dtype\": \"" << r.dtype << "\", \"op\": \"" << r.op
         << "\", \"step\": \"" << r.what << "\", \"ratio\": " << r.ratio << ", \"gbps\": " << r.gbps
-        << ", \"ms\": " << r.ms << ", \"roof_pct\": " << r.roof_pct << "}" << (i + 1 < rows.size() ? ",\n" : "\n");
-    }
+        << ", \"ms\": " << r.ms << ", \"roof_pct\": " << r.roof_pct << "}";
+    });
     o << "  ]\n}\n";
   }
   return 0;

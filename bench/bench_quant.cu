@@ -151,11 +151,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
 
 int main(int argc, char** argv) {
   const bench::Options opt = bench::parse_options(argc, argv);
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("zipcomm_bench_quant: no GPU on this machine; nothing measured.\n");
-    return 0;
-  }
+  if (!bench::gpu_count("zipcomm_bench_quant")) return 0;
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const double copy_tbps = bench::copy_roofline_tbps(opt.mib * 1024 * 1024, opt.reps);
@@ -190,13 +186,11 @@ int main(int argc, char** argv) {
     o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"sm_count\": " << prop.multiProcessorCount
       << ",\n  \"copy_tbps\": " << copy_tbps << ",\n  \"mib\": " << opt.mib << ",\n  \"reps\": " << opt.reps
       << ",\n  \"dtype\": \"bf16\",\n  \"rows\": [\n";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      o << "    {\"data\": \"" << r.data << "\", \"operation\": \"" << r.operation << "\", \"mode\": \"" << r.mode
+    bench::write_json_rows(o, rows, [](std::ostream& o, const Row& r) {
+      o << "{\"data\": \"" << r.data << "\", \"operation\": \"" << r.operation << "\", \"mode\": \"" << r.mode
         << "\", \"bits\": " << r.bits << ", \"group\": " << r.group << ", \"ratio\": " << r.ratio
-        << ", \"gbps\": " << r.gbps << ", \"ms\": " << r.ms << ", \"roof_pct\": " << r.roof_pct << "}"
-        << (i + 1 < rows.size() ? ",\n" : "\n");
-    }
+        << ", \"gbps\": " << r.gbps << ", \"ms\": " << r.ms << ", \"roof_pct\": " << r.roof_pct << "}";
+    });
     o << "  ]\n}\n";
   }
   return 0;

@@ -104,11 +104,6 @@ std::string switch_verdict(bool compressed, double raw_ms, double comp_ms) {
   return compressed == (comp_ms < raw_ms) ? "right" : "wrong";
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -252,7 +247,7 @@ double time_ring(RingCommunicator& comm, Buffers& buf, RingMode mode, int reps,
   sent = bytes_sent[0] / uint64_t(reps);
   CK(cudaEventDestroy(a));
   CK(cudaEventDestroy(b));
-  return median(t);
+  return bench::median(t);
 }
 
 void add_ring_rows(const std::string& backend, RingCommunicator& comm, Buffers& buf, int reps, std::vector<Row>& rows) {
@@ -316,7 +311,7 @@ void add_nccl_row(const std::vector<ncclComm_t>& comms, const std::vector<cudaSt
     sync();
     t.push_back(now_ms() - t0);
   }
-  const double ms = median(t), S = double(buf.bytes);
+  const double ms = bench::median(t), S = double(buf.bytes);
   Row row{"peer", "ncclAllReduce", R, buf.bytes, ms, S / ms / 1e6, S / ms / 1e6 * 2.0 * (R - 1) / R, 0.0, {}, false};
   for (int r = 0; r < R; ++r) {  // against the raw ring's result (ref): the worst rank
     const std::array<unsigned long long, 2> d = buf.compare(r);
@@ -358,11 +353,8 @@ int main(int argc, char** argv) {
   if (R < 2 || R > RING_MAX_RANKS || max_mib == 0 || channels < 1 || channels > RING_MAX_CHANNELS)
     return std::fprintf(stderr, "--ranks must be 2..%d, --mib positive, --channels 1..%d\n", RING_MAX_RANKS,
                         RING_MAX_CHANNELS), 2;
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("zipcomm_bench_ring: no GPU on this machine; nothing measured.\n");
-    return 0;
-  }
+  const int devices = bench::gpu_count("zipcomm_bench_ring");
+  if (devices == 0) return 0;
   const std::vector<uint8_t> sample = bench::read_data_file(data, "llama_grads.bf16");
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -538,9 +530,8 @@ int main(int argc, char** argv) {
       << ",\n  \"simulated_ranks\": " << (sim_mib > 0 ? R : 0) << ",\n  \"max_channels\": " << channels
       << ",\n  \"copy_tbps\": " << copy_tbps
       << ",\n  \"dtype\": \"bf16\",\n  \"op\": \"sum\",\n  \"reps\": " << reps << ",\n  \"rows\": [\n";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      o << "    {\"backend\": \"" << r.backend << "\", \"ring\": \"" << r.what << "\", \"ranks\": " << r.ranks
+    bench::write_json_rows(o, rows, [](std::ostream& o, const Row& r) {
+      o << "{\"backend\": \"" << r.backend << "\", \"ring\": \"" << r.what << "\", \"ranks\": " << r.ranks
         << ", \"bytes_per_rank\": " << r.bytes << ", \"ms\": " << r.ms << ", \"algbw_gbps\": " << r.algbw
         << ", \"busbw_gbps\": " << r.busbw << ", \"compressed\": " << (r.compressed ? "true" : "false")
         << ", \"source\": \"" << ring_switch_source_name(r.source) << "\"";
@@ -550,8 +541,8 @@ int main(int argc, char** argv) {
       o << ", \"sent_ratio\": " << r.sent_ratio << ", \"share\": {\"wait\": " << r.share[RING_TIMER_WAIT];
       for (int k = 0; k < RING_ACTION_KINDS; ++k)
         o << ", \"" << ring_action_name(RingActionKind(k)) << "\": " << r.share[1 + k];
-      o << "}}" << (i + 1 < rows.size() ? ",\n" : "\n");
-    }
+      o << "}}";
+    });
     o << "  ],\n  \"skipped\": [";
     for (size_t i = 0; i < skipped.size(); ++i) o << (i ? ", " : "") << "\"" << skipped[i] << "\"";
     o << "],\n  \"calibrated\": " << (calibrate ? "true" : "false") << ",\n  \"calibration\": {";
