@@ -11,7 +11,7 @@ namespace comm {
 
 /// Pipelined raw copy through pinned host buffers: chunk i goes device -> host on the caller's stream while
 /// chunk i - 1 goes host -> device on a second stream; a message of one chunk is just the two copies on the
-/// caller's stream. The bypass of HostStagingLink, and the raw baseline of bench/bench_p2p.cu.
+/// caller's stream. The bypass of HostStagingLink, and the raw baseline of bench/p2p/p2p_curve.cu.
 /// \code
 /// // 4 pinned buffers of 8 MiB at host_buffers; events: 2 * 4 + 2 cudaEvent_t
 /// zipcomm::comm::StagedRawCopy::run(d_src, d_dst, bytes, 8 << 20, host_buffers, 4, events, stream, h2d_stream);
