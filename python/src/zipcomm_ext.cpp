@@ -7,6 +7,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,11 +16,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <zipcomm/host/reference_codec.hpp>
 
 #include "codec_errors.hpp"
+#include "weight_sync.hpp"  // plain C++: its types are used in every build, its links only with CUDA
 #if ZIPCOMM_PYTHON_WITH_CUDA
 #include "gpu_codec.hpp"
 #endif
@@ -494,6 +497,157 @@ nb::tuple cuda_device_count() {
 #endif
 }
 
+
+// ------------------------------------------------------------------------------------------------ WeightSync
+
+/// zipcomm.WeightSync's C++ half: checks the tensor pairs once, holds them (their DLPack references keep the
+/// memory alive), groups them by element type and owns the links (weight_sync.cu) that move them.
+class WeightSyncLinks {
+ public:
+  WeightSyncLinks(const nb::list& srcs, const nb::list& dsts, const std::vector<std::string>& names,
+                  const std::string& link) {
+    const std::string where = "zipcomm.WeightSync";
+    if (link != "host" && link != "peer")
+      throw nb::value_error((where + ": link must be 'host' or 'peer', got '" + link + "'").c_str());
+    if (nb::len(srcs) != nb::len(dsts) || nb::len(srcs) != names.size())
+      throw nb::value_error((where + ": src and dst hold different numbers of tensors").c_str());
+    int send_device = -1, recv_device = -1;
+    std::vector<DType> order;  // element types in order of first appearance: one link (and batch) each
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string what = where + ": tensor '" + names[i] + "'";
+      AnyArray src;
+      WritableArray dst;
+      if (!nb::try_cast(srcs[i], src))
+        throw nb::type_error((what + ": src is not a DLPack array (torch, CuPy, ...), got " +
+                              std::string(nb::type_name(srcs[i].type()).c_str()))
+                                 .c_str());
+      if (!nb::try_cast(dsts[i], dst))
+        throw nb::type_error((what + ": dst is not a writable DLPack array (torch, CuPy, ...), got " +
+                              std::string(nb::type_name(dsts[i].type()).c_str()))
+                                 .c_str());
+      const std::optional<DType> d = native_dtype(src.dtype());
+      if (!d || format::elem_bytes(*d) == 1)
+        throw nb::type_error((what + " is " + dlpack_dtype_name(src.dtype()) +
+                              ": WeightSync moves bfloat16, float16 and float32 tensors (the types of the P2P "
+                              "links); send other tensors another way")
+                                 .c_str());
+      const nb::dlpack::dtype sd = src.dtype(), dd = dst.dtype();
+      if (sd.code != dd.code || sd.bits != dd.bits || sd.lanes != dd.lanes)
+        throw nb::value_error((what + ": src is " + dlpack_dtype_name(sd) + " but dst is " + dlpack_dtype_name(dd))
+                                  .c_str());
+      bool same_shape = src.ndim() == dst.ndim();
+      for (size_t k = 0; same_shape && k < src.ndim(); ++k) same_shape = src.shape(k) == dst.shape(k);
+      if (!same_shape)
+        throw nb::value_error((what + ": src has shape " + shape_text(src) + " but dst " + shape_text(dst)).c_str());
+      require_c_contiguous(src, what, "src");
+      require_c_contiguous(dst, what, "dst");
+      for (const auto& [side, type, id, device] :
+           {std::tuple<const char*, int, int, int*>{"src", src.device_type(), src.device_id(), &send_device},
+            std::tuple<const char*, int, int, int*>{"dst", dst.device_type(), dst.device_id(), &recv_device}}) {
+        if (!on_gpu(type))
+          throw nb::value_error((what + ": " + side + " is not on a CUDA device (DLPack device type " +
+                                 std::to_string(type) + "); WeightSync moves CUDA tensors")
+                                    .c_str());
+        if (*device == -1) *device = id;
+        if (*device != id)
+          throw nb::value_error((what + ": " + side + " is on CUDA device " + std::to_string(id) + ", the " +
+                                 side + " tensors before it on device " + std::to_string(*device) +
+                                 " (all src tensors must be on one GPU, all dst tensors on one GPU)")
+                                    .c_str());
+      }
+      auto group = std::find(order.begin(), order.end(), *d);
+      if (group == order.end()) {
+        order.push_back(*d);
+        groups_.emplace_back();
+        groups_.back().dtype = *d;
+        group = order.end() - 1;
+      }
+      groups_[size_t(group - order.begin())].messages.push_back({src.data(), dst.data(), uint64_t(src.size())});
+      bytes_ += uint64_t(src.size()) * format::elem_bytes(*d);
+      srcs_.push_back(src);
+      dsts_.push_back(dst);
+    }
+    if (link == "host" && send_device != recv_device)
+      throw nb::value_error((where + ": link='host' moves tensors within one GPU (GPU -> pinned host memory -> "
+                                     "the same GPU), but src is on device " + std::to_string(send_device) +
+                             " and dst on device " + std::to_string(recv_device) + "; use link='peer'")
+                                .c_str());
+#if ZIPCOMM_PYTHON_WITH_CUDA
+    std::string why;
+    if (gpu::device_count(&why) == 0)
+      throw CudaError(where + ": no GPU is usable here (" + why + ")");
+    if (send_device >= 0) {
+      nb::gil_scoped_release unlocked;
+      links_ = std::make_unique<gpu::WeightSyncLinks>(link == "host" ? gpu::LinkKind::host : gpu::LinkKind::peer,
+                                                      send_device, recv_device, order);
+    }
+#else
+    throw CudaError(where + ": this zipcomm was built without the GPU codec (no nvcc when it was built, or "
+                            "ZIPCOMM_PYTHON_CUDA=OFF), so it has no P2P links; rebuild with the CUDA Toolkit");
+#endif
+  }
+
+  /// (payload bytes, seconds); blocks until every receiver decoded and checked everything.
+  nb::tuple sync(bool raw, uintptr_t stream) {
+    if (closed_) throw nb::value_error("zipcomm.WeightSync.sync: the WeightSync is closed");
+#if ZIPCOMM_PYTHON_WITH_CUDA
+    if (!links_) return nb::make_tuple(uint64_t(0), 0.0);
+    gpu::SyncTiming t;
+    {
+      nb::gil_scoped_release unlocked;
+      t = links_->sync(groups_, raw, stream);
+    }
+    return nb::make_tuple(t.bytes, t.seconds);
+#else
+    (void)raw, (void)stream;
+    throw CudaError("zipcomm.WeightSync.sync: built without the GPU codec");
+#endif
+  }
+
+  /// Per element type, how its link runs: "stream" / "copy" (host link modes) or "peer".
+  nb::dict modes() const {
+    nb::dict r;
+#if ZIPCOMM_PYTHON_WITH_CUDA
+    if (links_)
+      for (const auto& g : groups_) r[zipcomm::dtype_name(g.dtype)] = links_->mode(g.dtype);
+#endif
+    return r;
+  }
+
+  void close() {
+#if ZIPCOMM_PYTHON_WITH_CUDA
+    {
+      nb::gil_scoped_release unlocked;
+      links_.reset();  // the links wait for their work and free their memory
+    }
+#endif
+    groups_.clear();
+    srcs_.clear();
+    dsts_.clear();
+    closed_ = true;
+  }
+
+  uint64_t bytes() const { return bytes_; }
+  bool closed() const { return closed_; }
+
+ private:
+  template <class Array>
+  static std::string shape_text(const Array& a) {
+    std::string s = "(";
+    for (size_t k = 0; k < a.ndim(); ++k) s += (k ? ", " : "") + std::to_string(a.shape(k));
+    return s + (a.ndim() == 1 ? ",)" : ")");
+  }
+
+  std::vector<gpu::SyncGroup> groups_;
+#if ZIPCOMM_PYTHON_WITH_CUDA
+  std::unique_ptr<gpu::WeightSyncLinks> links_;
+#endif
+  std::vector<AnyArray> srcs_;  // the DLPack imports of every src and dst: their memory stays alive
+  std::vector<WritableArray> dsts_;
+  uint64_t bytes_ = 0;
+  bool closed_ = false;
+};
+
 }  // namespace
 }  // namespace zipcomm_python
 
@@ -532,6 +686,14 @@ NB_MODULE(_zipcomm_ext, m) {
   m.def("info", &info, "buf"_a);
   m.def("stats", &stats, "x"_a, "dtype"_a.none(), "code"_a);
   m.def("cuda_device_count", &cuda_device_count);
+  nb::class_<WeightSyncLinks>(m, "WeightSyncLinks", "zipcomm.WeightSync's links (private)")
+      .def(nb::init<const nb::list&, const nb::list&, const std::vector<std::string>&, const std::string&>(),
+           "srcs"_a, "dsts"_a, "names"_a, "link"_a)
+      .def("sync", &WeightSyncLinks::sync, "raw"_a, "stream"_a)
+      .def("modes", &WeightSyncLinks::modes)
+      .def("close", &WeightSyncLinks::close)
+      .def_prop_ro("bytes", &WeightSyncLinks::bytes)
+      .def_prop_ro("closed", &WeightSyncLinks::closed);
 #if ZIPCOMM_PYTHON_WITH_CUDA
   m.attr("cuda_compiled") = true;
 #else

@@ -21,6 +21,9 @@ as their bytes (a uint8 view), so they work whether or not the torch version exp
 Errors of the codec raise ``ZipcommError`` (``.status`` is a ``zipcomm.Status``); wrong argument types raise
 TypeError, wrong shapes, layouts or values ValueError.
 
+``zipcomm.WeightSync`` copies a set of CUDA tensors (a trainer's weights) into another (an inference copy's),
+compressed on the way through zipcomm's P2P links, bit-exact: ``help(zipcomm.WeightSync)``.
+
 ``zipcomm.torch`` (loaded on first use, needs PyTorch) holds DDP communication hooks that send gradient
 buckets compressed and reduce them in rank order: ``help(zipcomm.torch)``.
 """
@@ -35,10 +38,13 @@ import numpy.typing as npt
 
 from . import _zipcomm_ext as _ext
 from ._errors import ZipcommError
+from ._weight_sync import SyncResult, WeightSync
 from ._zipcomm_ext import Status
 
 __all__ = [
     "Status",
+    "SyncResult",
+    "WeightSync",
     "ZipcommError",
     "build_info",
     "compress",
