@@ -1,5 +1,6 @@
 """The GPU path (arrays on a CUDA device, through zipcomm::device): same bytes as the host codec, round
-trips, errors. Needs a GPU, the GPU codec in the build, and torch or CuPy to make CUDA arrays."""
+trips, errors. Needs a GPU and the GPU codec in the build; CUDA arrays come from torch, else CuPy, else
+cuda_array.py (libcudart through ctypes: NumPy is enough)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def _skip_reason() -> str | None:
 
 @pytest.fixture(scope="module")
 def cuda() -> object:
-    """A tiny adapter over torch or CuPy: to_gpu(numpy) and to_host(gpu array) as numpy."""
+    """A tiny adapter over torch, CuPy or cuda_array: to_gpu(numpy) and to_host(gpu array) as numpy."""
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
@@ -54,7 +55,20 @@ def cuda() -> object:
 
         return CuPy
     except ImportError:
-        pytest.skip("the GPU tests make CUDA arrays with torch or CuPy: neither is installed")
+        pass
+    import cuda_array
+
+    if cuda_array.cudart() is None:
+        pytest.skip(f"the GPU tests make CUDA arrays with torch, CuPy or libcudart: no torch, no CuPy, and "
+                    f"{cuda_array.reason()}")
+
+    class CudaRuntime:
+        # zipcomm gives back its own DLPack arrays for these inputs: to_host reads any of them.
+        name = "cudart"
+        to_gpu = staticmethod(cuda_array.CudaArray.from_numpy)
+        to_host = staticmethod(cuda_array.to_numpy)
+
+    return CudaRuntime
 
 
 @pytest.mark.parametrize("code", ["pair"])
