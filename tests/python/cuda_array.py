@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import sys
 from typing import Any, Optional
 
 import numpy as np
@@ -175,6 +176,8 @@ def _find_libcudart() -> Optional[ctypes.CDLL]:
         names += sorted(glob.glob(os.path.join(root, "targets", "*", "lib", "libcudart.so*")), reverse=True)
     names += sorted(glob.glob("/usr/local/cuda-*/lib64/libcudart.so*"), reverse=True)
     names += sorted(glob.glob("/usr/lib/x86_64-linux-gnu/libcudart.so*"), reverse=True)
+    for entry in sys.path:  # the CUDA runtime wheels (nvidia-cuda-runtime-cu12, ...)
+        names += sorted(glob.glob(os.path.join(entry, "nvidia", "cuda_runtime", "lib", "libcudart.so*")), reverse=True)
     found = ctypes.util.find_library("cudart")
     names += [found] if found else []
     names += ["libcudart.so", "libcudart.so.12", "libcudart.so.13", "libcudart.so.11.0"]
