@@ -74,7 +74,7 @@ class P2PSender {
   static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no P2P links");
  public:
   static constexpr size_t smem_bytes() {
-    return sizeof(P2PSendSmem<D, Code>);
+    return sizeof(P2PSendStorage<D, Code>);
   }
 
   /// blocks: persistent grid size (0: one per SM).
@@ -120,7 +120,7 @@ class P2PReceiver {
   static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no P2P links");
  public:
   static constexpr size_t smem_bytes() {
-    return sizeof(warp::PairDecodeTable);
+    return sizeof(P2PRecvStorage<D, Code>);
   }
 
   /// lanes: launches that may run at once (one per stream).

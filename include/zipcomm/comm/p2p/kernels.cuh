@@ -1,16 +1,6 @@
-// P2P pipeline, device side: the sender and receiver kernels of the slot-ring protocol (p2p/protocol.cuh).
-//
-// Sender: warps take items in order; each waits until its frame's slot is free (credit), splits the item's
-// sign/mantissa planes straight into the slot and counts them (the last one publishes the frame's planes
-// flag: split-send), codes the exponents (warp::WarpChunkEncoder), places its chunk with a look-back over the
-// earlier items of the frame, writes it, and counts the item done; the frame's last item writes the item
-// table and header and publishes the exponents flag.
-// Receiver: warps take items in order; the warp holding a frame's first item (the leader) waits for the
-// frame's flags on the ring, checks the header once, and mirrors what it saw into device memory; every warp then
-// checks its item-table entry, decodes its item from the ring (GPU memory) into the output, and counts it done;
-// the frame's last item hands the slot back (credit). A transfer is complete once every frame was decoded, never
-// earlier.
-// Every wait is bounded (Status::timeout) and gives up when the transfer was aborted.
+// P2P pipeline, device side: the sender and receiver kernels of the slot-ring protocol (p2p/protocol.cuh), each a
+// persistent grid whose blocks run the block-level sender (p2p/block_frame_sender.cuh) or receiver
+// (p2p/block_frame_receiver.cuh); a caller's own kernel can run those directly instead.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,34 +8,33 @@
 #include "../../config.hpp"
 #include "../../format.hpp"
 #include "../../thread/pair_code.hpp"
-#include "../../warp/pair_tables.cuh"
-#include "../../warp/warp_chunk_encoder.cuh"
+#include "block_frame_receiver.cuh"
+#include "block_frame_sender.cuh"
 #include "kernel_args.cuh"
-#include "protocol.cuh"
 
 namespace zipcomm {
 namespace comm {
 
-/// Shared memory of p2p_send_kernel: the encode table and each warp's lane words.
-template <DType D, class Code>
-struct P2PSendSmem {
-  warp::PairEncodeTable table;
-  typename warp::WarpChunkEncoder<D, Code>::TempStorage warp[P2PPolicy::WARPS];
-};
+/// Dynamic shared memory of p2p_send_kernel: its block's BlockFrameSender storage.
+template <DType D, class Code = thread::PairCode>
+using P2PSendStorage = typename BlockFrameSender<D, P2PPolicy::WARPS, Code>::TempStorage;
+/// Dynamic shared memory of p2p_recv_kernel: its block's BlockFrameReceiver storage.
+template <DType D, class Code = thread::PairCode>
+using P2PRecvStorage = typename BlockFrameReceiver<D, P2PPolicy::WARPS, Code>::TempStorage;
 
 /// Sends frames [a.frame_begin, a.frame_end) of a.plan into a.ring: a persistent grid of P2PPolicy::THREADS
-/// threads, sizeof(P2PSendSmem<D, Code>) bytes of dynamic shared memory. P2PSender fills `a` and launches it.
+/// threads, sizeof(P2PSendStorage<D, Code>) bytes of dynamic shared memory. P2PSender fills `a` and launches it.
 /// \code
 /// zipcomm::comm::p2p_send_kernel<zipcomm::DType::bf16>
-///     <<<blocks, zipcomm::comm::P2PPolicy::THREADS, sizeof(zipcomm::comm::P2PSendSmem<zipcomm::DType::bf16,
-///        zipcomm::thread::PairCode>), stream>>>(args);
+///     <<<blocks, zipcomm::comm::P2PPolicy::THREADS, sizeof(zipcomm::comm::P2PSendStorage<zipcomm::DType::bf16>),
+///        stream>>>(args);
 /// \endcode
 template <DType D, class Code = thread::PairCode>
 __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_send_kernel(SendArgs a);
 
 /// Receives frames [a.frame_begin, a.frame_end) of a.plan from a.ring and decodes them into a.out: a persistent
-/// grid of P2PPolicy::THREADS threads, sizeof(warp::PairDecodeTable) bytes of dynamic shared memory. P2PReceiver
-/// fills `a` and launches it.
+/// grid of P2PPolicy::THREADS threads, sizeof(P2PRecvStorage<D, Code>) bytes of dynamic shared memory.
+/// P2PReceiver fills `a` and launches it.
 template <DType D, class Code = thread::PairCode>
 __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArgs a);
 
