@@ -18,9 +18,11 @@ template <DType D, int WARPS, class Code>
 template <class Group>
 ZIPCOMM_DEVICE void BlockFrameSender<D, WARPS, Code>::Send(Group& g, const SendArgs& a, uint32_t group_index) {
   warp::LoadPairTable(temp_.table, g);
-  Encoder enc(temp_.warp[threadIdx.x / 32], temp_.table);
+  const uint32_t warp_in_group = uint32_t(g.thread_rank()) / 32;
+  Encoder enc(temp_.warp[warp_in_group], temp_.table);
   const uint32_t lane = warp::lane_id();
-  const uint64_t warp_index = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  // The kernel's blocks of WARPS * 32 threads: warp blockIdx.x * WARPS + w of the grid, as P2PSender sizes it.
+  const uint64_t warp_index = uint64_t(group_index) * WARPS + warp_in_group;
   uint8_t* scratch = a.scratch + warp_index * a.scratch_bytes;
   const bool coded = a.plan.kind == FrameKind::coded;
   const bool vector = reinterpret_cast<uintptr_t>(a.in) % 16 == 0;
