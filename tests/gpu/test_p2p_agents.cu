@@ -1,7 +1,10 @@
 // GPU tests of the P2P agents on one GPU: a sender and a receiver kernel over a frame ring in device memory. The
 // receiver's per-item checks against the host rule, frames identical to the host reference, corrupt frames,
 // peers that disagree on sizes, and peers that never answer.
+// A user kernel runs the block-level sender and receiver itself.
 // Tags: [p2p]; [concurrent] needs sender and receiver kernels running at once.
+#include <cooperative_groups.h>
+
 #include <chrono>
 
 #include <zipcomm/comm/p2p.cuh>
@@ -325,4 +328,97 @@ TEST_CASE("p2p peers that disagree on sizes, or never answer, end with an error,
     REQUIRE(d == 4242);
     require_device_bytes(dst.ptr, host);
   }
+}
+
+namespace {
+
+using UserSender = BlockFrameSender<DType::bf16, P2PPolicy::WARPS>;
+using UserReceiver = BlockFrameReceiver<DType::bf16, P2PPolicy::WARPS>;
+union UserTransferStorage {
+  UserSender::TempStorage send;
+  UserReceiver::TempStorage recv;
+};
+
+/// A caller's own persistent kernel: blocks [0, send_blocks) send the message, the others receive it, through
+/// the ring's flags and credits (the two halves wait on each other: every block must be resident). Each block's
+/// thread 0 then writes the side's status as its block saw it.
+__global__ void user_transfer_kernel(SendArgs send, RecvArgs recv, uint32_t send_blocks, uint32_t* block_status) {
+  extern __shared__ __align__(16) unsigned char user_smem[];
+  auto& temp = *reinterpret_cast<UserTransferStorage*>(user_smem);
+  auto cta = cooperative_groups::this_thread_block();
+  const bool sender = blockIdx.x < send_blocks;
+  if (sender)
+    UserSender(temp.send).Send(cta, send, blockIdx.x);
+  else
+    UserReceiver(temp.recv).Receive(cta, recv);
+  cta.sync();
+  const SideControl* control = sender ? send.control : recv.control;
+  if (cta.thread_rank() == 0) block_status[blockIdx.x] = *const_cast<const volatile uint32_t*>(&control->status);
+}
+
+}  // namespace
+
+TEST_CASE("p2p block sender and receiver in a user's own kernel move a message byte-exact", "[gpu][p2p]") {
+  const PipelineShape shape = small_three_tier_shape();
+  const uint64_t n = 400000;
+  const std::vector<uint8_t> host = real_bf16(n);
+  const FramePlan plan = make_plan(DType::bf16, FrameKind::coded, n, shape);
+  const uint32_t slots = 4;  // fewer than the frames: slots come back by credit while the kernel runs
+  REQUIRE(plan.num_frames > slots);
+  FrameRing ring;
+  CUDA_OK(ring.init_device(0, slots, slot_bytes_for(DType::bf16, shape)));
+  const uint32_t send_blocks = 2, recv_blocks = 2;
+  const uint64_t scratch_bytes = format::align_up(item_plane_bytes(DType::bf16, largest_item_elems(shape)), 16);
+
+  // Every word a side needs, zeroed: item counters, per-slot counters, look-back, mirrors, control words.
+  const size_t words = 2 + 2 * slots + slots * MAX_FRAME_ITEMS + slots + 2 + slots + 2 * slots + slots;
+  DeviceBuffer state(words * 8 + 2 * sizeof(SideControl)), scratch(send_blocks * P2PPolicy::WARPS * scratch_bytes);
+  DeviceBuffer src(host.size()), dst(host.size()), status((send_blocks + recv_blocks) * 4);
+  CUDA_OK(cudaMemset(state.ptr, 0, state.bytes));
+  CUDA_OK(cudaMemset(dst.ptr, 0xCD, dst.bytes));
+  CUDA_OK(cudaMemcpy(src.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+  uint64_t* w = state.as<uint64_t>();
+  auto take = [&](size_t count) {
+    uint64_t* p = w;
+    w += count;
+    return p;
+  };
+
+  SendArgs a;
+  a.plan = plan;
+  a.in = src.ptr;
+  a.frame_end = plan.num_frames;
+  a.ring = ring.view();
+  a.item_counter = reinterpret_cast<unsigned long long*>(take(1));
+  a.counters = reinterpret_cast<unsigned long long*>(take(2 * slots));
+  a.lookback = take(slots * MAX_FRAME_ITEMS);
+  a.credit_seen = take(slots);
+  a.scratch = scratch.as<uint8_t>();
+  a.scratch_bytes = scratch_bytes;
+  a.timeout_ns = 2000000000ull;
+  RecvArgs r;
+  r.plan = plan;
+  r.out = dst.ptr;
+  r.frame_end = plan.num_frames;
+  r.ring = ring.view();
+  r.item_counter = reinterpret_cast<unsigned long long*>(take(1));
+  r.frames_done = reinterpret_cast<unsigned long long*>(take(1));
+  r.counters = reinterpret_cast<unsigned long long*>(take(slots));
+  r.mirror = take(2 * slots);
+  r.frame_status = reinterpret_cast<uint32_t*>(take(slots));
+  r.timeout_ns = a.timeout_ns;
+  a.control = reinterpret_cast<SideControl*>(w);
+  r.control = a.control + 1;
+
+  const size_t smem = sizeof(UserTransferStorage);
+  CUDA_OK(cudaFuncSetAttribute(user_transfer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  user_transfer_kernel<<<send_blocks + recv_blocks, P2PPolicy::THREADS, smem>>>(a, r, send_blocks,
+                                                                              status.as<uint32_t>());
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+
+  std::vector<uint32_t> seen(send_blocks + recv_blocks);
+  CUDA_OK(cudaMemcpy(seen.data(), status.ptr, seen.size() * 4, cudaMemcpyDeviceToHost));
+  for (uint32_t b = 0; b < seen.size(); ++b) REQUIRE(Status(seen[b]) == Status::ok);
+  require_device_bytes(dst.ptr, host);
 }
