@@ -1,10 +1,12 @@
-// The GPU half of the extension (see gpu_codec.hpp): the device-wide codec, run on the legacy default
-// stream and waited for, because the stream's size (or its Status) is needed on the host.
+// The GPU half of the extension (see gpu_codec.hpp): the device-wide codec and the quantization tier, run on
+// the legacy default stream and waited for, because the stream's size (or its Status) is needed on the host.
 #include <cuda_runtime.h>
 
 #include <cstring>
 
 #include <zipcomm/device/device_codec_dispatch.cuh>
+#include <zipcomm/quant/device_ear.cuh>
+#include <zipcomm/quant/device_quant.cuh>
 
 #include "gpu_codec.hpp"
 
@@ -159,6 +161,37 @@ void decompress(int device, const zipcomm::format::Header& header, const void* d
   cudaError_t launch = zipcomm::device::decompress(dtype, code, scratch.temp(), temp_bytes, d_in, in_bytes, d_out,
                                                    out_capacity_elems, scratch.status());
   finish(launch, scratch, "zipcomm.decompress (GPU)", nullptr);
+}
+
+void* quantize(int device, zipcomm::DType dtype, zipcomm::quant::QuantMode mode, uint32_t bits, uint32_t group,
+               const void* d_in, uint64_t n, uint64_t* out_bytes) {
+  DeviceScope scope(device);
+  const uint64_t bytes = zipcomm::quant::max_quantized_bytes(mode, bits, group, n);  // the message's exact size
+  Scratch scratch(0);
+  DeviceAllocation msg(bytes);
+  cudaError_t launch =
+      zipcomm::quant::device::quantize(d_in, n, dtype, mode, bits, group, msg.get(), bytes, scratch.status());
+  finish(launch, scratch, "zipcomm.quant.quantize (GPU)", nullptr);
+  *out_bytes = bytes;
+  return msg.release();
+}
+
+void dequantize(int device, const void* d_msg, uint64_t msg_bytes, zipcomm::DType out_dtype, void* d_out,
+                uint64_t out_capacity_bytes) {
+  DeviceScope scope(device);
+  Scratch scratch(0);
+  cudaError_t launch = zipcomm::quant::device::dequantize(d_msg, msg_bytes, out_dtype, d_out, out_capacity_bytes,
+                                                          scratch.status());
+  finish(launch, scratch, "zipcomm.quant.dequantize (GPU)", nullptr);
+}
+
+void ear_rows(int device, const float* d_p, const float* d_q, uint64_t rows, uint64_t vocab, double* h_out) {
+  DeviceScope scope(device);
+  DeviceAllocation out(rows * sizeof(double));
+  check(zipcomm::quant::device::ear_rows(d_p, d_q, rows, vocab, static_cast<double*>(out.get())),
+        "zipcomm.quant.ear (GPU)");
+  check(cudaStreamSynchronize(0), "zipcomm.quant.ear (GPU kernel)");
+  if (rows) check(cudaMemcpy(h_out, out.get(), rows * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy (EAR)");
 }
 
 }  // namespace gpu

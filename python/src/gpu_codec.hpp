@@ -1,5 +1,5 @@
 // The GPU half of the extension: synchronous wrappers of zipcomm::device::compress / decompress
-// (device_codec_dispatch.cuh), compiled by nvcc in gpu_codec.cu. Only plain C++ types cross this boundary.
+// (device_codec_dispatch.cuh) and of the quantization tier's device entry points, compiled by nvcc in gpu_codec.cu. Only plain C++ types cross this boundary.
 // Every function throws CudaError when no GPU is usable, StatusError when the codec reports a Status.
 #pragma once
 
@@ -7,6 +7,7 @@
 #include <string>
 
 #include <zipcomm/format.hpp>
+#include <zipcomm/quant/quant_format.hpp>
 
 #include "codec_errors.hpp"
 
@@ -34,6 +35,17 @@ void* compress(int device, zipcomm::DType dtype, zipcomm::CodeId code, const voi
 /// as `header`) into d_out (room for out_capacity_elems elements).
 void decompress(int device, const zipcomm::format::Header& header, const void* d_in, uint64_t in_bytes,
                 void* d_out, uint64_t out_capacity_elems);
+
+/// Quantizes n elements at d_in (any alignment) into a new allocation of exactly the message's size (*out_bytes).
+void* quantize(int device, zipcomm::DType dtype, zipcomm::quant::QuantMode mode, uint32_t bits, uint32_t group,
+               const void* d_in, uint64_t n, uint64_t* out_bytes);
+
+/// Dequantizes the message at d_msg (16-byte aligned) into d_out as elements of out_dtype.
+void dequantize(int device, const void* d_msg, uint64_t msg_bytes, zipcomm::DType out_dtype, void* d_out,
+                uint64_t out_capacity_bytes);
+
+/// Per-row EAR of rows x vocab fp32 logits in device memory, into h_out (host, rows doubles).
+void ear_rows(int device, const float* d_p, const float* d_q, uint64_t rows, uint64_t vocab, double* h_out);
 
 }  // namespace gpu
 }  // namespace zipcomm_python

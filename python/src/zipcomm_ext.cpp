@@ -22,6 +22,8 @@
 #include <zipcomm/host/reference_codec.hpp>
 
 #include "codec_errors.hpp"
+#include "ext_common.hpp"
+#include "quant_ext.hpp"
 #include "weight_sync.hpp"  // plain C++: its types are used in every build, its links only with CUDA
 #if ZIPCOMM_PYTHON_WITH_CUDA
 #include "gpu_codec.hpp"
@@ -34,64 +36,6 @@ namespace zipcomm_python {
 namespace {
 
 using zipcomm::CodeId;
-using zipcomm::DType;
-using zipcomm::Status;
-namespace format = zipcomm::format;
-
-using AnyArray = nb::ndarray<nb::ro>;  // any dtype, shape, strides and device
-using WritableArray = nb::ndarray<>;
-
-// DLPack device types (dlpack.h: DLDeviceType).
-constexpr int DL_CPU = 1, DL_CUDA = 2, DL_CUDA_HOST = 3, DL_CUDA_MANAGED = 13;
-// DLPack type codes of the fp8 dtypes (dlpack.h v1.1: kDLFloat8_e4m3fn, kDLFloat8_e5m2), which nanobind's
-// dtype_code does not name.
-constexpr uint8_t DL_FLOAT8_E4M3FN = 10, DL_FLOAT8_E5M2 = 12;
-
-std::string dlpack_dtype_name(nb::dlpack::dtype t) {
-  using C = nb::dlpack::dtype_code;
-  std::string base;
-  switch (static_cast<C>(t.code)) {
-    case C::Int: base = "int"; break;
-    case C::UInt: base = "uint"; break;
-    case C::Float: base = "float"; break;
-    case C::Bfloat: base = "bfloat"; break;
-    case C::Complex: base = "complex"; break;
-    case C::Bool: return "bool";
-    default:
-      if (t.code == DL_FLOAT8_E4M3FN && t.bits == 8 && t.lanes == 1) return "float8_e4m3fn";
-      if (t.code == DL_FLOAT8_E5M2 && t.bits == 8 && t.lanes == 1) return "float8_e5m2";
-      return "DLPack dtype code " + std::to_string(t.code) + " of " + std::to_string(t.bits) + " bits";
-  }
-  base += std::to_string(t.bits);
-  if (t.lanes != 1) base += "x" + std::to_string(t.lanes);
-  return base;
-}
-
-bool is_integer(nb::dlpack::dtype t) {
-  using C = nb::dlpack::dtype_code;
-  return t.lanes == 1 && (t.code == uint8_t(C::Int) || t.code == uint8_t(C::UInt));
-}
-
-/// The codec's dtype for an element type DLPack can name natively, if any.
-std::optional<DType> native_dtype(nb::dlpack::dtype t) {
-  using C = nb::dlpack::dtype_code;
-  if (t.lanes != 1) return std::nullopt;
-  if (t.code == uint8_t(C::Bfloat) && t.bits == 16) return DType::bf16;
-  if (t.code == uint8_t(C::Float) && t.bits == 16) return DType::fp16;
-  if (t.code == uint8_t(C::Float) && t.bits == 32) return DType::fp32;
-  if (t.code == DL_FLOAT8_E4M3FN && t.bits == 8) return DType::fp8_e4m3;
-  if (t.code == DL_FLOAT8_E5M2 && t.bits == 8) return DType::fp8_e5m2;
-  return std::nullopt;
-}
-
-DType parse_dtype(const std::string& s, const std::string& where) {
-  if (s == "bf16" || s == "bfloat16") return DType::bf16;
-  if (s == "fp16" || s == "float16" || s == "half") return DType::fp16;
-  if (s == "fp32" || s == "float32" || s == "float") return DType::fp32;
-  if (s == "fp8_e4m3" || s == "float8_e4m3fn" || s == "e4m3") return DType::fp8_e4m3;
-  if (s == "fp8_e5m2" || s == "float8_e5m2" || s == "e5m2") return DType::fp8_e5m2;
-  throw nb::value_error((where + ": unknown dtype '" + s + "' (bf16, fp16, fp32, fp8_e4m3 or fp8_e5m2)").c_str());
-}
 
 CodeId parse_code(const std::string& s, const std::string& where) {
   if (s == "pair") return CodeId::pair;
@@ -99,123 +43,6 @@ CodeId parse_code(const std::string& s, const std::string& where) {
 }
 
 const char* code_name(uint8_t c) { return c == uint8_t(CodeId::pair) ? "pair" : "?"; }
-
-/// The element type to code `x` as. `declared` labels integer arrays holding bit patterns (numpy has no
-/// bfloat16); for a float array it must agree with the array's own type.
-DType element_dtype(const AnyArray& x, const std::optional<std::string>& declared, const std::string& where) {
-  const nb::dlpack::dtype t = x.dtype();
-  const std::optional<DType> native = native_dtype(t);
-  const std::string name = dlpack_dtype_name(t);
-  if (declared) {
-    const DType d = parse_dtype(*declared, where);
-    if (native) {
-      if (*native != d)
-        throw nb::type_error((where + ": the array is " + name + " but dtype='" + *declared +
-                              "' was given (dtype= labels integer arrays of bit patterns only)")
-                                 .c_str());
-      return d;
-    }
-    if (is_integer(t) && t.bits == 8 * format::elem_bytes(d)) return d;
-    throw nb::type_error((where + ": dtype='" + *declared + "' needs an array of " +
-                          std::to_string(8 * format::elem_bytes(d)) + "-bit integers (bit patterns), got " + name)
-                             .c_str());
-  }
-  if (native) return *native;
-  std::string hint;
-  if (is_integer(t) && t.bits == 8) hint = "; for bit patterns pass dtype='fp8_e4m3' or dtype='fp8_e5m2'";
-  if (is_integer(t) && t.bits == 16) hint = "; for bit patterns pass dtype='bf16' or dtype='fp16'";
-  if (is_integer(t) && t.bits == 32) hint = "; for bit patterns pass dtype='fp32'";
-  throw nb::type_error((where + ": unsupported dtype " + name +
-                        " (zipcomm codes bfloat16, float16, float32, float8_e4m3fn and float8_e5m2" + hint + ")")
-                           .c_str());
-}
-
-/// Row-major with no gaps (dimensions of extent 1 may have any stride, as in NumPy).
-template <class Array>
-void require_c_contiguous(const Array& x, const std::string& where, const char* what) {
-  if (x.size() <= 1) return;
-  int64_t expected = 1;
-  for (size_t i = x.ndim(); i-- > 0;) {
-    if (x.shape(i) != 1 && x.stride(i) != expected)
-      throw nb::value_error((where + ": " + what +
-                             " is not C-contiguous; pass a contiguous copy (numpy.ascontiguousarray(x), "
-                             "x.contiguous())")
-                                .c_str());
-    expected *= int64_t(x.shape(i));
-  }
-}
-
-bool on_host(int device_type) { return device_type == DL_CPU || device_type == DL_CUDA_HOST; }
-bool on_gpu(int device_type) { return device_type == DL_CUDA || device_type == DL_CUDA_MANAGED; }
-
-void require_known_device(int device_type, const std::string& where) {
-  if (!on_host(device_type) && !on_gpu(device_type))
-    throw nb::value_error((where + ": arrays on DLPack device type " + std::to_string(device_type) +
-                           " are not supported (CPU and CUDA are)")
-                              .c_str());
-}
-
-/// A stream argument: bytes of any 8-bit integer array, contiguous.
-void require_stream_bytes(const AnyArray& buf, const std::string& where) {
-  if (!is_integer(buf.dtype()) || buf.dtype().bits != 8)
-    throw nb::type_error((where + ": a compressed stream is bytes (a uint8 array, bytes, bytearray), got " +
-                          dlpack_dtype_name(buf.dtype()))
-                             .c_str());
-  require_c_contiguous(buf, where, "the stream");
-  require_known_device(buf.device_type(), where);
-}
-
-void check_status(Status s, const std::string& where) {
-  if (s != Status::ok) throw StatusError(where, s);
-}
-
-/// The DLPack type of a decoded array: numpy has no bfloat16, so bf16 comes back as its uint16 bits there. fp8
-/// comes back as uint8 bits everywhere (few frameworks import DLPack's fp8 codes yet): zipcomm/__init__.py
-/// views them as the framework's fp8 type.
-nb::dlpack::dtype result_dtype(DType d, bool bf16_as_bits) {
-  if (format::elem_bytes(d) == 1) return nb::dtype<uint8_t>();
-  if (d == DType::fp32) return nb::dtype<float>();
-  if (d == DType::fp16) return nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
-  if (bf16_as_bits) return nb::dtype<uint16_t>();
-  return nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Bfloat), 16, 1};
-}
-
-/// Whether `out` may receive elements of d: the float type itself, or integers of its width.
-void require_out_dtype(const WritableArray& out, DType d, const std::string& where) {
-  const nb::dlpack::dtype t = out.dtype();
-  const std::optional<DType> native = native_dtype(t);
-  if (native ? *native == d : is_integer(t) && t.bits == 8 * format::elem_bytes(d)) return;
-  throw nb::type_error((where + ": out is " + dlpack_dtype_name(t) + " but the stream holds " +
-                        zipcomm::dtype_name(d) + " (out must be " + zipcomm::dtype_name(d) + " or " +
-                        std::to_string(8 * format::elem_bytes(d)) + "-bit integers)")
-                           .c_str());
-}
-
-void require_out_shape(const WritableArray& out, uint64_t n, const std::string& where) {
-  if (out.size() != n)
-    throw nb::value_error((where + ": out has " + std::to_string(out.size()) + " elements, the stream holds " +
-                           std::to_string(n))
-                              .c_str());
-  require_c_contiguous(out, where, "out");
-}
-
-/// A NumPy array of `count` elements of `dtype` that owns `data` (malloc'd).
-nb::object numpy_owning(void* data, size_t count, nb::dlpack::dtype dtype) {
-  nb::capsule owner(data, [](void* p) noexcept { std::free(p); });
-  const size_t shape[1] = {count};
-  return nb::ndarray<nb::numpy>(data, 1, shape, owner, nullptr, dtype).cast();
-}
-
-struct MallocFree {
-  void operator()(void* p) const { std::free(p); }
-};
-using HostBuffer = std::unique_ptr<void, MallocFree>;
-
-HostBuffer host_alloc(uint64_t bytes) {
-  void* p = std::malloc(bytes ? bytes : 1);
-  if (!p) throw std::bad_alloc();
-  return HostBuffer(p);
-}
 
 /// Chunks of a stream stored raw (their exponent section entry has the raw size), from its chunk table.
 uint64_t count_raw_chunks(const uint8_t* table, const format::Header& h) {
@@ -253,22 +80,6 @@ nb::dict header_info(const format::Header& h, uint64_t raw_chunks) {
 }
 
 #if ZIPCOMM_PYTHON_WITH_CUDA
-struct DeviceOwner {
-  void* ptr;
-  int device;
-};
-
-/// A DLPack-exportable CUDA array that frees `ptr` (from gpu::) when Python lets go of it.
-nb::object cuda_owning(void* ptr, int device, size_t count, nb::dlpack::dtype dtype) {
-  auto* o = new DeviceOwner{ptr, device};
-  nb::capsule owner(o, [](void* p) noexcept {
-    auto* d = static_cast<DeviceOwner*>(p);
-    gpu::free_device_memory(d->device, d->ptr);
-    delete d;
-  });
-  const size_t shape[1] = {count};
-  return nb::ndarray<>(ptr, 1, shape, owner, nullptr, dtype, DL_CUDA, device).cast();
-}
 
 /// The checked header of a stream in device memory (its first 64 bytes are copied to the host).
 format::Header read_device_header(const AnyArray& buf, const std::string& where) {
@@ -280,16 +91,6 @@ format::Header read_device_header(const AnyArray& buf, const std::string& where)
   return h;
 }
 
-struct DeviceFree {
-  int device;
-  void operator()(void* p) const { gpu::free_device_memory(device, p); }
-};
-#else
-[[noreturn]] void no_gpu_codec(const std::string& where) {
-  throw CudaError(where + ": the array is on a CUDA device, but this zipcomm was built without the GPU codec "
-                          "(no nvcc when it was built, or ZIPCOMM_PYTHON_CUDA=OFF); pass a host array, or "
-                          "rebuild with the CUDA Toolkit");
-}
 #endif
 
 // ------------------------------------------------------------------------------------------------ functions
@@ -686,6 +487,7 @@ NB_MODULE(_zipcomm_ext, m) {
   m.def("info", &info, "buf"_a);
   m.def("stats", &stats, "x"_a, "dtype"_a.none(), "code"_a);
   m.def("cuda_device_count", &cuda_device_count);
+  register_quant(m);
   nb::class_<WeightSyncLinks>(m, "WeightSyncLinks", "zipcomm.WeightSync's links (private)")
       .def(nb::init<const nb::list&, const nb::list&, const std::vector<std::string>&, const std::string&>(),
            "srcs"_a, "dsts"_a, "names"_a, "link"_a)

@@ -24,6 +24,9 @@ TypeError, wrong shapes, layouts or values ValueError.
 ``zipcomm.WeightSync`` copies a set of CUDA tensors (a trainer's weights) into another (an inference copy's),
 compressed on the way through zipcomm's P2P links, bit-exact: ``help(zipcomm.WeightSync)``.
 
+``zipcomm.quant`` is the LOSSY, opt-in quantization tier (its own message format, the Expected Acceptance Rate,
+a bit-width planner): ``help(zipcomm.quant)``.
+
 ``zipcomm.torch`` (loaded on first use, needs PyTorch) holds DDP communication hooks that send gradient
 buckets compressed and reduce them in rank order: ``help(zipcomm.torch)``.
 """
@@ -46,6 +49,7 @@ __all__ = [
     "SyncResult",
     "WeightSync",
     "ZipcommError",
+    "quant",
     "build_info",
     "compress",
     "cuda_available",
@@ -362,6 +366,9 @@ def build_info() -> dict[str, Any]:
         "cuda_devices": devices,
         "cuda_reason": reason,
     }
+
+
+from . import quant  # noqa: E402  (needs the helpers above)
 
 
 def __getattr__(name: str) -> Any:

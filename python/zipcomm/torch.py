@@ -31,6 +31,9 @@ gives at any size is a lossless transfer and a reduction that is the same bits o
 whatever the backend's algorithm. The hooks are synchronous: the bucket is reduced when the hook returns, and
 the returned future is already complete.
 
+``measure_quant_sensitivity(model, logits_fn)`` measures, for the quantization tier's planner
+(``zipcomm.quant.plan``), how much each weight matrix of a model moves its output distribution when quantized.
+
 This module needs PyTorch; ``import zipcomm`` does not (``zipcomm.torch`` is loaded on first use).
 """
 
@@ -47,7 +50,13 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 
 import zipcomm
 
-__all__ = ["CompressedAllreduceState", "allreduce_hook", "uncompressed_allreduce_hook", "reduce_in_rank_order"]
+__all__ = [
+    "CompressedAllreduceState",
+    "allreduce_hook",
+    "measure_quant_sensitivity",
+    "reduce_in_rank_order",
+    "uncompressed_allreduce_hook",
+]
 
 #: Dtypes the hook compresses (those it reduces in a wider type or its own); other bucket dtypes, fp8 among
 #: them, are sent uncompressed.
@@ -242,3 +251,45 @@ def uncompressed_allreduce_hook(state: Optional[CompressedAllreduceState],
     state.uncompressed_buckets += 1
     _reduce_uncompressed(tensor, state.process_group, state.average)
     return _completed_future(tensor)
+
+
+@torch.no_grad()
+def measure_quant_sensitivity(model: torch.nn.Module, logits_fn, names: Optional[Iterable[str]] = None,
+                              choices=None, progress=None):
+    """Each parameter's sensitivity to quantization: 1 - EAR of the model with only that parameter quantized.
+
+    Args:
+        model: the model; its parameters are replaced one at a time, in place, and restored (bit for bit).
+        logits_fn: ``logits_fn(model)`` runs the model on fixed calibration inputs and returns float32 logits
+            of shape (positions, vocabulary) (or anything ``zipcomm.quant.ear`` takes); called once for the
+            original and once per (parameter, choice).
+        names: the parameters to plan (default: every bf16 / fp16 / fp32 parameter with at least 2 dimensions,
+            the weight matrices and embeddings).
+        choices: ``zipcomm.quant.Choice`` candidates (default ``zipcomm.quant.default_choices()``).
+        progress: called with (name, choice, EAR) after each measurement.
+
+    Returns:
+        name -> ``zipcomm.quant.Sensitivity``, for ``zipcomm.quant.plan``.
+    """
+    params = dict(model.named_parameters())
+    if names is None:
+        names = [n for n, p in params.items() if p.dim() >= 2 and p.dtype in COMPRESSED_DTYPES]
+    names = list(names)
+    for n in names:
+        if n not in params:
+            raise KeyError(f"zipcomm.torch.measure_quant_sensitivity: the model has no parameter {n!r}")
+    reference = logits_fn(model).detach().float().contiguous()
+
+    def evaluate(replaced):
+        ((name, value),) = replaced.items()
+        p = params[name]
+        saved = p.data.clone()
+        try:
+            p.data.copy_(value)
+            logits = logits_fn(model).detach().float().contiguous()
+        finally:
+            p.data.copy_(saved)
+        return zipcomm.quant.ear(reference, logits)
+
+    tensors = {n: params[n].data.detach().clone(memory_format=torch.contiguous_format) for n in names}
+    return zipcomm.quant.measure_sensitivity(tensors, evaluate, choices, progress)

@@ -97,3 +97,65 @@ class DLPackArray:
         """A bfloat16 view of a contiguous uint16 NumPy array (as torch would export one)."""
         assert bits.dtype == np.uint16 and bits.flags.c_contiguous
         return cls(cls.CPU, bits.ctypes.data, bits.size, cls.BFLOAT, 16, keep=bits)
+
+
+# ---- CUDA arrays for the GPU tests
+
+def gpu_skip_reason() -> str | None:
+    """Why the GPU tests cannot run here, or None."""
+    info = zipcomm.build_info()
+    if not info["cuda_compiled"]:
+        return "zipcomm was built without the GPU codec (no nvcc at build time, or ZIPCOMM_PYTHON_CUDA=OFF)"
+    if info["cuda_devices"] == 0:
+        return f"no usable GPU: {info['cuda_reason']}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cuda() -> object:
+    """CUDA arrays for the GPU tests (skips them, with the reason, where there is no GPU): a tiny adapter over
+    torch, CuPy or cuda_array: to_gpu(numpy) and to_host(gpu array) as numpy."""
+    reason = gpu_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    try:
+        import torch
+
+        class Torch:
+            name = "torch"
+
+            @staticmethod
+            def to_gpu(a: np.ndarray) -> object:
+                return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+            @staticmethod
+            def to_host(t: object) -> np.ndarray:
+                return t.cpu().numpy()
+
+        return Torch
+    except ImportError:
+        pass
+    try:
+        import cupy
+
+        class CuPy:
+            name = "cupy"
+            to_gpu = staticmethod(cupy.asarray)
+            to_host = staticmethod(cupy.asnumpy)
+
+        return CuPy
+    except ImportError:
+        pass
+    import cuda_array
+
+    if cuda_array.cudart() is None:
+        pytest.skip(f"the GPU tests make CUDA arrays with torch, CuPy or libcudart: no torch, no CuPy, and "
+                    f"{cuda_array.reason()}")
+
+    class CudaRuntime:
+        # zipcomm gives back its own DLPack arrays for these inputs: to_host reads any of them.
+        name = "cudart"
+        to_gpu = staticmethod(cuda_array.CudaArray.from_numpy)
+        to_host = staticmethod(cuda_array.to_numpy)
+
+    return CudaRuntime

@@ -17,6 +17,7 @@
 #include "../config.hpp"
 #include "../format.hpp"
 #include "../host/element_bits.hpp"
+#include "compensated_sum.hpp"
 #include "group_quantizer.hpp"
 #include "quant_format.hpp"
 
@@ -138,16 +139,7 @@ inline bool padding_zero(const uint8_t* msg, const Layout& l) {
   return true;
 }
 
-/// Neumaier's compensated sum.
-struct CompensatedSum {
-  double sum = 0.0, comp = 0.0;
-  void add(double v) {
-    const double t = sum + v;
-    comp += std::fabs(sum) >= std::fabs(v) ? (sum - t) + v : (v - t) + sum;
-    sum = t;
-  }
-  double value() const { return sum + comp; }
-};
+using quant::CompensatedSum;
 
 /// Softmax of one row of logits in double: max subtracted, exp, normalised by a compensated sum. false when the
 /// row has a NaN or +inf, or no finite logit (-inf logits are allowed: probability 0).
