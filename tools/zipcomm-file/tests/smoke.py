@@ -729,11 +729,51 @@ def install_deps(exe, work, script):
     print(f"ok: everything present: exit 0\n{out}")
 
 
+def ear(exe, work):
+    """ear: known values (identical rows 1 exactly, uniform against uniform over half 0.5), an independent
+    computation of a random pair, refused sizes, NaN rows."""
+    rng = random.Random()
+    vocab = 1000
+    uniform = [0.0] * vocab
+    half = [0.0 if i < vocab // 2 else -math.inf for i in range(vocab)]
+    a = [rng.gauss(0, 3) for _ in range(vocab)]
+    b = [x + rng.gauss(0, 0.3) for x in a]
+    p = write(os.path.join(work, "p.f32"), f32_bytes(uniform + a + a))
+    q = write(os.path.join(work, "q.f32"), f32_bytes(half + a + b))
+    out = json.loads(run(exe, "ear", "--vocab", str(vocab), "--json", p, q).stdout)
+
+    def softmax(v):  # in double, from the fp32 values
+        v = [struct.unpack("<f", struct.pack("<f", x))[0] for x in v]
+        m = max(v)
+        e = [math.exp(x - m) for x in v]
+        z = math.fsum(e)
+        return [x / z for x in e]
+
+    want = math.fsum(min(x, y) for x, y in zip(softmax(a), softmax(b)))
+    expected = (0.5 + 1.0 + want) / 3
+    if out["positions"] != 3 or abs(out["ear"] - expected) > 1e-12 or abs(out["min"] - min(0.5, want)) > 1e-12:
+        sys.exit(f"FAIL: ear gave {out}, expected ear {expected}, min {min(0.5, want)}")
+    print(f"ok: ear {out['ear']:.12f} (expected {expected:.12f})")
+    same = json.loads(run(exe, "ear", "--vocab", str(vocab), "--json", p, p).stdout)
+    if same["ear"] != 1.0:
+        sys.exit(f"FAIL: ear of a file with itself is {same['ear']}, not exactly 1")
+    expect_fail(exe, "ear", "--vocab", "999", p, q, needle="whole number of positions")
+    expect_fail(exe, "ear", "--vocab", str(vocab), p, write(os.path.join(work, "short.f32"), f32_bytes(a)),
+                needle="same positions")
+    expect_fail(exe, "ear", p, q, code=2, needle="--vocab")
+    expect_fail(exe, "ear", "--vocab", "0", p, q, code=2, needle="--vocab")
+    nan = write(os.path.join(work, "nan.f32"), f32_bytes(uniform + a + [math.nan] + a[1:]))
+    bad = json.loads(run(exe, "ear", "--vocab", str(vocab), "--json", nan, q, expect=1).stdout)
+    if bad["ear"] is not None or bad["nan_positions"] != 1:
+        sys.exit(f"FAIL: a NaN logit gave {bad}")
+    print("ok: ear refuses bad sizes and reports NaN positions")
+
+
 TESTS = {"roundtrip": roundtrip, "stats": stats, "safetensors": safetensors, "malformed": malformed,
          "same_path": same_path, "existing_output": existing_output, "no_partial": no_partial,
          "info_stream": info_stream, "info_container": info_container, "help": help_text, "version": version,
          "stdio": stdio, "summary": summary, "dtype_warning": dtype_warning, "container_raw": container_raw,
-         "install_deps": install_deps}
+         "install_deps": install_deps, "ear": ear}
 
 
 def main():
