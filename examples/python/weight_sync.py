@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """RL weight sync from Python: a trainer's transformer-shaped state dict copied into an inference copy with
-zipcomm.WeightSync, compressed (coded) against uncompressed (raw), and checked bit-exact.
+zipcomm.WeightSync, compressed (coded) against uncompressed (raw), and checked bit-exact; with --quantize, also
+through the LOSSY quantization tier under a plan of the given bits per parameter, with the EAR of what arrived.
 
     python examples/python/weight_sync.py                      # pinned-host link on GPU 0
     python examples/python/weight_sync.py --link peer --recv-device 1
+    python examples/python/weight_sync.py --quantize 6         # + a layer-wise plan of 6 bits per parameter
 
 Needs zipcomm built with the GPU codec, a GPU, and torch (bf16 tensors) or CuPy (fp16: CuPy has no bfloat16);
 without them it says why and exits 0. The weights are Gaussian * 0.02 (norm weights about 1), the exponent
@@ -104,6 +106,52 @@ def timed(sync: zipcomm.WeightSync, iterations: int, before: Callable[[], None])
     return rates
 
 
+def forward(torch: Any, w: dict, layers: int, tokens: Any) -> Any:
+    """Logits of a gated-MLP stack over the synced tensors (attention left out: the example needs a function of
+    every matrix whose output distribution the quantization moves, not a language model), read out through the
+    tied embedding, scaled to a next-token-like entropy."""
+    x = w["model.embed_tokens.weight"][tokens].float()
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        h = torch.nn.functional.rms_norm(x, (x.shape[-1],), w[p + "input_layernorm.weight"].float())
+        q, k, v = (h @ w[p + f"self_attn.{n}_proj.weight"].float().T for n in ("q", "k", "v"))
+        x = x + (q * k.repeat(1, q.shape[1] // k.shape[1]).sigmoid()) @ w[p + "self_attn.o_proj.weight"].float().T
+        h = torch.nn.functional.rms_norm(x, (x.shape[-1],), w[p + "post_attention_layernorm.weight"].float())
+        gate, up = h @ w[p + "mlp.gate_proj.weight"].float().T, h @ w[p + "mlp.up_proj.weight"].float().T
+        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].float().T
+        x = x + v.repeat(1, x.shape[1] // v.shape[1])
+    x = torch.nn.functional.rms_norm(x, (x.shape[-1],), w["model.norm.weight"].float())
+    logits = x @ w["model.embed_tokens.weight"].float().T
+    return (logits * (4.0 / logits.std(dim=1, keepdim=True))).contiguous()
+
+
+def quantized_sync(fw: Any, args: Any, trainer: dict, inference: dict, recv_device: int) -> bool:
+    """Plans bits per tensor for args.quantize bits per parameter, syncs through the plan, measures the EAR."""
+    torch = fw.torch
+    import zipcomm.quant as zq
+
+    tokens = torch.randint(0, trainer["model.embed_tokens.weight"].shape[0], (256,), device=f"cuda:{args.device}")
+    reference = forward(torch, trainer, args.layers, tokens)
+    matrices = {n: t for n, t in trainer.items() if t.dim() == 2}
+    choices = zq.default_choices(bits=range(3, 9))
+    sens = zq.measure_sensitivity(
+        matrices, lambda replaced: zq.ear(reference, forward(torch, {**trainer, **replaced}, args.layers, tokens)),
+        choices)
+    plan = zq.plan(sens, budget_bits=args.quantize)
+    print(plan.report())
+    with zipcomm.WeightSync(trainer, inference, link=args.link, quantize=plan) as sync:
+        results = [sync.sync() for _ in range(args.iterations + 1)][1:]
+    arrived = {n: t.to(f"cuda:{args.device}") for n, t in inference.items()}
+    ear = zq.ear(reference, forward(torch, arrived, args.layers, tokens))
+    r = results[-1]
+    lossless = sum(t.nbytes for n, t in trainer.items() if plan.choices.get(n) is None)
+    print(f"quantized: {r.bytes / 2**30:.2f} GiB of tensors sent as {r.quantized_bytes / 2**30:.3f} GiB of messages "
+          f"+ {lossless / 2**30:.3f} GiB coded losslessly; "
+          f"{statistics.median(x.gb_per_s for x in results):.2f} GB/s (median of {args.iterations}, wall time); "
+          f"EAR of what arrived {ear:.4f} (plan predicted {plan.predicted_ear:.4f})")
+    return plan.met
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--link", choices=["host", "peer"], default="host")
@@ -111,6 +159,8 @@ def main() -> int:
     parser.add_argument("--recv-device", type=int, default=None, help="the inference copy's GPU (peer link)")
     parser.add_argument("--layers", type=int, default=4, help="decoder layers (4: 38 tensors, 0.46 GiB in bf16)")
     parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--quantize", type=float, default=None, metavar="BITS",
+                        help="also sync through a quantization plan of BITS bits per parameter (LOSSY; needs torch)")
     args = parser.parse_args()
     recv_device = args.device if args.recv_device is None else args.recv_device
 
@@ -145,6 +195,12 @@ def main() -> int:
     print(f"raw:   {raw_rate:7.2f} GB/s (median of {args.iterations})")
     print(f"coded: {coded_rate:7.2f} GB/s (median of {args.iterations}): {coded_rate / raw_rate:.2f}x raw")
     print(f"inference copy bit-exact: {'yes' if exact else 'NO'}")
+    if args.quantize is not None:
+        if not isinstance(fw, Torch):
+            print("--quantize needs torch (the EAR runs a model over the tensors); skipped")
+        elif not quantized_sync(fw, args, trainer, inference, recv_device):
+            print(f"the plan does not fit {args.quantize} bits per parameter")
+            return 1
     return 0 if exact else 1
 
 

@@ -163,17 +163,13 @@ void decompress(int device, const zipcomm::format::Header& header, const void* d
   finish(launch, scratch, "zipcomm.decompress (GPU)", nullptr);
 }
 
-void* quantize(int device, zipcomm::DType dtype, zipcomm::quant::QuantMode mode, uint32_t bits, uint32_t group,
-               const void* d_in, uint64_t n, uint64_t* out_bytes) {
+void quantize_into(int device, zipcomm::DType dtype, zipcomm::quant::QuantMode mode, uint32_t bits, uint32_t group,
+                   const void* d_in, uint64_t n, void* d_msg, uint64_t capacity) {
   DeviceScope scope(device);
-  const uint64_t bytes = zipcomm::quant::max_quantized_bytes(mode, bits, group, n);  // the message's exact size
   Scratch scratch(0);
-  DeviceAllocation msg(bytes);
   cudaError_t launch =
-      zipcomm::quant::device::quantize(d_in, n, dtype, mode, bits, group, msg.get(), bytes, scratch.status());
+      zipcomm::quant::device::quantize(d_in, n, dtype, mode, bits, group, d_msg, capacity, scratch.status());
   finish(launch, scratch, "zipcomm.quant.quantize (GPU)", nullptr);
-  *out_bytes = bytes;
-  return msg.release();
 }
 
 void dequantize(int device, const void* d_msg, uint64_t msg_bytes, zipcomm::DType out_dtype, void* d_out,

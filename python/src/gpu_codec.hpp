@@ -36,9 +36,10 @@ void* compress(int device, zipcomm::DType dtype, zipcomm::CodeId code, const voi
 void decompress(int device, const zipcomm::format::Header& header, const void* d_in, uint64_t in_bytes,
                 void* d_out, uint64_t out_capacity_elems);
 
-/// Quantizes n elements at d_in (any alignment) into a new allocation of exactly the message's size (*out_bytes).
-void* quantize(int device, zipcomm::DType dtype, zipcomm::quant::QuantMode mode, uint32_t bits, uint32_t group,
-               const void* d_in, uint64_t n, uint64_t* out_bytes);
+/// Quantizes n elements at d_in (any alignment) into the message at d_msg (16-byte aligned, capacity bytes >= the
+/// message's exact size, quant::max_quantized_bytes).
+void quantize_into(int device, zipcomm::DType dtype, zipcomm::quant::QuantMode mode, uint32_t bits, uint32_t group,
+                   const void* d_in, uint64_t n, void* d_msg, uint64_t capacity);
 
 /// Dequantizes the message at d_msg (16-byte aligned) into d_out as elements of out_dtype.
 void dequantize(int device, const void* d_msg, uint64_t msg_bytes, zipcomm::DType out_dtype, void* d_out,

@@ -51,7 +51,7 @@ DType quant_dtype(const AnyArray& x, const std::optional<std::string>& declared,
 }
 
 nb::object quantize(const AnyArray& x, const std::optional<std::string>& declared, const std::string& mode_name,
-                    uint32_t bits, uint32_t group) {
+                    uint32_t bits, uint32_t group, std::optional<WritableArray> out) {
   const std::string where = "zipcomm.quant.quantize";
   require_known_device(x.device_type(), where);
   const DType d = quant_dtype(x, declared, where);
@@ -59,29 +59,71 @@ nb::object quantize(const AnyArray& x, const std::optional<std::string>& declare
   check_choice(bits, group, where);
   require_c_contiguous(x, where, "the array");
   const uint64_t n = x.size();
-  if (on_gpu(x.device_type())) {
+  if (n > quant::MAX_ELEMENTS) throw nb::value_error((where + ": more than 2^50 elements").c_str());
+  const uint64_t bytes = quant::max_quantized_bytes(mode, bits, group, n);  // the message's exact size
+  const bool gpu_x = on_gpu(x.device_type());
+  if (out) {
+    require_known_device(out->device_type(), where);
+    if (on_gpu(out->device_type()) != gpu_x || (gpu_x && out->device_id() != x.device_id()))
+      throw nb::value_error((where + ": x and out are on different devices").c_str());
+    if (!(is_integer(out->dtype()) && out->dtype().bits == 8))
+      throw nb::type_error((where + ": out is a uint8 array (the message's bytes), got " +
+                            dlpack_dtype_name(out->dtype()))
+                               .c_str());
+    require_c_contiguous(*out, where, "out");
+    if (out->size() < bytes)
+      throw nb::value_error((where + ": out has " + std::to_string(out->size()) + " bytes, the message needs " +
+                             std::to_string(bytes))
+                                .c_str());
+  }
+  if (gpu_x) {
 #if ZIPCOMM_PYTHON_WITH_CUDA
-    uint64_t bytes = 0;
-    void* msg;
+    if (out) {
+      if (reinterpret_cast<uintptr_t>(out->data()) % quant::ALIGN)
+        throw nb::value_error((where + ": out must start at a 16-byte aligned address on the GPU").c_str());
+      nb::gil_scoped_release unlocked;
+      gpu::quantize_into(x.device_id(), d, mode, bits, group, x.data(), n, out->data(), out->size());
+      return nb::none();
+    }
+    std::unique_ptr<void, DeviceFree> msg(gpu::alloc(x.device_id(), bytes), DeviceFree{x.device_id()});
     {
       nb::gil_scoped_release unlocked;
-      msg = gpu::quantize(x.device_id(), d, mode, bits, group, x.data(), n, &bytes);
+      gpu::quantize_into(x.device_id(), d, mode, bits, group, x.data(), n, msg.get(), bytes);
     }
-    return cuda_owning(msg, x.device_id(), bytes, nb::dtype<uint8_t>());
+    return cuda_owning(msg.release(), x.device_id(), bytes, nb::dtype<uint8_t>());
 #else
     no_gpu_codec(where);
 #endif
   }
-  const uint64_t bytes = quant::max_quantized_bytes(mode, bits, group, n);
-  HostBuffer out = host_alloc(bytes);
+  HostBuffer owned;
+  void* dst = nullptr;
+  uint64_t capacity = bytes;
+  if (out) {
+    dst = out->data();
+    capacity = out->size();
+  } else {
+    owned = host_alloc(bytes);
+    dst = owned.get();
+  }
   uint64_t written = 0;
   Status s;
   {
     nb::gil_scoped_release unlocked;
-    s = quant::host::quantize(d, mode, bits, group, x.data(), n, out.get(), bytes, &written);
+    s = quant::host::quantize(d, mode, bits, group, x.data(), n, dst, capacity, &written);
   }
   check_status(s, where);
-  return numpy_owning(out.release(), written, nb::dtype<uint8_t>());
+  if (out) return nb::none();
+  return numpy_owning(owned.release(), written, nb::dtype<uint8_t>());
+}
+
+/// An uninitialised uint8 array of `bytes` on a CUDA device (message buffers that WeightSync reuses).
+nb::object cuda_empty_bytes(int device, uint64_t bytes) {
+#if ZIPCOMM_PYTHON_WITH_CUDA
+  return cuda_owning(gpu::alloc(device, bytes), device, bytes, nb::dtype<uint8_t>());
+#else
+  (void)device, (void)bytes;
+  no_gpu_codec("zipcomm.quant");
+#endif
 }
 
 /// The checked header of a message (host or device memory).
@@ -259,7 +301,8 @@ nb::tuple plan_bits(const std::vector<uint64_t>& params, const std::vector<std::
 }  // namespace
 
 void register_quant(nb::module_& m) {
-  m.def("quant_quantize", &quantize, "x"_a, "dtype"_a.none(), "mode"_a, "bits"_a, "group"_a);
+  m.def("quant_quantize", &quantize, "x"_a, "dtype"_a.none(), "mode"_a, "bits"_a, "group"_a, "out"_a.none());
+  m.def("cuda_empty_bytes", &cuda_empty_bytes, "device"_a, "bytes"_a);
   m.def("quant_dequantize", &dequantize, "msg"_a, "out"_a.none(), "dtype"_a.none(), "bf16_as_bits"_a);
   m.def("quant_info", &info, "msg"_a);
   m.def("quant_max_bytes", &max_bytes, "mode"_a, "bits"_a, "group"_a, "n"_a);

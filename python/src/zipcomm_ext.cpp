@@ -305,8 +305,10 @@ nb::tuple cuda_device_count() {
 /// memory alive), groups them by element type and owns the links (weight_sync.cu) that move them.
 class WeightSyncLinks {
  public:
+  /// bytes_as_fp32: the arrays are uint8 buffers of a multiple of 4 bytes (quantized messages), moved as fp32
+  /// elements; the caller syncs them raw (bit-exact copies whatever the bytes are).
   WeightSyncLinks(const nb::list& srcs, const nb::list& dsts, const std::vector<std::string>& names,
-                  const std::string& link) {
+                  const std::string& link, bool bytes_as_fp32) {
     const std::string where = "zipcomm.WeightSync";
     if (link != "host" && link != "peer")
       throw nb::value_error((where + ": link must be 'host' or 'peer', got '" + link + "'").c_str());
@@ -326,8 +328,15 @@ class WeightSyncLinks {
         throw nb::type_error((what + ": dst is not a writable DLPack array (torch, CuPy, ...), got " +
                               std::string(nb::type_name(dsts[i].type()).c_str()))
                                  .c_str());
-      const std::optional<DType> d = native_dtype(src.dtype());
-      if (!d || format::elem_bytes(*d) == 1)
+      std::optional<DType> d = native_dtype(src.dtype());
+      uint64_t count = uint64_t(src.size());
+      if (bytes_as_fp32) {
+        if (!(is_integer(src.dtype()) && src.dtype().bits == 8) || count % 4)
+          throw nb::type_error((what + ": message buffers must be 8-bit integer arrays of a multiple of 4 bytes")
+                                   .c_str());
+        d = DType::fp32;
+        count /= 4;
+      } else if (!d || format::elem_bytes(*d) == 1)
         throw nb::type_error((what + " is " + dlpack_dtype_name(src.dtype()) +
                               ": WeightSync moves bfloat16, float16 and float32 tensors (the types of the P2P "
                               "links); send other tensors another way")
@@ -363,8 +372,8 @@ class WeightSyncLinks {
         groups_.back().dtype = *d;
         group = order.end() - 1;
       }
-      groups_[size_t(group - order.begin())].messages.push_back({src.data(), dst.data(), uint64_t(src.size())});
-      bytes_ += uint64_t(src.size()) * format::elem_bytes(*d);
+      groups_[size_t(group - order.begin())].messages.push_back({src.data(), dst.data(), count});
+      bytes_ += count * format::elem_bytes(*d);
       srcs_.push_back(src);
       dsts_.push_back(dst);
     }
@@ -489,8 +498,8 @@ NB_MODULE(_zipcomm_ext, m) {
   m.def("cuda_device_count", &cuda_device_count);
   register_quant(m);
   nb::class_<WeightSyncLinks>(m, "WeightSyncLinks", "zipcomm.WeightSync's links (private)")
-      .def(nb::init<const nb::list&, const nb::list&, const std::vector<std::string>&, const std::string&>(),
-           "srcs"_a, "dsts"_a, "names"_a, "link"_a)
+      .def(nb::init<const nb::list&, const nb::list&, const std::vector<std::string>&, const std::string&, bool>(),
+           "srcs"_a, "dsts"_a, "names"_a, "link"_a, "bytes_as_fp32"_a = false)
       .def("sync", &WeightSyncLinks::sync, "raw"_a, "stream"_a)
       .def("modes", &WeightSyncLinks::modes)
       .def("close", &WeightSyncLinks::close)

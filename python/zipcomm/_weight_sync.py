@@ -1,12 +1,17 @@
-"""zipcomm.WeightSync: compressed copies of a set of CUDA tensors into another set (RL weight sync)."""
+"""zipcomm.WeightSync: compressed copies of a set of CUDA tensors into another set (RL weight sync), losslessly or,
+with a quantization plan, through the LOSSY quantization tier."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import time
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from . import _zipcomm_ext as _ext
+
+if TYPE_CHECKING:
+    from .quant import Choice, QuantPlan
 
 Tensors = Union[Sequence[Any], Mapping[str, Any]]
 
@@ -17,13 +22,17 @@ class SyncResult:
 
     Attributes:
         bytes: payload bytes moved (the tensors' sizes; the link moved fewer when coded).
-        seconds: GPU time of the sync on the receiving side's stream (CUDA events), from its start after the
-            stream's earlier work until the receiver had decoded and checked every tensor.
+        seconds: without a plan, GPU time of the sync on the receiving side's stream (CUDA events), from its
+            start after the stream's earlier work until the receiver had decoded and checked every tensor; with
+            a plan, the host's wall time of the whole sync (quantize, both transfers, dequantize).
         gb_per_s: bytes / seconds / 1e9 (0 for an empty sync).
+        quantized_bytes: with a plan, the bytes of the quantized messages that replaced the planned tensors
+            (their payload is counted in ``bytes`` at the tensors' own size); 0 without one.
     """
 
     bytes: int
     seconds: float
+    quantized_bytes: int = 0
 
     @property
     def gb_per_s(self) -> float:
@@ -70,6 +79,45 @@ def _stream_handle(stream: Any, first_src: Any) -> int:
                     f".cuda_stream (torch) or .ptr (CuPy), got {type(stream).__name__}")
 
 
+def _numel(x: Any) -> int:
+    n = 1
+    for d in x.shape:
+        n *= int(d)
+    return n
+
+
+def _empty_bytes_like(x: Any, size: int) -> Any:
+    """A uint8 buffer of size bytes on x's GPU: in x's framework for torch and CuPy, else a DLPack array of the
+    extension's."""
+    framework = type(x).__module__.partition(".")[0]
+    if framework == "torch":
+        import torch  # type: ignore[import-not-found, unused-ignore]
+
+        return torch.empty(size, dtype=torch.uint8, device=x.device)
+    if framework == "cupy":
+        import cupy  # type: ignore[import-not-found, unused-ignore]
+
+        with cupy.cuda.Device(x.device.id):
+            return cupy.empty(size, dtype=cupy.uint8)
+    if not hasattr(x, "__dlpack_device__"):
+        raise TypeError(f"zipcomm.WeightSync: expected CUDA DLPack arrays, got {type(x).__name__}")
+    device_type, device_id = x.__dlpack_device__()
+    if int(device_type) not in (2, 13):  # kDLCUDA, kDLCUDAManaged
+        raise ValueError("zipcomm.WeightSync: quantize= syncs CUDA tensors; a tensor is not on a CUDA device")
+    return _ext.cuda_empty_bytes(int(device_id), size)
+
+
+def _synchronize(stream: Any, first_src: Any) -> None:
+    """Waits for the work on the sync's stream (and, for torch, its current stream) to finish."""
+    if first_src is not None and type(first_src).__module__.partition(".")[0] == "torch":
+        import torch  # type: ignore[import-not-found, unused-ignore]
+
+        (stream if stream is not None and hasattr(stream, "synchronize") else
+         torch.cuda.current_stream(first_src.device)).synchronize()
+    elif stream is not None and hasattr(stream, "synchronize"):
+        stream.synchronize()
+
+
 class WeightSync:
     """Copies a set of CUDA tensors (a trainer's weights) into a matching set (an inference copy's), compressed
     losslessly on the way, through zipcomm's P2P links (include/zipcomm/comm/p2p.cuh).
@@ -91,6 +139,13 @@ class WeightSync:
             "peer": the sender's GPU writes frames straight into the receiver's GPU memory (PeerLink: NVLink
                 or PCIe peer writes; peer access is enabled). src and dst on two GPUs, or on one.
         raw: sync() sends uncompressed (the links' raw pipelined copy): the baseline to compare with.
+        quantize: a ``zipcomm.quant.QuantPlan`` (LOSSY, opt-in): every tensor the plan gives a choice (by
+            name: the dict key, or "[i]" for lists) is quantized on the sending GPU into a message
+            (docs/QUANT.md), the messages travel bit-exact over a link of their own (raw), and the receiving
+            GPU rebuilds dst from them; dst then holds the plan's approximation, not src's bits. Tensors the plan
+            leaves out (or sets to None) go as without a plan. The message buffers are made once, on each side,
+            here. The EAR of what arrived is the caller's to measure (run the
+            model: ``zipcomm.quant.ear``).
 
     One link per element type is created here and reused by every sync (each holds its own buffers: a host
     link about 0.4 GiB of pinned memory and twice that on the GPU). Batches whose total is below a link's
@@ -113,19 +168,45 @@ class WeightSync:
     created.
     """
 
-    def __init__(self, src: Tensors, dst: Tensors, link: str = "host", raw: bool = False) -> None:
+    def __init__(self, src: Tensors, dst: Tensors, link: str = "host", raw: bool = False,
+                 quantize: Optional["QuantPlan"] = None) -> None:
+        from . import quant as _quant
+
         srcs, dsts, names = _pairs(src, dst)
         if link not in ("host", "peer"):
             raise ValueError(f"zipcomm.WeightSync: link must be 'host' or 'peer', got {link!r}")
+        if quantize is not None and not isinstance(quantize, _quant.QuantPlan):
+            raise TypeError("zipcomm.WeightSync: quantize must be a zipcomm.quant.QuantPlan, got "
+                            f"{type(quantize).__name__}")
         self.link = link
         self.raw = bool(raw)
+        self.plan = quantize
         self._first_src = srcs[0] if srcs else None
+        # (src, dst, choice, message on the send side, message on the receive side) of the planned tensors
+        self._quantized: list[tuple[Any, Any, "Choice", Any, Any]] = []
+        self._message_links: Optional[Any] = None
+        if quantize is not None:
+            unknown = [n for n, c in quantize.choices.items() if c is not None and n not in names]
+            if unknown:
+                raise ValueError(f"zipcomm.WeightSync: the plan names tensors that are not synced: {unknown[:5]}")
+            lossless = [(s_, d_, n) for s_, d_, n in zip(srcs, dsts, names) if quantize.choices.get(n) is None]
+            for s_, d_, n in zip(srcs, dsts, names):
+                c = quantize.choices.get(n)
+                if c is not None:
+                    size = _quant.max_quantized_bytes(_numel(s_), c.bits, c.group, c.mode)
+                    self._quantized.append((s_, d_, c, _empty_bytes_like(s_, size), _empty_bytes_like(d_, size)))
+            srcs, dsts, names = [x[0] for x in lossless], [x[1] for x in lossless], [x[2] for x in lossless]
+            if self._quantized:
+                self._message_links = _ext.WeightSyncLinks([q[3] for q in self._quantized],
+                                                           [q[4] for q in self._quantized],
+                                                           [f"message {i}" for i in range(len(self._quantized))],
+                                                           link, True)
         self._links: Optional[Any] = _ext.WeightSyncLinks(srcs, dsts, names, link)
 
     @property
     def bytes(self) -> int:
         """Payload bytes of one sync (the tensors' sizes)."""
-        return int(self._live().bytes)
+        return int(self._live().bytes) + sum(int(q[0].nbytes) for q in self._quantized)
 
     def modes(self) -> dict[str, str]:
         """How each element type's link runs: host link "stream" (the GPU schedules the copies) or "copy" (a
@@ -135,14 +216,36 @@ class WeightSync:
     def sync(self, stream: Any = None) -> SyncResult:
         """Moves every src tensor into its dst; see help(zipcomm.WeightSync)."""
         links = self._live()
-        nbytes, seconds = links.sync(self.raw, _stream_handle(stream, self._first_src))
-        return SyncResult(int(nbytes), float(seconds))
+        from . import quant as _quant
+
+        handle = _stream_handle(stream, self._first_src)
+        if self._message_links is None:
+            nbytes, seconds = links.sync(self.raw, handle)
+            return SyncResult(int(nbytes), float(seconds))
+        start = time.perf_counter()
+        # The quantizer and dequantizer run on the default stream and wait for the GPU; the stream's earlier
+        # work is waited for first, so they read what it wrote.
+        _synchronize(stream, self._first_src)
+        for s_, _, c, msg, _ in self._quantized:
+            _quant.quantize(s_, c.bits, group=c.group, mode=c.mode, out=msg)
+        self._message_links.sync(True, 0)
+        nbytes, _ = links.sync(self.raw, handle)
+        quantized = 0
+        for s_, d_, _, _, msg in self._quantized:
+            _quant.dequantize(msg, out=d_)
+            nbytes += int(s_.nbytes)
+            quantized += int(msg.nbytes)
+        return SyncResult(int(nbytes), time.perf_counter() - start, int(quantized))
 
     def close(self) -> None:
         """Frees the links (waiting for their work) and releases the tensors. Idempotent."""
         if self._links is not None:
             self._links.close()
             self._links = None
+        if self._message_links is not None:
+            self._message_links.close()
+            self._message_links = None
+        self._quantized = []
         self._first_src = None
 
     def __enter__(self) -> "WeightSync":

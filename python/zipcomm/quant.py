@@ -91,7 +91,8 @@ def _mode(mode: str, where: str) -> str:
     raise ValueError(f"{where}: mode must be 'asymmetric' or 'symmetric', got {mode!r}")
 
 
-def quantize(x: Any, bits: int, *, group: int = 64, mode: str = "asymmetric", dtype: Any = None) -> Any:
+def quantize(x: Any, bits: int, *, group: int = 64, mode: str = "asymmetric", dtype: Any = None,
+             out: Any = None) -> Any:
     """Quantizes a bf16, fp16 or fp32 array into one message (LOSSY: see the module's help).
 
     Args:
@@ -101,9 +102,11 @@ def quantize(x: Any, bits: int, *, group: int = 64, mode: str = "asymmetric", dt
         group: elements per group (one set of parameters each): 32, 64 or 128.
         mode: "asymmetric" (x' = lo + code * scale) or "symmetric" (x' = (code - 2^(b-1)) * scale).
         dtype: "bf16" / "fp16" / "fp32" for integer arrays holding bit patterns.
+        out: optional uint8 array to write the message into (same device as x, C-contiguous, at least
+            ``max_quantized_bytes`` bytes; 16-byte aligned on a GPU); bytes past the message are not written.
 
     Returns:
-        The message as a 1-D uint8 array: NumPy for host arrays (the C++ host reference wrote it), an array of
+        out when given, else the message as a 1-D uint8 array: NumPy for host arrays (the C++ host reference wrote it), an array of
         x's framework on x's GPU for CUDA arrays (the device kernels wrote it: the same bytes). Its size is
         exactly ``max_quantized_bytes(x.size, bits, group, mode)``. A GPU call waits for the GPU.
 
@@ -113,7 +116,12 @@ def quantize(x: Any, bits: int, *, group: int = 64, mode: str = "asymmetric", dt
     """
     where = "zipcomm.quant.quantize"
     arg, declared = _array_argument(x, _canonical_dtype(dtype, where), where)
-    result = _ext.quant_quantize(arg, declared, _mode(mode, where), int(bits), int(group))
+    if out is not None:
+        if isinstance(out, np.ndarray) and not out.flags.writeable:
+            raise ValueError(f"{where}: out is read-only")
+        _ext.quant_quantize(arg, declared, _mode(mode, where), int(bits), int(group), out)
+        return out
+    result = _ext.quant_quantize(arg, declared, _mode(mode, where), int(bits), int(group), None)
     return result if isinstance(result, np.ndarray) else _in_framework_of(x, result)
 
 

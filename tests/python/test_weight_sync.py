@@ -11,6 +11,7 @@ import pytest
 
 import cuda_array
 import zipcomm
+import zipcomm.quant as zq
 from cuda_array import CUDA, CudaArray, DLPackExport
 
 bfloat16 = pytest.importorskip("ml_dtypes").bfloat16
@@ -57,6 +58,18 @@ def test_mismatched_tensors_are_refused(src: Any, dst: Any, error: type, match: 
 def test_unknown_link_is_refused() -> None:
     with pytest.raises(ValueError, match="link must be 'host' or 'peer'"):
         zipcomm.WeightSync([fake_cuda((8,), np.float32)], [fake_cuda((8,), np.float32)], link="nvlink")
+
+
+def test_quantize_plan_checks() -> None:
+    src, dst = {"w": fake_cuda((64,), np.float32)}, {"w": fake_cuda((64,), np.float32)}
+    with pytest.raises(TypeError, match="QuantPlan"):
+        zipcomm.WeightSync(src, dst, quantize={"w": 4})
+    stranger = zq.QuantPlan({"v": zq.Choice()}, 5.0, 0.9, True, "budget", 5.0)
+    with pytest.raises(ValueError, match="not synced"):
+        zipcomm.WeightSync(src, dst, quantize=stranger)
+    host = {"w": DLPackExport.of_numpy(np.zeros(64, np.float32))}
+    with pytest.raises(ValueError, match="not on a CUDA device"):
+        zipcomm.WeightSync(host, dst, quantize=zq.QuantPlan({"w": zq.Choice()}, 5.0, 0.9, True, "budget", 5.0))
 
 
 def test_without_a_gpu_it_says_why() -> None:
@@ -124,6 +137,30 @@ def test_sync_is_bit_exact(gpu: None, rng: np.random.Generator, raw: bool, as_di
         check_copy(state, dst)
     with pytest.raises(ValueError, match="closed"):
         sync.sync()
+
+
+@pytest.mark.gpu
+def test_quantized_sync(gpu: None, rng: np.random.Generator) -> None:
+    """With a plan: the planned tensors arrive as the host reference rebuilds them, the others bit-exact."""
+    state = {"w": (rng.standard_normal((1000, 1031)) * 0.02).astype(bfloat16),
+             "h": (rng.standard_normal(300001) * 0.5).astype(np.float16),
+             "b": (rng.standard_normal(4097)).astype(np.float32),
+             "e": (rng.standard_normal((2048, 1024)) * 0.02).astype(bfloat16)}
+    plan = zq.QuantPlan({"w": zq.Choice("asymmetric", 4, 64), "h": zq.Choice("symmetric", 6, 128), "b": None},
+                        0.0, 0.0, True, "budget", 0.0)
+    src = {k: CudaArray.from_numpy(v) for k, v in state.items()}
+    dst = {k: CudaArray(v.shape, v.dtype) for k, v in state.items()}
+    with zipcomm.WeightSync(src, dst, quantize=plan) as sync:
+        for _ in range(2):
+            result = sync.sync()
+            assert result.bytes == sum(a.nbytes for a in state.values()) == sync.bytes
+            assert result.quantized_bytes == sum(zq.max_quantized_bytes(state[n].size, c.bits, c.group, c.mode)
+                                                 for n, c in plan.choices.items() if c is not None)
+            for name, c in plan.choices.items():
+                want = state[name] if c is None else zq.dequantize(
+                    zq.quantize(state[name], c.bits, group=c.group, mode=c.mode)).reshape(state[name].shape)
+                np.testing.assert_array_equal(bits(dst[name].to_numpy()), bits(want), err_msg=name)
+            np.testing.assert_array_equal(bits(dst["e"].to_numpy()), bits(state["e"]))
 
 
 @pytest.mark.gpu
