@@ -17,23 +17,34 @@
 // batch (link.transfer_many: one pipeline, no drain between buckets; the raw reference likewise,
 // transfer_raw_many); --batch off sends them one transfer each. A phase that stalls longer than
 // --timeout-s ends the run with an error naming it (ZIPCOMM_RL_TRACE=1 prints each phase as it starts).
+// With --quantize CHOICE (every matrix, e.g. asym4/g64) or --plan FILE (a layer-wise plan: one line per tensor,
+// "NAME asymmetric|symmetric BITS GROUP", as zipcomm.quant.QuantPlan.to_text() writes it), each step also syncs
+// through the LOSSY quantization tier (docs/QUANT.md) into a third buffer: the planned tensors are quantized on
+// the trainer's side, their messages cross the link raw (bit-exact) with the other tensors coded losslessly in
+// the same batch, and the receiver rebuilds them; it reports the bytes, the GB/s and the EAR of the LM head's
+// read-out with the weights that arrived.
 // Usage: zipcomm_rl_weight_sync [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512] [--watch TENSOR]
 //                               [--link-mode stream|copy] [--reader on|off] [--batch on|off]
-//                               [--timeout-s 120]
+//                               [--timeout-s 120] [--quantize CHOICE | --plan FILE]
 #include <cuda/atomic>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <zipcomm/comm/p2p.cuh>
+#include <zipcomm/quant/device_ear.cuh>
+#include <zipcomm/quant/device_quant.cuh>
 
 #include "example_common.cuh"
 
@@ -159,6 +170,73 @@ __global__ void reader_kernel(const Published* p, const uint16_t* buf0, const ui
   if (threadIdx.x == 0) *count = k;
 }
 
+/// One tensor's entry of a quantization plan; `on` false: the tensor goes losslessly.
+struct PlanEntry {
+  bool on = false;
+  quant::QuantMode mode = quant::QuantMode::asymmetric;
+  uint32_t bits = 0, group = 0;
+};
+
+/// "asym4/g64", "sym6/g128": a choice for every matrix.
+bool parse_choice(const std::string& s, PlanEntry& e) {
+  unsigned bits = 0, group = 0;
+  char mode[8] = {};
+  if (std::sscanf(s.c_str(), "%7[a-z]%u/g%u", mode, &bits, &group) != 3) return false;
+  e.mode = std::string(mode) == "sym" ? quant::QuantMode::symmetric : quant::QuantMode::asymmetric;
+  e.bits = bits, e.group = group, e.on = true;
+  return (std::string(mode) == "sym" || std::string(mode) == "asym") && quant::bits_valid(bits) &&
+         quant::group_valid(group);
+}
+
+/// A plan file: "NAME asymmetric|symmetric BITS GROUP" per line, '#' comments; unknown names are an error.
+bool read_plan(const std::string& path, const std::vector<TensorSpec>& specs, std::vector<PlanEntry>& plan) {
+  std::ifstream in(path);
+  if (!in) return std::fprintf(stderr, "cannot read the plan %s\n", path.c_str()), false;
+  std::string line;
+  for (int no = 1; std::getline(in, line); ++no) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string name, mode;
+    unsigned bits = 0, group = 0;
+    if (!(words >> name)) continue;
+    if (!(words >> mode >> bits >> group) || (mode != "asymmetric" && mode != "symmetric") ||
+        !quant::bits_valid(bits) || !quant::group_valid(group))
+      return std::fprintf(stderr, "%s:%d: expected NAME asymmetric|symmetric BITS GROUP\n", path.c_str(), no), false;
+    size_t t = 0;
+    while (t < specs.size() && specs[t].name != name) ++t;
+    if (t == specs.size()) return std::fprintf(stderr, "%s:%d: no tensor %s\n", path.c_str(), no, name.c_str()), false;
+    plan[t] = {true, mode == "symmetric" ? quant::QuantMode::symmetric : quant::QuantMode::asymmetric, bits, group};
+  }
+  return true;
+}
+
+constexpr int READOUT_ROWS = 16;  // hidden states read out through the LM head for the EAR
+
+/// logits[r][v] = sum_h x[r][h] * w[v][h] (w bf16, row-major V x H): one warp per vocabulary entry.
+__global__ void readout_kernel(const uint16_t* w, const float* x, uint64_t vocab, uint32_t hidden, float* logits) {
+  const uint32_t lane = threadIdx.x % 32;
+  const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
+  for (uint64_t v = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; v < vocab; v += warps) {
+    float acc[READOUT_ROWS] = {};
+    for (uint32_t h = lane; h < hidden; h += 32) {
+      const float wv = __uint_as_float(uint32_t(w[v * hidden + h]) << 16);
+#pragma unroll
+      for (int r = 0; r < READOUT_ROWS; ++r) acc[r] = fmaf(wv, x[r * hidden + h], acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < READOUT_ROWS; ++r) {
+      float a = acc[r];
+      for (int o = 16; o; o /= 2) a += __shfl_xor_sync(0xFFFFFFFFu, a, o);
+      if (lane == 0) logits[r * vocab + v] = a;
+    }
+  }
+}
+
+__global__ void scale_kernel(float* x, uint64_t n, float s) {
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += uint64_t(gridDim.x) * blockDim.x)
+    x[i] *= s;
+}
+
 /// Ends the run with an error when one phase (a sync, a wait, a check) takes longer than a limit: a stalled
 /// GPU becomes a message naming the phase, not a hang. A thread of its own watches, so a host call that
 /// blocks inside the CUDA runtime is covered too.
@@ -206,6 +284,7 @@ int main(int argc, char** argv) {
   std::string watch;  // the tensor the reader checksums (default: a mid-model k_proj)
   std::string link_mode = "stream", reader = "on", batch = "on";
   double timeout_s = 120;  // a sync or a wait that takes longer is reported as a hang, not waited for forever
+  std::string quantize_choice, plan_file;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--data" && i + 1 < argc)
@@ -226,9 +305,14 @@ int main(int argc, char** argv) {
       batch = argv[++i];
     else if (a == "--timeout-s" && i + 1 < argc)
       timeout_s = std::atof(argv[++i]);
+    else if (a == "--quantize" && i + 1 < argc)
+      quantize_choice = argv[++i];
+    else if (a == "--plan" && i + 1 < argc)
+      plan_file = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [--data DIR] [--model 1b|tiny] [--steps 3] [--bucket-mib 512] [--watch TENSOR]"
-                   " [--link-mode stream|copy] [--reader on|off] [--batch on|off] [--timeout-s 120]\n",
+                   " [--link-mode stream|copy] [--reader on|off] [--batch on|off] [--timeout-s 120]"
+                   " [--quantize asym4/g64 | --plan FILE]\n",
                    argv[0]);
       return 2;
     }
@@ -246,6 +330,19 @@ int main(int argc, char** argv) {
   }
   const std::vector<TensorSpec> specs =
       model == "tiny" ? llama_shapes(4096, 256, 1024, 64, 2) : llama_shapes(128256, 2048, 8192, 512, 16);
+  // The quantization plan: --quantize gives every matrix (not the norms) one choice, --plan one per tensor.
+  std::vector<PlanEntry> plan(specs.size());
+  if (!quantize_choice.empty() && !plan_file.empty())
+    return std::fprintf(stderr, "--quantize and --plan exclude each other\n"), 2;
+  if (!quantize_choice.empty()) {
+    PlanEntry e;
+    if (!parse_choice(quantize_choice, e))
+      return std::fprintf(stderr, "--quantize takes asymB/gG or symB/gG (B 2..8, G 32, 64 or 128)\n"), 2;
+    for (size_t t = 0; t < specs.size(); ++t)
+      if (specs[t].name.find("norm") == std::string::npos) plan[t] = e;
+  }
+  if (!plan_file.empty() && !read_plan(plan_file, specs, plan)) return 2;
+  const bool quantized = std::any_of(plan.begin(), plan.end(), [](const PlanEntry& e) { return e.on; });
   const std::vector<uint8_t> sample = examples::read_file(data + "/llama_weights.bf16");
   if (sample.size() < 2) return std::fprintf(stderr, "missing %s/llama_weights.bf16\n", data.c_str()), 1;
 
@@ -303,6 +400,51 @@ int main(int argc, char** argv) {
               link.bypass_threshold() == UINT64_MAX ? "never code"
                                                     : (std::to_string(link.bypass_threshold() >> 10) + " KiB").c_str());
 
+  // The quantized sync's buffers: messages on each side (256-byte aligned), the rebuilt weights, the read-out.
+  std::vector<uint64_t> msg_offset(specs.size() + 1, 0);
+  for (size_t t = 0; t < specs.size(); ++t) {
+    const uint64_t bytes = plan[t].on ? quant::max_quantized_bytes(plan[t].mode, plan[t].bits, plan[t].group,
+                                                                   specs[t].elems)
+                                      : 0;
+    msg_offset[t + 1] = (msg_offset[t] + bytes + 255) / 256 * 256;
+  }
+  uint8_t *msg_send = nullptr, *msg_recv = nullptr, *infer_q = nullptr;
+  float *hidden_x = nullptr, *logits_ref = nullptr, *logits_got = nullptr;
+  double* ear_rows = nullptr;
+  Status* quant_status = nullptr;
+  const size_t head = specs.size() - 1;  // lm_head: V x H
+  const uint32_t hidden = model == "tiny" ? 256 : 2048;
+  const uint64_t vocab = specs[head].elems / hidden;
+  if (quantized) {
+    CK(cudaMalloc(&msg_send, std::max<uint64_t>(msg_offset.back(), 256)));
+    CK(cudaMalloc(&msg_recv, std::max<uint64_t>(msg_offset.back(), 256)));
+    CK(cudaMalloc(&infer_q, total));
+    CK(cudaMalloc(&hidden_x, sizeof(float) * READOUT_ROWS * hidden));
+    CK(cudaMalloc(&logits_ref, sizeof(float) * READOUT_ROWS * vocab));
+    CK(cudaMalloc(&logits_got, sizeof(float) * READOUT_ROWS * vocab));
+    CK(cudaMalloc(&ear_rows, sizeof(double) * READOUT_ROWS));
+    CK(cudaMalloc(&quant_status, sizeof(Status)));
+    std::vector<float> x(READOUT_ROWS * size_t(hidden));
+    uint64_t state = 0x9E3779B97F4A7C15ull;
+    for (float& v : x) {  // Gaussian hidden states (Box-Muller over a 64-bit LCG)
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const double u1 = ((state >> 11) + 1.0) / 9007199254740993.0;
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const double u2 = (state >> 11) / 9007199254740992.0;
+      v = float(std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+    }
+    CK(cudaMemcpy(hidden_x, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+    uint64_t planned = 0, message_bytes = 0;
+    for (size_t t = 0; t < specs.size(); ++t)
+      if (plan[t].on)
+        planned += specs[t].elems,
+            message_bytes += quant::max_quantized_bytes(plan[t].mode, plan[t].bits, plan[t].group, specs[t].elems);
+    std::printf("quantization plan: %llu of %llu parameters quantized into %.3f GiB of messages (%.2f bits per "
+                "quantized parameter); the rest coded losslessly\n",
+                (unsigned long long)planned, (unsigned long long)params, message_bytes / 1073741824.0,
+                planned ? 8.0 * message_bytes / planned : 0.0);
+  }
+
   // Inference side state: published version, the reader's records.
   Published* pub;
   uint32_t *stop, *count;
@@ -340,6 +482,11 @@ int main(int argc, char** argv) {
   CK(cudaFuncGetAttributes(&fa, checksum_kernel));
   CK(cudaFuncGetAttributes(&fa, publish_kernel));
   CK(cudaFuncGetAttributes(&fa, reader_kernel));
+  CK(cudaFuncGetAttributes(&fa, readout_kernel));
+  CK(cudaFuncGetAttributes(&fa, scale_kernel));
+  CK(cudaFuncGetAttributes(&fa, quant::device::detail::ear_rows_kernel));
+  CK(cudaFuncGetAttributes(&fa, quant::device::detail::quantize_kernel<DType::bf16>));
+  CK(cudaFuncGetAttributes(&fa, quant::device::detail::dequantize_kernel<DType::bf16>));
   CK(examples::load_kernels());
   watchdog.phase("step 1 (reader running)", 0);
   const bool with_reader = reader != "off";
@@ -380,6 +527,69 @@ int main(int argc, char** argv) {
     CK(cudaEventElapsedTime(&ms, a, b));
     return double(ms);
   };
+  // The quantized sync: quantize the planned tensors into messages, send messages raw and the other tensors
+  // coded in one batch, wait, rebuild the planned tensors; then the EAR of the LM head's read-out.
+  auto quantized_sync = [&](int step) {
+    watchdog.phase("quantized sync", step);
+    CK(cudaEventRecord(a, sync_stream));
+    std::vector<P2PMessage> raw_msgs, coded_msgs;
+    uint64_t message_bytes = 0, lossless = 0;
+    for (size_t t = 0; t < specs.size(); ++t) {
+      if (plan[t].on) {
+        const uint64_t bytes = quant::max_quantized_bytes(plan[t].mode, plan[t].bits, plan[t].group, specs[t].elems);
+        message_bytes += bytes;
+        CK(quant::device::quantize(view(trainer, t), specs[t].elems, DType::bf16, plan[t].mode, plan[t].bits,
+                                   plan[t].group, msg_send + msg_offset[t], bytes, quant_status, sync_stream));
+        raw_msgs.push_back({msg_send + msg_offset[t], msg_recv + msg_offset[t], bytes / 2});
+      } else {
+        coded_msgs.push_back({view(trainer, t), view(infer_q, t), specs[t].elems});
+        lossless += 2 * specs[t].elems;
+      }
+    }
+    if (!raw_msgs.empty()) CK(link.transfer_raw_many(raw_msgs.data(), raw_msgs.size(), sync_stream));
+    if (!coded_msgs.empty()) CK(link.transfer_many(coded_msgs.data(), coded_msgs.size(), sync_stream));
+    // The link's receiver writes on its own streams; the rebuild waits for wait() below, so it is enqueued after.
+    CK(cudaStreamSynchronize(sync_stream));
+    if (link.wait() != Status::ok) return std::fprintf(stderr, "step %d: quantized sync failed\n", step), -1.0;
+    for (size_t t = 0; t < specs.size(); ++t)
+      if (plan[t].on)
+        CK(quant::device::dequantize(msg_recv + msg_offset[t],
+                                     quant::max_quantized_bytes(plan[t].mode, plan[t].bits, plan[t].group,
+                                                                specs[t].elems),
+                                     DType::bf16,
+                                     view(infer_q, t), 2 * specs[t].elems, quant_status, sync_stream));
+    CK(cudaEventRecord(b, sync_stream));
+    CK(cudaStreamSynchronize(sync_stream));
+    Status qs = Status::ok;
+    CK(cudaMemcpy(&qs, quant_status, sizeof qs, cudaMemcpyDeviceToHost));
+    if (qs != Status::ok)
+      return std::fprintf(stderr, "step %d: quantize / dequantize: %s\n", step, status_string(qs)), -1.0;
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    // EAR: the trainer's LM head against the one that arrived, logits scaled to a standard deviation of 4.
+    watchdog.phase("EAR of the read-out", step);
+    readout_kernel<<<1024, 256, 0, sync_stream>>>(view(trainer, head), hidden_x, vocab, hidden, logits_ref);
+    readout_kernel<<<1024, 256, 0, sync_stream>>>(view(infer_q, head), hidden_x, vocab, hidden, logits_got);
+    std::vector<float> ref(READOUT_ROWS * vocab);
+    CK(cudaMemcpyAsync(ref.data(), logits_ref, ref.size() * sizeof(float), cudaMemcpyDeviceToHost, sync_stream));
+    CK(cudaStreamSynchronize(sync_stream));
+    double sum = 0, sq = 0;
+    for (float v : ref) sum += v, sq += double(v) * v;
+    const double mean = sum / ref.size(), sd = std::sqrt(std::max(sq / ref.size() - mean * mean, 1e-30));
+    for (float* l : {logits_ref, logits_got}) scale_kernel<<<264, 256, 0, sync_stream>>>(l, ref.size(), float(4 / sd));
+    CK(quant::device::ear_rows(logits_ref, logits_got, READOUT_ROWS, vocab, ear_rows, sync_stream));
+    std::vector<double> rows(READOUT_ROWS);
+    CK(cudaMemcpyAsync(rows.data(), ear_rows, rows.size() * sizeof(double), cudaMemcpyDeviceToHost, sync_stream));
+    CK(cudaStreamSynchronize(sync_stream));
+    quant::CompensatedSum ear;
+    for (double r : rows) ear.add(r);
+    std::printf("step %d: quantized sync %.2f GiB of weights as %.3f GiB of messages + %.3f GiB lossless: %.2f ms "
+                "(%.1f GB/s of weights); EAR of the LM head's read-out %.6f\n",
+                step, total / 1073741824.0, message_bytes / 1073741824.0, lossless / 1073741824.0, ms,
+                total / ms / 1e6, ear.value() / READOUT_ROWS);
+    return double(ms);
+  };
+
   int rc = 0;
   uint32_t live = 0;
   double coded_sum = 0, raw_sum = 0;
@@ -420,6 +630,10 @@ int main(int argc, char** argv) {
         step, total / 1073741824.0, coded_ms, total / coded_ms / 1e6, raw_ms, total / raw_ms / 1e6, raw_ms / coded_ms,
         2 * step);
     std::fflush(stdout);
+    if (quantized && quantized_sync(step) < 0) {
+      rc = 1;
+      break;
+    }
   }
   watchdog.phase("stop the reader", steps);
   const uint32_t one = 1;  // the reader quits by itself after the last version; this ends it early on a failure

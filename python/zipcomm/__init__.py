@@ -193,6 +193,17 @@ def _stream_argument(buf: Any, where: str) -> Any:
     raise TypeError(f"{where}: expected a compressed stream (uint8 array, bytes, bytearray), got {type(buf).__name__}")
 
 
+def _out_target(out: Any, where: str) -> Any:
+    """An output array as the extension takes it: NumPy bfloat16 and fp8 arrays as views of their bits."""
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise ValueError(f"{where}: out is read-only")
+    if isinstance(out, np.ndarray) and out.dtype.name == "bfloat16":
+        return out.view(np.uint16)
+    if _fp8_of(out) is not None:
+        return _as_fp8_bytes(out, _fp8_of(out), None, where)[0]
+    return out
+
+
 def _framework(x: Any) -> str:
     return type(x).__module__.partition(".")[0]
 
@@ -276,14 +287,7 @@ def decompress(buf: Any, out: Any = None) -> Any:
     where = "zipcomm.decompress"
     buf = _stream_argument(buf, where)
     if out is not None:
-        target = out
-        if isinstance(out, np.ndarray) and not out.flags.writeable:
-            raise ValueError(f"{where}: out is read-only")
-        if isinstance(out, np.ndarray) and out.dtype.name == "bfloat16":
-            target = out.view(np.uint16)
-        elif _fp8_of(out) is not None:
-            target, _ = _as_fp8_bytes(out, _fp8_of(out), None, where)
-        _ext.decompress(buf, target, True)
+        _ext.decompress(buf, _out_target(out, where), True)
         return out
     result = _ext.decompress(buf, None, _framework(buf) == "cupy")
     if isinstance(result, np.ndarray):

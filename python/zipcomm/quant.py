@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import numpy as np
 
 from . import _zipcomm_ext as _ext
-from . import _array_argument, _canonical_dtype, _framework, _in_framework_of, _stream_argument
+from . import _array_argument, _canonical_dtype, _framework, _in_framework_of, _out_target, _stream_argument
 
 __all__ = [
     "Choice",
@@ -147,12 +147,7 @@ def dequantize(msg: Any, out: Any = None, *, dtype: Any = None) -> Any:
     msg = _stream_argument(msg, where)
     declared = _canonical_dtype(dtype, where)
     if out is not None:
-        target = out
-        if isinstance(out, np.ndarray) and not out.flags.writeable:
-            raise ValueError(f"{where}: out is read-only")
-        if isinstance(out, np.ndarray) and out.dtype.name == "bfloat16":
-            target = out.view(np.uint16)
-        _ext.quant_dequantize(msg, target, declared, True)
+        _ext.quant_dequantize(msg, _out_target(out, where), declared, True)
         return out
     result = _ext.quant_dequantize(msg, None, declared, _framework(msg) == "cupy")
     if isinstance(result, np.ndarray):
@@ -310,6 +305,14 @@ class QuantPlan:
             "tensors": {n: (None if c is None else {"mode": c.mode, "bits": c.bits, "group": c.group})
                         for n, c in self.choices.items()},
         }, indent=1)
+
+    def to_text(self) -> str:
+        """The plan as text, one quantized tensor per line: ``NAME asymmetric|symmetric BITS GROUP`` (tensors left
+        original are not listed), the format ``zipcomm_rl_weight_sync --plan FILE`` reads."""
+        lines = [f"# zipcomm quantization plan: {self.bits_per_param:.4f} bits/param, predicted EAR "
+                 f"{self.predicted_ear:.6f}"]
+        lines += [f"{n} {c.mode} {c.bits} {c.group}" for n, c in self.choices.items() if c is not None]
+        return "\n".join(lines) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> "QuantPlan":

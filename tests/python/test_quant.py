@@ -183,6 +183,9 @@ def test_plan_budget_and_target(rng: np.random.Generator) -> None:
     assert "layer0" in text and "predicted EAR" in text
     back = zq.QuantPlan.from_json(t.to_json())
     assert back.choices == t.choices and back.bits_per_param == t.bits_per_param
+    lines = [x.split() for x in t.to_text().splitlines() if not x.startswith("#")]
+    assert {x[0]: zq.Choice(x[1], int(x[2]), int(x[3])) for x in lines} == {
+        n: c for n, c in t.choices.items() if c is not None}
     with pytest.raises(ValueError, match="exactly one"):
         zq.plan(sens)
     with pytest.raises(ValueError, match="exactly one"):

@@ -12,6 +12,7 @@ import pytest
 import cuda_array
 import zipcomm
 import zipcomm.quant as zq
+from conftest import gpu_skip_reason
 from cuda_array import CUDA, CudaArray, DLPackExport
 
 bfloat16 = pytest.importorskip("ml_dtypes").bfloat16
@@ -23,11 +24,9 @@ def fake_cuda(shape: tuple[int, ...], dtype: Any, device: int = 0) -> DLPackExpo
 
 
 def gpu_reason() -> str | None:
-    info = zipcomm.build_info()
-    if not info["cuda_compiled"]:
-        return "zipcomm was built without the GPU codec (no nvcc at build time, or ZIPCOMM_PYTHON_CUDA=OFF)"
-    if info["cuda_devices"] == 0:
-        return f"no usable GPU: {info['cuda_reason']}"
+    reason = gpu_skip_reason()
+    if reason:
+        return reason
     if cuda_array.cudart() is None:
         return f"the tests make CUDA arrays with libcudart: {cuda_array.reason()}"
     return None
