@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <type_traits>
 
 #include "gpu_test_data.hpp"
 
@@ -16,6 +17,15 @@
   } while (0)
 
 namespace gpu_test {
+
+/// Element types as Catch2 test types (TEMPLATE_TEST_CASE): TestType::value is the DType.
+template <zipcomm::DType D>
+using DTypeCase = std::integral_constant<zipcomm::DType, D>;
+using Bf16 = DTypeCase<zipcomm::DType::bf16>;
+using Fp16 = DTypeCase<zipcomm::DType::fp16>;
+using Fp32 = DTypeCase<zipcomm::DType::fp32>;
+using Fp8E4M3 = DTypeCase<zipcomm::DType::fp8_e4m3>;
+using Fp8E5M2 = DTypeCase<zipcomm::DType::fp8_e5m2>;
 
 struct DeviceBuffer {
   void* ptr = nullptr;

@@ -352,11 +352,10 @@ __global__ void warp_reduce_encode(const uint8_t* in, uint64_t in_bytes, const u
 
 }  // namespace
 
-TEST_CASE("fused device steps equal the host reference: bf16, every op, sizes, unaligned", "[gpu][fused]") {
-  device_steps_all_sizes<DType::bf16>();
+TEMPLATE_TEST_CASE("fused device steps equal the host reference: every op, sizes, unaligned", "[gpu][fused]",
+                   gpu_test::Bf16, gpu_test::Fp16, gpu_test::Fp32) {
+  device_steps_all_sizes<TestType::value>();
 }
-TEST_CASE("fused device steps equal the host reference: fp16", "[gpu][fused]") { device_steps_all_sizes<DType::fp16>(); }
-TEST_CASE("fused device steps equal the host reference: fp32", "[gpu][fused]") { device_steps_all_sizes<DType::fp32>(); }
 
 TEST_CASE("fp32 -> bf16/fp16 conversions on the GPU equal the host definition for all 2^32 inputs", "[gpu][fused][large]") {
   DeviceBuffer bad(8);
