@@ -1,8 +1,14 @@
-// The GPU half of the extension (see gpu_codec.hpp): the device-wide codec and the quantization tier, run on
-// the legacy default stream and waited for, because the stream's size (or its Status) is needed on the host.
+// The GPU half of the extension (see gpu_codec.hpp): the device-wide codec, stream-ordered on the caller's stream
+// (each call's Status and compressed size land in a slot of mapped pinned memory, read when the caller waits),
+// and the quantization tier, run on the legacy default stream and waited for.
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
 
 #include <zipcomm/device/device_codec_dispatch.cuh>
 #include <zipcomm/quant/device_ear.cuh>
@@ -67,32 +73,23 @@ class DeviceAllocation {
   void* ptr_ = nullptr;
 };
 
-/// Device scratch: the compressed size and the Status the codec writes, then its temp storage.
-struct Scratch {
-  static constexpr size_t TEMP_OFFSET = 32;
-  DeviceAllocation memory;
-  explicit Scratch(size_t temp_bytes) : memory(TEMP_OFFSET + temp_bytes) {
-    check(cudaMemset(memory.get(), 0, TEMP_OFFSET), "cudaMemset");  // Status::ok until the codec says otherwise
-  }
-  uint64_t* out_bytes() const { return static_cast<uint64_t*>(memory.get()); }
-  zipcomm::Status* status() const {
-    return reinterpret_cast<zipcomm::Status*>(static_cast<uint8_t*>(memory.get()) + 8);
-  }
-  void* temp() const { return static_cast<uint8_t*>(memory.get()) + TEMP_OFFSET; }
+/// A Status in device memory, ok until an entry point says otherwise (the quantization tier's calls).
+struct DeviceStatus {
+  DeviceAllocation memory{sizeof(zipcomm::Status)};
+  DeviceStatus() { check(cudaMemset(memory.get(), 0, sizeof(zipcomm::Status)), "cudaMemset"); }
+  zipcomm::Status* get() const { return static_cast<zipcomm::Status*>(memory.get()); }
 };
 
-/// After a launch: a Status the codec reported wins over the launch's cudaErrorInvalidValue (the entry
-/// points return that, with the Status in device memory, for arguments they refuse on the host).
-void finish(cudaError_t launch, const Scratch& scratch, const char* what, uint64_t* out_bytes) {
+/// After a launch on the legacy default stream: waits for it; a Status the entry point reported wins over the
+/// launch's cudaErrorInvalidValue (the entry points return that, with the Status in device memory, for arguments
+/// they refuse on the host).
+void finish(cudaError_t launch, const DeviceStatus& status, const char* what) {
   cudaError_t sync = cudaStreamSynchronize(0);
   if (sync != cudaSuccess) throw_cuda(sync, std::string(what) + " (kernel)");
   zipcomm::Status s = zipcomm::Status::ok;
-  uint64_t sizes[2] = {0, 0};
-  check(cudaMemcpy(sizes, scratch.memory.get(), 16, cudaMemcpyDeviceToHost), "cudaMemcpy (status)");
-  std::memcpy(&s, reinterpret_cast<const uint8_t*>(sizes) + 8, sizeof s);
+  check(cudaMemcpy(&s, status.get(), sizeof s, cudaMemcpyDeviceToHost), "cudaMemcpy (status)");
   if (s != zipcomm::Status::ok) throw StatusError(what, s);
   if (launch != cudaSuccess) throw_cuda(launch, what);
-  if (out_bytes) *out_bytes = sizes[0];
 }
 
 }  // namespace
@@ -128,57 +125,246 @@ void copy_to_host(int device, void* dst, const void* src, uint64_t bytes) {
   if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (device to host)");
 }
 
-void* compress(int device, zipcomm::DType dtype, zipcomm::CodeId code, const void* d_in, uint64_t n,
-               uint64_t* out_bytes) {
+// ---- stream-ordered codec calls
+
+namespace {
+
+/// Where a call leaves its outcome: the compressed size and the Status, written by the device.
+struct OutcomeSlot {
+  uint64_t bytes;
+  zipcomm::Status status;
+  uint32_t reserved;
+};
+
+/// Calls not yet waited for, in issue order, each with a slot for its outcome in a block of device memory of its
+/// device (read back, on a private stream, once the call's event has completed).
+class PendingCalls {
+ public:
+  static constexpr uint32_t SLOTS = 4096;  // calls in flight; one more waits for the oldest first
+
+  struct Call {
+    uint64_t id;
+    int device;
+    uint32_t slot;
+    cudaEvent_t done;
+    const char* where;
+  };
+
+  static PendingCalls& instance() {
+    static PendingCalls calls;
+    return calls;
+  }
+
+  /// A free slot for a new call on the current device (the entry point sets its Status); waits for the oldest
+  /// call when all are taken (its error, if any, is kept for the next synchronize()).
+  uint32_t take_slot(int device, OutcomeSlot** device_slot) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!initialized_) {
+      for (uint32_t i = SLOTS; i-- > 0;) free_.push_back(i);
+      initialized_ = true;
+    }
+    PerDevice& d = per_device_locked(device);
+    if (free_.empty()) retire_front_locked();
+    const uint32_t slot = free_.back();
+    free_.pop_back();
+    *device_slot = d.slots + slot;
+    return slot;
+  }
+
+  /// Records the call (after its work was enqueued on `stream`); returns its id.
+  uint64_t add(int device, uint32_t slot, cudaStream_t stream, const char* where) {
+    cudaEvent_t done;
+    check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventRecord(done, stream), "cudaEventRecord");
+    std::lock_guard<std::mutex> lock(mutex_);
+    calls_.push_back({++last_id_, device, slot, done, where});
+    return last_id_;
+  }
+
+  /// Gives a slot back when the call could not be enqueued.
+  void release(uint32_t slot) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(slot);
+  }
+
+  /// Waits for call `id`; throws its error. Returns its compressed size (0 for other calls). A call already
+  /// waited for (by synchronize) returns 0 without error.
+  uint64_t wait(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);  // held while waiting: slots change hands only under it
+    for (auto it = calls_.begin(); it != calls_.end(); ++it) {
+      if (it->id != id) continue;
+      const Call call = *it;
+      calls_.erase(it);
+      const Outcome o = finish_call(call);
+      free_.push_back(call.slot);
+      if (o.cuda != cudaSuccess) throw_cuda(o.cuda, call.where);
+      if (o.error) throw StatusError(call.where, o.status);
+      return o.bytes;
+    }
+    return 0;
+  }
+
+  /// Waits for every call not yet waited for; throws the first error among them (or one kept from a call
+  /// retired early).
+  void synchronize() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (!calls_.empty()) retire_front_locked();
+    if (kept_) {
+      const Kept k = *kept_;
+      kept_.reset();
+      if (k.cuda != cudaSuccess) throw_cuda(k.cuda, k.where);
+      throw StatusError(k.where, k.status);
+    }
+  }
+
+ private:
+  struct Outcome {
+    bool error;
+    zipcomm::Status status;
+    cudaError_t cuda;
+    uint64_t bytes;
+  };
+  struct Kept {
+    const char* where;
+    zipcomm::Status status;
+    cudaError_t cuda;
+  };
+
+  struct PerDevice {
+    OutcomeSlot* slots = nullptr;
+    cudaStream_t reader = nullptr;  // reads slots back without ordering against the legacy stream
+  };
+
+  PerDevice& per_device_locked(int device) {
+    PerDevice& d = devices_[device];
+    if (!d.slots) {
+      void* p = nullptr;
+      check(cudaMalloc(&p, SLOTS * sizeof(OutcomeSlot)), "cudaMalloc (status slots)");
+      d.slots = static_cast<OutcomeSlot*>(p);
+      check(cudaStreamCreateWithFlags(&d.reader, cudaStreamNonBlocking), "cudaStreamCreate");
+    }
+    return d;
+  }
+
+  Outcome finish_call(const Call& call) {
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(call.device);
+    OutcomeSlot o{0, zipcomm::Status::ok, 0};
+    cudaError_t e = cudaEventSynchronize(call.done);
+    cudaEventDestroy(call.done);
+    if (e == cudaSuccess) {
+      const PerDevice& d = devices_.at(call.device);
+      e = cudaMemcpyAsync(&o, d.slots + call.slot, sizeof o, cudaMemcpyDeviceToHost, d.reader);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(d.reader);
+    }
+    cudaSetDevice(previous);
+    return {e == cudaSuccess && o.status != zipcomm::Status::ok, o.status, e, o.bytes};
+  }
+
+  // The oldest call: waited for, its first error kept for synchronize().
+  void retire_front_locked() {
+    const Call call = calls_.front();
+    calls_.pop_front();
+    const Outcome o = finish_call(call);
+    free_.push_back(call.slot);
+    if (!kept_ && (o.error || o.cuda != cudaSuccess)) kept_ = Kept{call.where, o.status, o.cuda};
+  }
+
+  std::mutex mutex_;
+  std::map<int, PerDevice> devices_;
+  bool initialized_ = false;
+  std::vector<uint32_t> free_;
+  std::deque<Call> calls_;
+  uint64_t last_id_ = 0;
+  std::optional<Kept> kept_;
+};
+
+/// Enqueues one codec call on `stream`: temp storage from the stream-ordered allocator (freed in stream
+/// order), the outcome to a pending slot. `launch(temp, temp_bytes, slot)` runs the entry point.
+template <class Query, class Launch>
+uint64_t enqueue(int device, uintptr_t stream_handle, const char* where, Query&& query, Launch&& launch) {
   DeviceScope scope(device);
-  const uint64_t capacity = zipcomm::format::max_compressed_bytes(dtype, n);
+  const auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
   size_t temp_bytes = 0;
-  check(zipcomm::device::compress(dtype, code, nullptr, temp_bytes, d_in, n, nullptr, capacity, nullptr, nullptr),
-        "device::compress (temp size)");
-  Scratch scratch(temp_bytes);
-  DeviceAllocation bound(capacity);
-  cudaError_t launch = zipcomm::device::compress(dtype, code, scratch.temp(), temp_bytes, d_in, n, bound.get(),
-                                                 capacity, scratch.out_bytes(), scratch.status());
-  uint64_t bytes = 0;
-  finish(launch, scratch, "zipcomm.compress (GPU)", &bytes);
-  // Hand back exactly the stream's bytes: the bound can be half again as large as the stream.
-  DeviceAllocation exact(bytes);
-  check(cudaMemcpy(exact.get(), bound.get(), bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy (device to device)");
-  *out_bytes = bytes;
-  return exact.release();
+  check(query(temp_bytes), where);
+  PendingCalls& calls = PendingCalls::instance();
+  OutcomeSlot* slot = nullptr;
+  const uint32_t index = calls.take_slot(device, &slot);
+  void* temp = nullptr;
+  cudaError_t e = cudaMallocAsync(&temp, temp_bytes ? temp_bytes : 16, stream);
+  if (e == cudaSuccess) {
+    e = launch(temp, temp_bytes, slot);
+    const cudaError_t f = cudaFreeAsync(temp, stream);
+    if (e == cudaErrorInvalidValue) {
+      // The entry point refused an argument on the host and wrote the Status to the slot in stream order.
+      e = cudaSuccess;
+    }
+    if (e == cudaSuccess) e = f;
+  }
+  if (e != cudaSuccess) {
+    calls.release(index);
+    throw_cuda(e, where);
+  }
+  return calls.add(device, index, stream, where);
 }
 
-void decompress(int device, const zipcomm::format::Header& header, const void* d_in, uint64_t in_bytes,
-                void* d_out, uint64_t out_capacity_elems) {
+}  // namespace
+
+uint64_t compress_async(int device, zipcomm::DType dtype, zipcomm::CodeId code, const void* d_in, uint64_t n,
+                        void* d_out, uint64_t capacity, uintptr_t stream) {
+  return enqueue(
+      device, stream, "zipcomm.compress (GPU)",
+      [&](size_t& temp_bytes) {
+        return zipcomm::device::compress(dtype, code, nullptr, temp_bytes, d_in, n, nullptr, capacity, nullptr,
+                                         nullptr);
+      },
+      [&](void* temp, size_t temp_bytes, OutcomeSlot* slot) {
+        return zipcomm::device::compress(dtype, code, temp, temp_bytes, d_in, n, d_out, capacity, &slot->bytes,
+                                         &slot->status, reinterpret_cast<cudaStream_t>(stream));
+      });
+}
+
+uint64_t decompress_async(int device, zipcomm::DType dtype, zipcomm::CodeId code, const void* d_in, uint64_t in_bytes,
+                          void* d_out, uint64_t out_capacity_elems, uintptr_t stream) {
+  return enqueue(
+      device, stream, "zipcomm.decompress (GPU)",
+      [&](size_t& temp_bytes) {
+        return zipcomm::device::decompress(dtype, code, nullptr, temp_bytes, d_in, in_bytes, d_out,
+                                           out_capacity_elems, nullptr);
+      },
+      [&](void* temp, size_t temp_bytes, OutcomeSlot* slot) {
+        return zipcomm::device::decompress(dtype, code, temp, temp_bytes, d_in, in_bytes, d_out,
+                                           out_capacity_elems, &slot->status, reinterpret_cast<cudaStream_t>(stream));
+      });
+}
+
+uint64_t wait(uint64_t id) { return PendingCalls::instance().wait(id); }
+
+void synchronize() { PendingCalls::instance().synchronize(); }
+
+void copy_to_host_on_stream(int device, void* dst, const void* src, uint64_t bytes, uintptr_t stream) {
   DeviceScope scope(device);
-  const auto dtype = static_cast<zipcomm::DType>(header.dtype);
-  const auto code = static_cast<zipcomm::CodeId>(header.code);
-  size_t temp_bytes = 0;
-  check(zipcomm::device::decompress(dtype, code, nullptr, temp_bytes, d_in, in_bytes, d_out, out_capacity_elems,
-                                    nullptr),
-        "device::decompress (temp size)");
-  Scratch scratch(temp_bytes);
-  cudaError_t launch = zipcomm::device::decompress(dtype, code, scratch.temp(), temp_bytes, d_in, in_bytes, d_out,
-                                                   out_capacity_elems, scratch.status());
-  finish(launch, scratch, "zipcomm.decompress (GPU)", nullptr);
+  const auto s = reinterpret_cast<cudaStream_t>(stream);
+  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync (device to host)");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
 void quantize_into(int device, zipcomm::DType dtype, zipcomm::quant::QuantMode mode, uint32_t bits, uint32_t group,
                    const void* d_in, uint64_t n, void* d_msg, uint64_t capacity) {
   DeviceScope scope(device);
-  Scratch scratch(0);
-  cudaError_t launch =
-      zipcomm::quant::device::quantize(d_in, n, dtype, mode, bits, group, d_msg, capacity, scratch.status());
-  finish(launch, scratch, "zipcomm.quant.quantize (GPU)", nullptr);
+  DeviceStatus status;
+  cudaError_t launch = zipcomm::quant::device::quantize(d_in, n, dtype, mode, bits, group, d_msg, capacity, status.get());
+  finish(launch, status, "zipcomm.quant.quantize (GPU)");
 }
 
 void dequantize(int device, const void* d_msg, uint64_t msg_bytes, zipcomm::DType out_dtype, void* d_out,
                 uint64_t out_capacity_bytes) {
   DeviceScope scope(device);
-  Scratch scratch(0);
-  cudaError_t launch = zipcomm::quant::device::dequantize(d_msg, msg_bytes, out_dtype, d_out, out_capacity_bytes,
-                                                          scratch.status());
-  finish(launch, scratch, "zipcomm.quant.dequantize (GPU)", nullptr);
+  DeviceStatus status;
+  cudaError_t launch =
+      zipcomm::quant::device::dequantize(d_msg, msg_bytes, out_dtype, d_out, out_capacity_bytes, status.get());
+  finish(launch, status, "zipcomm.quant.dequantize (GPU)");
 }
 
 void ear_rows(int device, const float* d_p, const float* d_q, uint64_t rows, uint64_t vocab, double* h_out) {

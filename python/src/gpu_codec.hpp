@@ -1,5 +1,6 @@
-// The GPU half of the extension: synchronous wrappers of zipcomm::device::compress / decompress
-// (device_codec_dispatch.cuh) and of the quantization tier's device entry points, compiled by nvcc in gpu_codec.cu. Only plain C++ types cross this boundary.
+// The GPU half of the extension: stream-ordered calls of zipcomm::device::compress / decompress
+// (device_codec_dispatch.cuh) with their outcomes read on request, and synchronous wrappers of the quantization
+// tier's device entry points; compiled by nvcc in gpu_codec.cu. Only plain C++ types cross this boundary.
 // Every function throws CudaError when no GPU is usable, StatusError when the codec reports a Status.
 #pragma once
 
@@ -26,15 +27,27 @@ void* alloc(int device, uint64_t bytes);
 /// Copies bytes from device memory to the host (ordered after earlier work on the legacy default stream).
 void copy_to_host(int device, void* dst, const void* src, uint64_t bytes);
 
-/// Compresses n elements at d_in (device memory of `device`, any alignment) into a new allocation of
-/// exactly the stream's size (*out_bytes), to be freed with free_device_memory.
-void* compress(int device, zipcomm::DType dtype, zipcomm::CodeId code, const void* d_in, uint64_t n,
-               uint64_t* out_bytes);
+/// Stream-ordered compress of n elements at d_in (any alignment) into d_out (16-byte aligned, capacity bytes) on
+/// `stream` (a cudaStream_t of `device`; 0: the legacy default stream): nothing waits for the GPU. Temp storage
+/// comes from the stream-ordered allocator. Returns the call's id for wait(); an argument the entry point refuses
+/// becomes that call's Status.
+uint64_t compress_async(int device, zipcomm::DType dtype, zipcomm::CodeId code, const void* d_in, uint64_t n,
+                        void* d_out, uint64_t capacity, uintptr_t stream);
 
-/// Decompresses the stream at d_in (16-byte aligned, in_bytes long; its header already checked on the host
-/// as `header`) into d_out (room for out_capacity_elems elements).
-void decompress(int device, const zipcomm::format::Header& header, const void* d_in, uint64_t in_bytes,
-                void* d_out, uint64_t out_capacity_elems);
+/// Stream-ordered decompress of the stream at d_in (16-byte aligned, in_bytes) into d_out (room for
+/// out_capacity_elems elements of dtype; the stream's header must say dtype, else bad_header is its Status).
+uint64_t decompress_async(int device, zipcomm::DType dtype, zipcomm::CodeId code, const void* d_in, uint64_t in_bytes,
+                          void* d_out, uint64_t out_capacity_elems, uintptr_t stream);
+
+/// Waits for call `id` and throws StatusError (its Status) or CudaError; returns its compressed size (0 for a
+/// decompress, or for a call synchronize() already waited for).
+uint64_t wait(uint64_t id);
+
+/// Waits for every call not yet waited for; throws the first error among them.
+void synchronize();
+
+/// Copies bytes from device memory to the host after the work on `stream`, and waits for it.
+void copy_to_host_on_stream(int device, void* dst, const void* src, uint64_t bytes, uintptr_t stream);
 
 /// Quantizes n elements at d_in (any alignment) into the message at d_msg (16-byte aligned, capacity bytes >= the
 /// message's exact size, quant::max_quantized_bytes).

@@ -81,11 +81,12 @@ nb::dict header_info(const format::Header& h, uint64_t raw_chunks) {
 
 #if ZIPCOMM_PYTHON_WITH_CUDA
 
-/// The checked header of a stream in device memory (its first 64 bytes are copied to the host).
-format::Header read_device_header(const AnyArray& buf, const std::string& where) {
+/// The checked header of a stream in device memory: its first 64 bytes, read after the work on `stream`.
+format::Header read_device_header(const AnyArray& buf, uintptr_t stream, const std::string& where) {
   uint8_t header_bytes[format::HEADER_BYTES] = {};
   const uint64_t in_bytes = buf.size();
-  gpu::copy_to_host(buf.device_id(), header_bytes, buf.data(), std::min<uint64_t>(in_bytes, format::HEADER_BYTES));
+  gpu::copy_to_host_on_stream(buf.device_id(), header_bytes, buf.data(),
+                              std::min<uint64_t>(in_bytes, format::HEADER_BYTES), stream);
   format::Header h;
   check_status(zipcomm::host::read_header(header_bytes, in_bytes, &h), where);
   return h;
@@ -98,23 +99,11 @@ format::Header read_device_header(const AnyArray& buf, const std::string& where)
 nb::object compress(const AnyArray& x, const std::optional<std::string>& declared, const std::string& code) {
   const std::string where = "zipcomm.compress";
   require_known_device(x.device_type(), where);
+  if (on_gpu(x.device_type())) throw nb::value_error((where + ": a CUDA array goes through compress_gpu").c_str());
   const DType d = element_dtype(x, declared, where);
   const CodeId c = parse_code(code, where);
   require_c_contiguous(x, where, "the array");
   const uint64_t n = x.size();
-  if (on_gpu(x.device_type())) {
-#if ZIPCOMM_PYTHON_WITH_CUDA
-    uint64_t bytes = 0;
-    void* stream;
-    {
-      nb::gil_scoped_release unlocked;
-      stream = gpu::compress(x.device_id(), d, c, x.data(), n, &bytes);
-    }
-    return cuda_owning(stream, x.device_id(), bytes, nb::dtype<uint8_t>());
-#else
-    no_gpu_codec(where);
-#endif
-  }
   const uint64_t capacity = format::max_compressed_bytes(d, n);
   HostBuffer out = host_alloc(capacity);
   uint64_t bytes = 0;
@@ -132,46 +121,13 @@ nb::object compress(const AnyArray& x, const std::optional<std::string>& declare
   return numpy_owning(out.release(), bytes, nb::dtype<uint8_t>());
 }
 
-nb::object decompress(const AnyArray& buf, std::optional<WritableArray> out, bool bf16_as_bits) {
+nb::object decompress(const AnyArray& buf, std::optional<WritableArray> out) {
   const std::string where = "zipcomm.decompress";
   require_stream_bytes(buf, where);
   const uint64_t in_bytes = buf.size();
-  const bool gpu_stream = on_gpu(buf.device_type());
-  if (out) {
-    require_known_device(out->device_type(), where);
-    if (on_gpu(out->device_type()) != gpu_stream || (gpu_stream && out->device_id() != buf.device_id()))
-      throw nb::value_error((where + ": the stream and out are on different devices").c_str());
-  }
-  if (gpu_stream) {
-#if ZIPCOMM_PYTHON_WITH_CUDA
-    const int device = buf.device_id();
-    if (reinterpret_cast<uintptr_t>(buf.data()) % format::ALIGN)
-      throw nb::value_error((where + ": a stream on the GPU must start at a 16-byte aligned address (the "
-                                     "device decoder reads 16-byte words); copy it into a new array")
-                                .c_str());
-    const format::Header h = read_device_header(buf, where);
-    const DType d = DType(h.dtype);
-    if (out) {
-      require_out_dtype(*out, d, where);
-      require_out_shape(*out, h.num_elements, where);
-      {
-        nb::gil_scoped_release unlocked;
-        gpu::decompress(device, h, buf.data(), in_bytes, out->data(), h.num_elements);
-      }
-      return nb::none();
-    }
-    std::unique_ptr<void, DeviceFree> dst(gpu::alloc(device, h.num_elements * format::elem_bytes(d)),
-                                          DeviceFree{device});
-    {
-      nb::gil_scoped_release unlocked;
-      gpu::decompress(device, h, buf.data(), in_bytes, dst.get(), h.num_elements);
-    }
-    return cuda_owning(dst.release(), device, h.num_elements, result_dtype(d, bf16_as_bits));
-#else
-    (void)bf16_as_bits;
-    no_gpu_codec(where);
-#endif
-  }
+  if (on_gpu(buf.device_type()) || (out && on_gpu(out->device_type())))
+    throw nb::value_error((where + ": CUDA arrays go through decompress_gpu").c_str());
+  if (out) require_known_device(out->device_type(), where);
   format::Header h;
   check_status(zipcomm::host::read_header(buf.data(), in_bytes, &h), where);
   const DType d = DType(h.dtype);
@@ -200,7 +156,117 @@ uint64_t max_compressed_bytes(uint64_t n, const std::string& dtype) {
   return format::max_compressed_bytes(parse_dtype(dtype, "zipcomm.max_compressed_bytes"), n);
 }
 
-nb::dict info(const AnyArray& buf) {
+// ---- the GPU codec, stream-ordered: each call returns an id; wait(id) / synchronize() read the outcomes
+
+/// The bound of the stream of x: the size compress_gpu's out needs.
+uint64_t compress_capacity(const AnyArray& x, const std::optional<std::string>& declared) {
+  return format::max_compressed_bytes(element_dtype(x, declared, "zipcomm.compress"), x.size());
+}
+
+#if ZIPCOMM_PYTHON_WITH_CUDA
+/// out: 8-bit integers on `device`, C-contiguous, 16-byte aligned, at least `bytes` long.
+void require_stream_buffer(const WritableArray& out, int device, uint64_t bytes, const std::string& where,
+                           const char* what) {
+  if (!on_gpu(out.device_type()) || out.device_id() != device)
+    throw nb::value_error((where + ": " + what + " is not on the array's CUDA device").c_str());
+  if (!is_integer(out.dtype()) || out.dtype().bits != 8)
+    throw nb::type_error((where + ": " + what + " is a uint8 array, got " + dlpack_dtype_name(out.dtype())).c_str());
+  require_c_contiguous(out, where, what);
+  if (out.size() < bytes)
+    throw nb::value_error((where + ": " + what + " has " + std::to_string(out.size()) + " bytes, " +
+                           std::to_string(bytes) + " are needed (max_compressed_bytes)")
+                              .c_str());
+  if (reinterpret_cast<uintptr_t>(out.data()) % format::ALIGN)
+    throw nb::value_error((where + ": " + what + " must start at a 16-byte aligned address").c_str());
+}
+#endif
+
+uint64_t compress_gpu(const AnyArray& x, const std::optional<std::string>& declared, const std::string& code,
+                      const WritableArray& out, uintptr_t stream) {
+  const std::string where = "zipcomm.compress";
+  if (!on_gpu(x.device_type())) throw nb::value_error((where + ": compress_gpu takes CUDA arrays").c_str());
+#if ZIPCOMM_PYTHON_WITH_CUDA
+  const DType d = element_dtype(x, declared, where);
+  const CodeId c = parse_code(code, where);
+  require_c_contiguous(x, where, "the array");
+  const uint64_t n = x.size(), capacity = format::max_compressed_bytes(d, n);
+  require_stream_buffer(out, x.device_id(), capacity, where, "out");
+  nb::gil_scoped_release unlocked;
+  return gpu::compress_async(x.device_id(), d, c, x.data(), n, out.data(), out.size(), stream);
+#else
+  (void)declared, (void)code, (void)out, (void)stream;
+  no_gpu_codec(where);
+#endif
+}
+
+/// dtype: the stream's element type, from `declared` or out's own type; without either the header is read (which
+/// waits for the work on `stream`).
+uint64_t decompress_gpu(const AnyArray& buf, const WritableArray& out, const std::optional<std::string>& declared,
+                        uintptr_t stream) {
+  const std::string where = "zipcomm.decompress";
+  require_stream_bytes(buf, where);
+  if (!on_gpu(buf.device_type())) throw nb::value_error((where + ": decompress_gpu takes CUDA arrays").c_str());
+#if ZIPCOMM_PYTHON_WITH_CUDA
+  const int device = buf.device_id();
+  if (!on_gpu(out.device_type()) || out.device_id() != device)
+    throw nb::value_error((where + ": the stream and out are on different devices").c_str());
+  if (reinterpret_cast<uintptr_t>(buf.data()) % format::ALIGN)
+    throw nb::value_error((where + ": a stream on the GPU must start at a 16-byte aligned address (the "
+                                   "device decoder reads 16-byte words); copy it into a new array")
+                              .c_str());
+  require_c_contiguous(out, where, "out");
+  std::optional<DType> d = declared ? std::optional<DType>(parse_dtype(*declared, where)) : native_dtype(out.dtype());
+  if (!d) {
+    const format::Header h = read_device_header(buf, stream, where);
+    d = DType(h.dtype);
+  }
+  require_out_dtype(out, *d, where);
+  nb::gil_scoped_release unlocked;
+  return gpu::decompress_async(device, *d, CodeId::pair, buf.data(), buf.size(), out.data(), out.size(), stream);
+#else
+  (void)out, (void)declared, (void)stream;
+  no_gpu_codec(where);
+#endif
+}
+
+uint64_t wait_call(uint64_t id) {
+#if ZIPCOMM_PYTHON_WITH_CUDA
+  nb::gil_scoped_release unlocked;
+  return gpu::wait(id);
+#else
+  (void)id;
+  return 0;
+#endif
+}
+
+void synchronize_calls() {
+#if ZIPCOMM_PYTHON_WITH_CUDA
+  nb::gil_scoped_release unlocked;
+  gpu::synchronize();
+#endif
+}
+
+/// The first `bytes` bytes of a CUDA uint8 array, as a view that keeps the array alive.
+nb::object cuda_prefix(nb::handle owner, const AnyArray& buf, uint64_t bytes) {
+  if (bytes > buf.size()) throw nb::value_error("zipcomm: prefix longer than the array");
+  const size_t shape[1] = {size_t(bytes)};
+  return nb::ndarray<>(const_cast<void*>(buf.data()), 1, shape, owner, nullptr, buf.dtype(), buf.device_type(),
+                       buf.device_id())
+      .cast();
+}
+
+/// An uninitialised CUDA array of `count` elements of `dtype` (bf16 as uint16 bits when bf16_as_bits).
+nb::object cuda_empty(int device, uint64_t count, const std::string& dtype, bool bf16_as_bits) {
+#if ZIPCOMM_PYTHON_WITH_CUDA
+  const DType d = parse_dtype(dtype, "zipcomm");
+  return cuda_owning(gpu::alloc(device, count * format::elem_bytes(d)), device, count, result_dtype(d, bf16_as_bits));
+#else
+  (void)device, (void)count, (void)dtype, (void)bf16_as_bits;
+  no_gpu_codec("zipcomm");
+#endif
+}
+
+nb::dict info(const AnyArray& buf, uintptr_t stream) {
   const std::string where = "zipcomm.info";
   require_stream_bytes(buf, where);
   const uint64_t in_bytes = buf.size();
@@ -208,10 +274,11 @@ nb::dict info(const AnyArray& buf) {
   if (on_gpu(buf.device_type())) {
 #if ZIPCOMM_PYTHON_WITH_CUDA
     const int device = buf.device_id();
-    h = read_device_header(buf, where);
+    h = read_device_header(buf, stream, where);
     const uint64_t chunks = format::layout_for(DType(h.dtype), h.num_elements).num_chunks;
     std::vector<uint8_t> table(8 * chunks);
-    gpu::copy_to_host(device, table.data(), static_cast<const uint8_t*>(buf.data()) + h.table_offset, table.size());
+    gpu::copy_to_host_on_stream(device, table.data(), static_cast<const uint8_t*>(buf.data()) + h.table_offset,
+                                table.size(), stream);
     nb::dict r = header_info(h, count_raw_chunks(table.data(), h));
     r["buffer_bytes"] = in_bytes;
     return r;
@@ -491,9 +558,16 @@ NB_MODULE(_zipcomm_ext, m) {
 
   m.def("status_string", [](Status s) { return std::string(zipcomm::status_string(s)); }, "status"_a);
   m.def("compress", &compress, "x"_a, "dtype"_a.none(), "code"_a);
-  m.def("decompress", &decompress, "buf"_a, "out"_a.none(), "bf16_as_bits"_a);
+  m.def("decompress", &decompress, "buf"_a, "out"_a.none());
   m.def("max_compressed_bytes", &max_compressed_bytes, "n"_a, "dtype"_a);
-  m.def("info", &info, "buf"_a);
+  m.def("compress_capacity", &compress_capacity, "x"_a, "dtype"_a.none());
+  m.def("compress_gpu", &compress_gpu, "x"_a, "dtype"_a.none(), "code"_a, "out"_a, "stream"_a);
+  m.def("decompress_gpu", &decompress_gpu, "buf"_a, "out"_a, "dtype"_a.none(), "stream"_a);
+  m.def("wait", &wait_call, "call"_a);
+  m.def("synchronize", &synchronize_calls);
+  m.def("cuda_prefix", &cuda_prefix, "owner"_a, "buf"_a, "bytes"_a);
+  m.def("cuda_empty", &cuda_empty, "device"_a, "count"_a, "dtype"_a, "bf16_as_bits"_a);
+  m.def("info", &info, "buf"_a, "stream"_a = 0);
   m.def("stats", &stats, "x"_a, "dtype"_a.none(), "code"_a);
   m.def("cuda_device_count", &cuda_device_count);
   register_quant(m);

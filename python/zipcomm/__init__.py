@@ -39,6 +39,7 @@ from typing import Any, Optional
 import numpy as np
 import numpy.typing as npt
 
+from . import _arrays
 from . import _zipcomm_ext as _ext
 from ._errors import ZipcommError
 from ._weight_sync import SyncResult, WeightSync
@@ -52,12 +53,14 @@ __all__ = [
     "quant",
     "build_info",
     "compress",
+    "compressed_size",
     "cuda_available",
     "decompress",
     "info",
     "max_compressed_bytes",
     "stats",
     "status_string",
+    "synchronize",
     "FORMAT_VERSION",
     "HEADER_BYTES",
     "CHUNK_ELEMENTS",
@@ -226,7 +229,8 @@ def _in_framework_of(x: Any, result: Any, fp8: Optional[str] = None) -> Any:
     return result
 
 
-def compress(x: Any, code: str = "pair", *, dtype: Any = None) -> Any:
+def compress(x: Any, code: str = "pair", *, dtype: Any = None, stream: Any = None, out: Any = None,
+             check: bool = False) -> Any:
     """Compresses an array of bf16, fp16, fp32 or fp8 elements, losslessly, into one wire format v4 stream.
 
     Args:
@@ -241,43 +245,66 @@ def compress(x: Any, code: str = "pair", *, dtype: Any = None) -> Any:
         dtype: what the elements are when x holds bit patterns: "bf16", "fp16", "fp32", "fp8_e4m3" (OCP E4M3FN:
             no infinities, NaN S.1111.111), "fp8_e5m2" (or a NumPy/torch dtype). For a float array it may be
             given and must agree.
+        stream (CUDA arrays): where the GPU codec runs: a torch or CuPy stream, or an int cudaStream_t. Default:
+            the current stream of x's framework (torch.cuda.current_stream(), CuPy's current stream), else the
+            legacy default stream. x must stay alive and unchanged until the work on that stream has run.
+        out (CUDA arrays): a uint8 array on x's GPU of at least ``max_compressed_bytes(x.size, dtype)`` bytes,
+            16-byte aligned, to write the stream into (default: a new one, from x's framework's allocator).
+        check (CUDA arrays): wait for this call and raise its error; the result is then exactly the stream.
 
     Returns:
         For a host array (NumPy, torch CPU, ...): a 1-D numpy.ndarray of uint8, the stream, exactly as the C++
-        host reference (zipcomm::host::compress) writes it. For an array on a CUDA device: the stream in
-        device memory, written by zipcomm::device::compress (the same bytes), as an array of x's framework
-        (torch, CuPy) or a DLPack array; compress waits for the GPU (it runs on the legacy default stream).
+        host reference (zipcomm::host::compress) writes it. For an array on a CUDA device: the GPU codec
+        (zipcomm::device::compress: the same bytes) is enqueued on ``stream`` and nothing waits for it; the
+        result is ``out`` or a new uint8 array of x's framework (torch, CuPy; else a DLPack array) of
+        max_compressed_bytes bytes, whose first ``compressed_size(result)`` bytes are the stream (the rest is
+        unspecified; decompress and info ignore it). With ``check=True`` the call is waited for and the result is
+        a view of exactly the stream. Its errors are raised by ``check=True`` or by ``zipcomm.synchronize()``.
 
     Raises:
         ZipcommError: the codec failed (see the statuses below).
-        TypeError, ValueError: unsupported dtype, non-contiguous array, unknown code.
+        TypeError, ValueError: unsupported dtype, non-contiguous array, unknown code, a wrong out.
         RuntimeError: a CUDA array, but no usable GPU or no GPU codec in this build (see cuda_available()).
     """
     where = "zipcomm.compress"
     arg, declared = _array_argument(x, _canonical_dtype(dtype, where), where)
-    result = _ext.compress(arg, declared, code)
-    return result if isinstance(result, np.ndarray) else _in_framework_of(x, result)
+    if _arrays.cuda_device(arg) is None:
+        if stream is not None or out is not None:
+            raise ValueError(f"{where}: stream= and out= are for CUDA arrays; x is on the host")
+        return _ext.compress(arg, declared, code)
+    buf = out if out is not None else _arrays.empty_bytes_like(x, _ext.compress_capacity(arg, declared))
+    call = _ext.compress_gpu(arg, declared, code, buf, _arrays.stream_handle(stream, x, where))
+    if not check:
+        return buf
+    return _arrays.prefix(buf, _ext.wait(call))
 
 
 compress.__doc__ += _FORMAT_HELP + "\n" + _STATUS_HELP  # type: ignore[operator]
 
 
-def decompress(buf: Any, out: Any = None) -> Any:
+def decompress(buf: Any, out: Any = None, *, dtype: Any = None, stream: Any = None, check: bool = False) -> Any:
     """Decompresses one wire format v4 stream, checking all of it (every chunk's check of its elements).
 
     Args:
         buf: the stream: a uint8 array (host or CUDA), bytes, bytearray or memoryview. Bytes after the
             stream's end (the header's total_bytes) are ignored. On a GPU it must start 16-byte aligned.
-        out: optional array to fill, on the same device as buf, C-contiguous, of any shape with exactly the
-            stream's element count, and of its dtype (bf16: bfloat16, uint16 or int16; fp16: float16, uint16 or
-            int16; fp32: float32, uint32 or int32; fp8: its float8 type, uint8 or int8). Its contents are
-            unspecified if an error is raised.
+        out: optional array to fill, on the same device as buf, C-contiguous, of any shape, and of the stream's
+            dtype (bf16: bfloat16, uint16 or int16; fp16: float16, uint16 or int16; fp32: float32, uint32 or
+            int32; fp8: its float8 type, uint8 or int8). On the host it must hold exactly the stream's element
+            count; on a GPU at least that many (the rest is left as it is). Its contents are unspecified if an
+            error is raised.
+        dtype (CUDA arrays): the stream's element type when out holds bit patterns (integers): it lets the call
+            be enqueued without reading the stream's header.
+        stream (CUDA arrays): where the GPU codec runs (as for compress). Without out (or with an integer out and
+            no dtype) the stream's 64-byte header is read first, which waits for the work on that stream.
+        check (CUDA arrays): wait for this call and raise its error.
 
     Returns:
         out when given. Otherwise a new 1-D array of the stream's dtype and element count: on the host a
         numpy.ndarray, float16 / float32, and for bf16 / fp8 ml_dtypes.bfloat16 / float8_e4m3fn / float8_e5m2
         when ml_dtypes is installed, else uint16 / uint8 holding the bits; on a GPU an array of buf's framework
-        (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2 in torch; uint16 / uint8 bits in CuPy).
+        (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2 in torch; uint16 / uint8 bits in CuPy), filled
+        in stream order: its errors are raised by ``check=True`` or by ``zipcomm.synchronize()``.
 
     Raises:
         ZipcommError: a corrupt, truncated or foreign stream (bad_header, corrupt_stream, checksum_mismatch,
@@ -286,18 +313,49 @@ def decompress(buf: Any, out: Any = None) -> Any:
     """
     where = "zipcomm.decompress"
     buf = _stream_argument(buf, where)
-    if out is not None:
-        _ext.decompress(buf, _out_target(out, where), True)
+    if _arrays.cuda_device(buf) is not None:
+        handle = _arrays.stream_handle(stream, buf, where)
+        declared = _canonical_dtype(dtype, where)
+        if out is None:
+            head = _ext.info(buf, handle)
+            declared = head["dtype"]
+            out = _arrays.empty_elements_like(buf, head["elements"], declared)
+        target = out
+        if _fp8_of(out) is not None:
+            target, declared = _as_fp8_bytes(out, _fp8_of(out), declared, where)
+        call = _ext.decompress_gpu(buf, target, declared, handle)
+        if check:
+            _ext.wait(call)
         return out
-    result = _ext.decompress(buf, None, _framework(buf) == "cupy")
-    if isinstance(result, np.ndarray):
-        if result.dtype == np.uint16 and _bfloat16 is not None:  # uint16 comes back only for bf16 streams
-            return result.view(_bfloat16)
-        if result.dtype == np.uint8 and _float8_e4m3fn is not None:  # uint8 only for fp8: the header says which
-            return result.view(_float8_e4m3fn if _ext.info(buf)["dtype"] == "fp8_e4m3" else _float8_e5m2)
-        return result
-    stream_dtype = _ext.info(buf)["dtype"]
-    return _in_framework_of(buf, result, stream_dtype if stream_dtype.startswith("fp8") else None)
+    if stream is not None or dtype is not None:
+        raise ValueError(f"{where}: stream= and dtype= are for CUDA arrays; the stream is on the host")
+    if out is not None:
+        _ext.decompress(buf, _out_target(out, where))
+        return out
+    result = _ext.decompress(buf, None)
+    if result.dtype == np.uint16 and _bfloat16 is not None:  # uint16 comes back only for bf16 streams
+        return result.view(_bfloat16)
+    if result.dtype == np.uint8 and _float8_e4m3fn is not None:  # uint8 only for fp8: the header says which
+        return result.view(_float8_e4m3fn if _ext.info(buf)["dtype"] == "fp8_e4m3" else _float8_e5m2)
+    return result
+
+
+def synchronize() -> None:
+    """Waits for every GPU compress / decompress call not yet waited for, and raises the first error among them
+    (``ZipcommError`` with its Status, or RuntimeError for a CUDA failure). The GPU calls are stream-ordered and
+    return before the GPU has run them; this (or their ``check=True``) is where their errors surface."""
+    _ext.synchronize()
+
+
+def compressed_size(buf: Any, *, stream: Any = None) -> int:
+    """The stream's size in bytes (its header's total_bytes): what to send of a GPU compress result. For a GPU
+    buffer the header is read after the work on ``stream`` (default: the buffer's framework's current stream),
+    which waits for it."""
+    where = "zipcomm.compressed_size"
+    buf = _stream_argument(buf, where)
+    if _arrays.cuda_device(buf) is not None:
+        return int(_ext.info(buf, _arrays.stream_handle(stream, buf, where))["compressed_bytes"])
+    return int(_ext.info(buf)["compressed_bytes"])
 
 
 def max_compressed_bytes(n: int, dtype: Any) -> int:
@@ -316,7 +374,7 @@ def max_compressed_bytes(n: int, dtype: Any) -> int:
     return int(_ext.max_compressed_bytes(int(n), canonical))
 
 
-def info(buf: Any) -> dict[str, Any]:
+def info(buf: Any, *, stream: Any = None) -> dict[str, Any]:
     """The header fields of a stream, checked (magic, header check, version, sizes) but without decoding it.
 
     Returns a dict: version, dtype ("bf16" | "fp16" | "fp32" | "fp8_e4m3" | "fp8_e5m2"), code ("pair"), elements,
@@ -325,9 +383,14 @@ def info(buf: Any) -> dict[str, Any]:
     exp_offset, header_check, buffer_bytes (the length of buf; bytes past compressed_bytes are ignored).
 
     Raises ZipcommError for a header that does not check out (bad_header, unsupported_version) or a buffer
-    shorter than the stream (corrupt_stream).
+    shorter than the stream (corrupt_stream). A GPU buffer's header and chunk table are read after the work on
+    ``stream`` (default: the buffer's framework's current stream), which waits for it.
     """
-    return _ext.info(_stream_argument(buf, "zipcomm.info"))
+    where = "zipcomm.info"
+    buf = _stream_argument(buf, where)
+    if _arrays.cuda_device(buf) is not None:
+        return _ext.info(buf, _arrays.stream_handle(stream, buf, where))
+    return _ext.info(buf)
 
 
 def stats(x: Any, code: str = "pair", *, dtype: Any = None) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from . import _arrays
 from . import _zipcomm_ext as _ext
 
 if TYPE_CHECKING:
@@ -58,53 +59,11 @@ def _pairs(src: Tensors, dst: Tensors) -> tuple[list[Any], list[Any], list[str]]
     return list(src), list(dst), [f"[{i}]" for i in range(len(src))]
 
 
-def _stream_handle(stream: Any, first_src: Any) -> int:
-    """A cudaStream_t as an int: given as one, as an object with .cuda_stream (torch) or .ptr (CuPy), or, when
-    None, torch's current stream of the first source tensor's device for torch tensors, else 0 (the legacy
-    default stream)."""
-    if stream is None:
-        if type(first_src).__module__.partition(".")[0] == "torch":
-            import torch  # type: ignore[import-not-found, unused-ignore]
-
-            return int(torch.cuda.current_stream(first_src.device).cuda_stream)
-        return 0
-    if isinstance(stream, bool):
-        raise TypeError("zipcomm.WeightSync.sync: stream must be a CUDA stream, got a bool")
-    if isinstance(stream, int):
-        return stream
-    for attribute in ("cuda_stream", "ptr"):
-        if hasattr(stream, attribute):
-            return int(getattr(stream, attribute))
-    raise TypeError("zipcomm.WeightSync.sync: stream must be an int cudaStream_t or a stream object with "
-                    f".cuda_stream (torch) or .ptr (CuPy), got {type(stream).__name__}")
-
-
 def _numel(x: Any) -> int:
     n = 1
     for d in x.shape:
         n *= int(d)
     return n
-
-
-def _empty_bytes_like(x: Any, size: int) -> Any:
-    """A uint8 buffer of size bytes on x's GPU: in x's framework for torch and CuPy, else a DLPack array of the
-    extension's."""
-    framework = type(x).__module__.partition(".")[0]
-    if framework == "torch":
-        import torch  # type: ignore[import-not-found, unused-ignore]
-
-        return torch.empty(size, dtype=torch.uint8, device=x.device)
-    if framework == "cupy":
-        import cupy  # type: ignore[import-not-found, unused-ignore]
-
-        with cupy.cuda.Device(x.device.id):
-            return cupy.empty(size, dtype=cupy.uint8)
-    if not hasattr(x, "__dlpack_device__"):
-        raise TypeError(f"zipcomm.WeightSync: expected CUDA DLPack arrays, got {type(x).__name__}")
-    device_type, device_id = x.__dlpack_device__()
-    if int(device_type) not in (2, 13):  # kDLCUDA, kDLCUDAManaged
-        raise ValueError("zipcomm.WeightSync: quantize= syncs CUDA tensors; a tensor is not on a CUDA device")
-    return _ext.cuda_empty_bytes(int(device_id), size)
 
 
 def _synchronize(stream: Any, first_src: Any) -> None:
@@ -194,7 +153,7 @@ class WeightSync:
                 c = quantize.choices.get(n)
                 if c is not None:
                     size = _quant.max_quantized_bytes(_numel(s_), c.bits, c.group, c.mode)
-                    self._quantized.append((s_, d_, c, _empty_bytes_like(s_, size), _empty_bytes_like(d_, size)))
+                    self._quantized.append((s_, d_, c, _arrays.empty_bytes_like(s_, size), _arrays.empty_bytes_like(d_, size)))
             srcs, dsts, names = [x[0] for x in lossless], [x[1] for x in lossless], [x[2] for x in lossless]
             if self._quantized:
                 self._message_links = _ext.WeightSyncLinks([q[3] for q in self._quantized],
@@ -218,7 +177,7 @@ class WeightSync:
         links = self._live()
         from . import quant as _quant
 
-        handle = _stream_handle(stream, self._first_src)
+        handle = _arrays.stream_handle(stream, self._first_src, "zipcomm.WeightSync.sync")
         if self._message_links is None:
             nbytes, seconds = links.sync(self.raw, handle)
             return SyncResult(int(nbytes), float(seconds))

@@ -154,10 +154,7 @@ def _all_gather_bytes(payload: torch.Tensor,
         padded = torch.zeros(padded_bytes, dtype=torch.uint8, device=payload.device)
         padded[: payload.numel()].copy_(payload)
     gathered = [torch.empty(padded_bytes, dtype=torch.uint8, device=payload.device) for _ in range(world_size)]
-    dist.all_gather(gathered, padded, group=group)
-    if payload.is_cuda:
-        # The GPU codec runs on the legacy default stream: the gathered bytes must be there before it reads.
-        torch.cuda.current_stream(payload.device).synchronize()
+    dist.all_gather(gathered, padded, group=group)  # the GPU codec runs on the current stream, after it
     return gathered, byte_counts
 
 
@@ -178,9 +175,8 @@ def _compress(tensor: torch.Tensor, code: str) -> torch.Tensor:
     """The stream of a bucket as a uint8 tensor on the bucket's device."""
     flat = tensor.reshape(-1)
     if flat.is_cuda and zipcomm.cuda_available():
-        # The GPU codec runs on the legacy default stream: the bucket must be complete before it reads.
-        torch.cuda.current_stream(flat.device).synchronize()
-        return zipcomm.compress(flat, code)
+        # On the current stream, after the bucket's gradients; check=True: the stream's exact bytes, errors raised.
+        return zipcomm.compress(flat, code, check=True)
     stream = torch.from_numpy(zipcomm.compress(flat.cpu(), code))
     return stream.to(flat.device)
 
@@ -192,7 +188,7 @@ def _decompress(stream: torch.Tensor, dtype: torch.dtype, numel: int) -> torch.T
         host = torch.empty(numel, dtype=dtype)
         zipcomm.decompress(stream.cpu(), out=host)
         return decoded.copy_(host)
-    zipcomm.decompress(stream, out=decoded)
+    zipcomm.decompress(stream, out=decoded, check=stream.is_cuda)  # a corrupt stream raises here, not later
     return decoded
 
 

@@ -322,3 +322,5 @@ class HostStagingLink {
 }  // namespace zipcomm
 
 #include "detail/host_staging_link.cuh"
+#include "detail/host_staging_stream_mode.cuh"
+#include "detail/host_staging_copy_mode.cuh"

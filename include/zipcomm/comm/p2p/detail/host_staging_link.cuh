@@ -1,4 +1,5 @@
-// P2P pipeline: the body of HostStagingLink (declared in p2p/host_staging_link.cuh).
+// P2P pipeline: the body of HostStagingLink (declared in p2p/host_staging_link.cuh): set-up, transfers, wait,
+// calibration; each mode's scheduling is in host_staging_stream_mode.cuh and host_staging_copy_mode.cuh.
 #pragma once
 
 #include "../host_staging_link.cuh"
@@ -275,25 +276,21 @@ cudaError_t HostStagingLink<D, Code>::calibrate(const void* sample, uint64_t sam
     const int cls = size_class(bytes);
     if (cls >= 0 && cls < int(RAW_CLASSES)) raw_best_[cls] = best_chunk;
     double t[2] = {0, 0};
-    for (int which = 0; which < 2 && e == cudaSuccess; ++which) {
-      std::vector<float> ms;
-      for (int rep = 0; rep < 6 && e == cudaSuccess; ++rep) {
-        e = cudaEventRecord(a, st);
-        if (e == cudaSuccess)
-          e = which == 0 ? transfer_coded(src.get(), dst.get(), bytes / eb, st)
-                         : transfer_raw(src.get(), dst.get(), bytes / eb, st);
-        if (e == cudaSuccess) e = cudaEventRecord(b, st);
-        if (e == cudaSuccess) e = cudaEventSynchronize(b);
-        float m = 0;
-        if (e == cudaSuccess) e = cudaEventElapsedTime(&m, a, b);
-        if (e == cudaSuccess && wait() != Status::ok) e = cudaErrorUnknown;
-        if (rep > 0) ms.push_back(m);  // the first is a warm-up
-      }
-      if (!ms.empty()) {
-        std::sort(ms.begin(), ms.end());
-        t[which] = ms[ms.size() / 2];
-      }
-    }
+    for (int which = 0; which < 2 && e == cudaSuccess; ++which)
+      e = median_after_warmup(
+          6,
+          [&](float& m) {
+            cudaError_t r = cudaEventRecord(a, st);
+            if (r == cudaSuccess)
+              r = which == 0 ? transfer_coded(src.get(), dst.get(), bytes / eb, st)
+                             : transfer_raw(src.get(), dst.get(), bytes / eb, st);
+            if (r == cudaSuccess) r = cudaEventRecord(b, st);
+            if (r == cudaSuccess) r = cudaEventSynchronize(b);
+            if (r == cudaSuccess) r = cudaEventElapsedTime(&m, a, b);
+            if (r == cudaSuccess && wait() != Status::ok) r = cudaErrorUnknown;
+            return r;
+          },
+          &t[which]);
     sizes.push_back(bytes);
     coded.push_back(t[0]);
     raw.push_back(t[1]);
@@ -459,283 +456,6 @@ P2PLaunchExtras HostStagingLink<D, Code>::extras(bool sender) const {
     x.first_frame_planes_first = sender;
   }
   return x;
-}
-
-template <DType D, class Code>
-FrameRingView HostStagingLink<D, Code>::stream_ring() const {
-  FrameRingView v = ring_.view();
-  uint64_t* f = stream_flags_.get<uint64_t>();
-  v.ready_planes = f;
-  v.ready_exps = f + v.num_slots;
-  v.credits = f + 2 * size_t(v.num_slots);
-  return v;
-}
-
-template <DType D, class Code>
-cudaError_t HostStagingLink<D, Code>::schedule_stream(const FramePlan& plan, const void* src_all, void* dst_all,
-                                                      uint64_t seq_base, uint64_t raw_head, uint64_t raw_tail,
-                                                      const BatchEdges& edges) {
-  const uint64_t head_bytes = raw_head * format::elem_bytes(D);
-  const uint8_t* src = static_cast<const uint8_t*>(src_all) + head_bytes;
-  uint8_t* dst = static_cast<uint8_t*>(dst_all) + head_bytes;
-  const FrameRingView pinned = stream_ring();
-  const uint32_t S = pinned.num_slots;
-  const uint64_t SB = pinned.slot_bytes;
-  uint64_t* landed = stream_flags_.get<uint64_t>() + 3 * size_t(S);
-  FrameRingView send_view = pinned;
-  send_view.slots = dev_send_.get();  // the whole frame in GPU memory, for the copy engines
-  FrameRingView recv_view = pinned;
-  recv_view.slots = dev_ring_.get();  // as the copy engine lands it
-  recv_view.ready_planes = landed;
-  const uint64_t F = plan.num_frames;
-  const cudaStream_t d2h = d2h_stream(), h2d = h2d_stream();
-  auto trace_mark = [&](uint64_t f, int part) -> cudaEvent_t* {
-    const uint64_t g = trace_frames_before_ + f;  // frame of the batch
-    return 1 + 8 * (g + 1) <= copy_trace_count_ ? copy_trace_ + 1 + 8 * g + 4 * part : nullptr;
-  };
-  cudaError_t e =
-      copy_trace_count_ && trace_frames_before_ == 0 ? cudaEventRecord(copy_trace_[0], send_stream()) : cudaSuccess;
-  // Raw bytes [at, at + len) of the transfer, source -> raw staging -> destination: one copy each way, after the
-  // caller's prior work (ev(0)) and once the staging is free (ev(2): the previous transfer done). The raw head
-  // and the raw tail.
-  auto copy_raw = [&](uint64_t at, uint64_t len, uint8_t* staging) {
-    cudaError_t r = cudaStreamWaitEvent(d2h, ev(0), 0);
-    if (r == cudaSuccess) r = cudaStreamWaitEvent(d2h, ev(2), 0);
-    if (r == cudaSuccess)
-      r = cudaMemcpyAsync(staging, static_cast<const uint8_t*>(src_all) + at, len, cudaMemcpyDeviceToHost, d2h);
-    if (r == cudaSuccess) r = cudaEventRecord(piece_done(), d2h);
-    if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, piece_done(), 0);
-    if (r == cudaSuccess)
-      r = cudaMemcpyAsync(static_cast<uint8_t*>(dst_all) + at, staging, len, cudaMemcpyHostToDevice, h2d);
-    return r;
-  };
-  // The raw head first, before the launches, so its device -> host copy starts at once and ends about when the
-  // first frame's planes are split; its host -> device copy fills the time until the first frame's piece lands.
-  if (edges.first) batch_head_bytes_ = head_bytes;  // the batch's raw tail is staged after these bytes
-  if (head_bytes && e == cudaSuccess) e = copy_raw(0, head_bytes, raw_buffers_.get());
-  SendLaunch sp;
-  sp.frames = {0, F};
-  sp.seq_base = seq_base;
-  sp.timeout_ns = opt_.timeout_ns;
-  sp.extras = send_extras();
-  sp.extras.first_frame_planes_first = edges.first;
-  RecvLaunch rp;
-  rp.frames = {0, F};
-  rp.seq_base = seq_base;
-  rp.timeout_ns = opt_.timeout_ns;
-  rp.extras = recv_extras();
-  if (e == cudaSuccess) e = sender_.launch(plan, src, send_view, sp, send_stream());
-  if (e == cudaSuccess) e = receiver_.launch(plan, dst, recv_view, rp, recv_stream());
-  // A copy stream's wait for a flag: through a gate stream, which waits on the flag and records the slot's gate
-  // event of that kind, the copy stream waiting on the event (a stream memory wait on a flag already set cost
-  // up to ~20 us, an event ~2 us: 1.134 / 3.974 ms at 64 / 256 MiB against 1.170 / 4.031); the first frame's
-  // planes directly, as the stream reaches that wait before the sender sets the flag.
-  auto wait_flag = [&](cudaStream_t st, uint64_t f, uint32_t kind, uint64_t* flag, uint64_t value) {
-    if (f == 0 && kind == 0) return mem_ops_.wait_geq(st, flag, value);
-    const cudaStream_t g = gate_stream(kind == 2 ? 1 : 0);
-    cudaEvent_t gev = gate_events(kind)[slot_of(seq_base + f, S)];
-    cudaError_t r = mem_ops_.wait_geq(g, flag, value);
-    if (r == cudaSuccess) r = cudaEventRecord(gev, g);
-    return r == cudaSuccess ? cudaStreamWaitEvent(st, gev, 0) : r;
-  };
-  // One stretch of a frame, GPU -> pinned -> GPU: the d2h copy, then (event) the h2d copy. An event may be
-  // recorded again right after a stream waited on it: the wait keeps the record it saw. Longer than the piece
-  // size: in pieces, each h2d piece waiting for its own d2h piece, and `ev` marks the whole stretch out.
-  // `mark` (trace): events before and after each side's copies.
-  const uint64_t piece = edges.piece ? edges.piece : stream_piece_bytes(plan);
-  auto copy_through = [&](uint8_t* host, const uint8_t* from_dev, uint8_t* to_dev, uint64_t len, cudaEvent_t ev,
-                          cudaEvent_t* mark) {
-    const bool pieces = piece && len > piece;
-    const cudaEvent_t link_ev = pieces ? piece_done() : ev;
-    cudaError_t r = mark ? cudaEventRecord(mark[0], d2h) : cudaSuccess;
-    bool h2d_marked = false;
-    for (uint64_t off = 0; off < len && r == cudaSuccess; off += pieces ? piece : len) {
-      const uint64_t n = pieces ? std::min(piece, len - off) : len;
-      r = cudaMemcpyAsync(host + off, from_dev + off, n, cudaMemcpyDeviceToHost, d2h);
-      if (r == cudaSuccess) r = cudaEventRecord(link_ev, d2h);
-      if (r == cudaSuccess) r = cudaStreamWaitEvent(h2d, link_ev, 0);
-      if (r == cudaSuccess && mark && !h2d_marked) r = cudaEventRecord(mark[2], h2d), h2d_marked = true;
-      if (r == cudaSuccess) r = cudaMemcpyAsync(to_dev + off, host + off, n, cudaMemcpyHostToDevice, h2d);
-    }
-    if (r == cudaSuccess && pieces) r = cudaEventRecord(ev, d2h);
-    if (r == cudaSuccess && mark) r = cudaEventRecord(mark[1], d2h);
-    if (r == cudaSuccess && mark) r = cudaEventRecord(mark[3], h2d);
-    return r;
-  };
-  wire_bytes_ += head_bytes;
-  for (uint64_t f = 0; f < F && e == cudaSuccess; ++f) {
-    const uint64_t q = seq_base + f;
-    const uint32_t slot = slot_of(q, S);
-    const FrameInfo fi = plan.frame(f);
-    const bool split = edges.first && f == 0;
-    const uint64_t P = fi.planes_bytes, to = P + exps_budget_bytes(fi, budget_);
-    uint8_t* host = pinned.slots + slot * SB;
-    uint8_t *from_dev = dev_send_.get() + slot * SB, *to_dev = dev_ring_.get() + slot * SB;
-    // The split frame's planes, or the whole frame; the pinned slot free (its previous frame's h2d copy done),
-    // the device slot free (its previous frame's credit).
-    e = split ? wait_flag(d2h, f, 0, &pinned.ready_planes[slot], flag_value(q))
-              : wait_flag(d2h, f, 1, &pinned.ready_exps[slot], flag_value(q));
-    if (e == cudaSuccess && q >= S) e = cudaStreamWaitEvent(d2h, h2d_done()[slot], 0);
-    if (e == cudaSuccess && q >= S) e = wait_flag(h2d, f, 2, &pinned.credits[slot], flag_value(q - S));
-    uint64_t from = 0;
-    if (split) {
-      if (e == cudaSuccess) e = copy_through(host, from_dev, to_dev, P, d2h_planes_done()[slot], trace_mark(f, 0));
-      if (e == cudaSuccess) e = wait_flag(d2h, f, 1, &pinned.ready_exps[slot], flag_value(q));
-      from = P;
-    }
-    if (e == cudaSuccess)
-      e = copy_through(host + from, from_dev + from, to_dev + from, to - from, d2h_done()[slot], trace_mark(f, 1));
-    if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], h2d);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(signal_stream(), h2d_done()[slot], 0);
-    if (e == cudaSuccess) e = mem_ops_.write(signal_stream(), &landed[slot], flag_value(q));
-    wire_bytes_ += to;  // what the copy engines moved; the overflow is GPU-side only
-  }
-  // The raw tail last: its device -> host copy follows the last frame's, and its host -> device copy runs while
-  // that frame's "landed" flag is seen and its items decode. Through the raw staging after the bytes of the
-  // batch's raw head (its first message's), which may still be on their way out: the two copies are not ordered
-  // against each other.
-  const uint64_t tail_bytes = raw_tail * format::elem_bytes(D);
-  if (tail_bytes && e == cudaSuccess) {
-    e = copy_raw((plan.n + raw_head) * format::elem_bytes(D), tail_bytes, raw_buffers_.get() + batch_head_bytes_);
-    wire_bytes_ += tail_bytes;
-  }
-  return e;
-}
-
-template <DType D, class Code>
-uint64_t HostStagingLink<D, Code>::stream_piece_bytes_for(uint64_t wire) const {
-  if (!opt_.copy_pieces_per_transfer) return opt_.copy_piece_bytes;
-  const uint64_t grain = uint64_t(64) << 10;
-  const uint64_t least = opt_.copy_piece_bytes ? opt_.copy_piece_bytes : uint64_t(256) << 10;
-  return std::max(least, format::div_up(wire / opt_.copy_pieces_per_transfer, grain) * grain);
-}
-
-template <DType D, class Code>
-uint64_t HostStagingLink<D, Code>::planned_wire_bytes(const FramePlan& plan) const {
-  uint64_t wire = 0;
-  for (uint64_t f = 0; f < plan.num_frames; ++f) {
-    const FrameInfo fi = plan.frame(f);
-    wire += fi.planes_bytes + exps_budget_bytes(fi, budget_);
-  }
-  return wire;
-}
-
-template <DType D, class Code>
-void HostStagingLink<D, Code>::adapt_budget() {
-  // On the sender's stream (already idle here): a plain cudaMemcpy would also wait for the caller's other
-  // work on the legacy stream's device.
-  uint32_t need[EXPS_BUDGET_CLASSES] = {};
-  if (cudaMemcpyAsync(need, sender_.exps_need(), sizeof need, cudaMemcpyDeviceToHost, send_stream()) == cudaSuccess &&
-      cudaStreamSynchronize(send_stream()) == cudaSuccess)
-    budget_ = adapt_exps_budget(budget_, need, opt_.exps_budget_margin_permille, opt_.exps_budget_margin_per_kelem);
-}
-
-template <DType D, class Code>
-cudaError_t HostStagingLink<D, Code>::relay(const FramePlan& plan, void* dst, uint64_t seq_base) {
-  const FrameRingView ring = ring_.view();
-  const uint32_t S = ring.num_slots;
-  const uint64_t SB = ring.slot_bytes;
-  uint8_t* host = ring_.host_alias(ring.slots);
-  const uint64_t* ready_planes = ring_.host_alias(ring.ready_planes);
-  const uint64_t* ready_exps = ring_.host_alias(ring.ready_exps);
-  const uint32_t* exps_words = ring_.host_alias(ring.exps_bytes);
-  uint64_t* credits = ring_.host_alias(ring.credits);
-  FrameRingView dev_ring = ring;
-  dev_ring.slots = dev_ring_.get();
-  uint8_t* dev_send = dev_send_.get();
-  const uint64_t F = plan.num_frames;
-  uint64_t next_planes = 0, next_exps = 0, next_credit = 0;
-  wire_bytes_ = 0;
-  uint64_t last_progress = p2p_detail::host_ns();
-  cudaError_t e = cudaSuccess;
-  while (next_credit < F && e == cudaSuccess) {
-    bool progress = false;
-    // Planes run ahead of section B, as far as free device slots allow (split-send on the copy engines).
-    while (next_planes < F && next_planes < next_exps + S && e == cudaSuccess) {
-      const uint64_t q = seq_base + next_planes;
-      const uint32_t slot = slot_of(q, S);
-      const FlagState st = ready_state(p2p_detail::host_load_acquire(&ready_planes[slot]), q);
-      if (st != FlagState::ready) {
-        if (st == FlagState::broken) relay_status_ = Status::corrupt_stream;
-        break;
-      }
-      const FrameInfo fi = plan.frame(next_planes);
-      // device -> pinned; the pinned slot is free once frame q - S reached the device
-      if (next_planes >= S) e = cudaStreamWaitEvent(d2h_stream(), h2d_done()[slot], 0);
-      if (e == cudaSuccess)
-        e = cudaMemcpyAsync(host + slot * SB, dev_send + slot * SB, fi.planes_bytes, cudaMemcpyDeviceToHost,
-                            d2h_stream());
-      if (e == cudaSuccess) e = cudaEventRecord(d2h_planes_done()[slot], d2h_stream());
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), d2h_planes_done()[slot], 0);
-      if (e == cudaSuccess && next_planes >= S)
-        e = cudaStreamWaitEvent(recv_stream(), decode_done()[slot], 0);  // device slot free
-      if (e == cudaSuccess)
-        e = cudaMemcpyAsync(dev_ring.slots + slot * SB, host + slot * SB, fi.planes_bytes, cudaMemcpyHostToDevice,
-                            recv_stream());
-      ++next_planes;
-      progress = true;
-    }
-    while (next_exps < next_planes && e == cudaSuccess && relay_status_ == Status::ok) {
-      const uint64_t q = seq_base + next_exps;
-      const uint32_t slot = slot_of(q, S);
-      const FlagState st = ready_state(p2p_detail::host_load_acquire(&ready_exps[slot]), q);
-      if (st != FlagState::ready) {
-        if (st == FlagState::broken) relay_status_ = Status::corrupt_stream;
-        break;
-      }
-      const FrameInfo fi = plan.frame(next_exps);
-      const uint64_t off = slot * SB + fi.planes_bytes;
-      const uint32_t len = __atomic_load_n(&exps_words[slot], __ATOMIC_ACQUIRE);
-      // Never copy more than the frame can hold; a bad length is left for the decode launch to reject.
-      const uint64_t bytes = len >= FRAME_HEADER_BYTES && len <= fi.exps_bound ? len : FRAME_HEADER_BYTES;
-      e = cudaMemcpyAsync(host + off, dev_send + off, bytes, cudaMemcpyDeviceToHost, d2h_stream());
-      if (e == cudaSuccess) e = cudaEventRecord(d2h_done()[slot], d2h_stream());
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(recv_stream(), d2h_done()[slot], 0);
-      if (e == cudaSuccess)
-        e = cudaMemcpyAsync(dev_ring.slots + off, host + off, bytes, cudaMemcpyHostToDevice, recv_stream());
-      wire_bytes_ += fi.planes_bytes + bytes;
-      if (e == cudaSuccess) e = cudaEventRecord(h2d_done()[slot], recv_stream());
-      const uint32_t lane = uint32_t(next_exps % COPY_DECODE_STREAMS);
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(decode_stream(lane), h2d_done()[slot], 0);
-      RecvLaunch rp;  // the frame is in the ring by stream order; the relay hands its slot back
-      rp.frames = {next_exps, next_exps + 1};
-      rp.seq_base = seq_base;
-      rp.wait_flags = false;
-      rp.give_credits = false;
-      rp.timeout_ns = opt_.timeout_ns;
-      rp.lane = lane;
-      rp.reset_control = false;
-      rp.max_blocks = int(std::max<uint64_t>(1, format::div_up(fi.items, P2PPolicy::WARPS)));
-      if (e == cudaSuccess) e = receiver_.launch(plan, dst, dev_ring, rp, decode_stream(lane));
-      if (e == cudaSuccess) e = cudaEventRecord(decode_done()[slot], decode_stream(lane));
-      ++next_exps;
-      progress = true;
-    }
-    // The sender's device slots go back once copied out.
-    while (next_credit < next_exps && e == cudaSuccess) {
-      const uint64_t q = seq_base + next_credit;
-      const uint32_t slot = slot_of(q, S);
-      const cudaError_t qe = cudaEventQuery(d2h_done()[slot]);
-      if (qe == cudaErrorNotReady) break;
-      if (qe != cudaSuccess) {
-        e = qe;
-        break;
-      }
-      p2p_detail::host_store_release(&credits[slot], flag_value(q));
-      ++next_credit;
-      progress = true;
-    }
-    if (relay_status_ != Status::ok) break;
-    const uint64_t now = p2p_detail::host_ns();
-    if (progress) {
-      last_progress = now;
-    } else if (now - last_progress > opt_.timeout_ns) {
-      relay_status_ = Status::timeout;
-      break;
-    }
-  }
-  if (e == cudaErrorNotReady) e = cudaSuccess;
-  return e;
 }
 
 template <DType D, class Code>

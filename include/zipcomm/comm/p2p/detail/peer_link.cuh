@@ -94,34 +94,31 @@ cudaError_t PeerLink<D, Code>::calibrate(const void* sample, uint64_t sample_ele
   std::vector<double> coded, raw;
   for (uint64_t bytes = uint64_t(64) << 10; bytes <= max_bytes && e == cudaSuccess; bytes *= 2) {
     double t[2] = {0, 0};
-    for (int which = 0; which < 2 && e == cudaSuccess; ++which) {
-      std::vector<float> ms;
-      for (int rep = 0; rep < 6 && e == cudaSuccess; ++rep) {
-        {
-          p2p_detail::DeviceGuard g(recv_dev_);
-          e = cudaEventRecord(a, st[1]);
-        }
-        if (e == cudaSuccess) {
-          p2p_detail::DeviceGuard g(send_dev_);
-          e = cudaStreamWaitEvent(st[0], a, 0);  // the send side starts after the timer
-        }
-        const P2PMessage msg = {src.get(), dst.get(), bytes / eb};
-        if (e == cudaSuccess) e = move_many(&msg, 1, st[0], st[1], which == 1);
-        float m = 0;
-        {
-          p2p_detail::DeviceGuard g(recv_dev_);
-          if (e == cudaSuccess) e = cudaEventRecord(b, st[1]);
-          if (e == cudaSuccess) e = cudaEventSynchronize(b);
-          if (e == cudaSuccess) e = cudaEventElapsedTime(&m, a, b);
-        }
-        if (e == cudaSuccess && wait() != Status::ok) e = cudaErrorUnknown;
-        if (rep > 0) ms.push_back(m);  // the first is a warm-up
-      }
-      if (!ms.empty()) {
-        std::sort(ms.begin(), ms.end());
-        t[which] = ms[ms.size() / 2];
-      }
-    }
+    for (int which = 0; which < 2 && e == cudaSuccess; ++which)
+      e = median_after_warmup(
+          6,
+          [&](float& m) {
+            cudaError_t r;
+            {
+              p2p_detail::DeviceGuard g(recv_dev_);
+              r = cudaEventRecord(a, st[1]);
+            }
+            if (r == cudaSuccess) {
+              p2p_detail::DeviceGuard g(send_dev_);
+              r = cudaStreamWaitEvent(st[0], a, 0);  // the send side starts after the timer
+            }
+            const P2PMessage msg = {src.get(), dst.get(), bytes / eb};
+            if (r == cudaSuccess) r = move_many(&msg, 1, st[0], st[1], which == 1);
+            {
+              p2p_detail::DeviceGuard g(recv_dev_);
+              if (r == cudaSuccess) r = cudaEventRecord(b, st[1]);
+              if (r == cudaSuccess) r = cudaEventSynchronize(b);
+              if (r == cudaSuccess) r = cudaEventElapsedTime(&m, a, b);
+            }
+            if (r == cudaSuccess && wait() != Status::ok) r = cudaErrorUnknown;
+            return r;
+          },
+          &t[which]);
     sizes.push_back(bytes);
     coded.push_back(t[0]);
     raw.push_back(t[1]);
