@@ -2,13 +2,15 @@
 # One run on a GPU machine: build, run every test (GPU ones included), the stress run (full and p2p modes),
 # compute-sanitizer on the GPU tests, then the benchmarks. Logs go to $OUT. Needs
 # Catch2 carried in .deps/.
-# Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p|codec|quant]    (full: everything; quick: no sanitizers, 64 MiB
+# Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p|codec|quant|python]    (full: everything; quick: no sanitizers, 64 MiB
 # benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second run;
 # p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples, a short stress run and bench_p2p (stream mode
 # and its copy-mode fallback), no sanitizers - a short run for a change confined to the P2P links; codec: the codec
 # targets: every GPU test but [p2p], memcheck on the codec, block and fused tests, bench and bench_fused
 # (ZIPCOMM_BENCHES="codec fused ring" adds bench_ring) - a short run for a change to the codec; quant: the
-# quantization tier: the [quant] GPU tests, memcheck on them, and bench_quant). Env:
+# quantization tier: the [quant] GPU tests, memcheck on them, and bench_quant; python: the Python package built
+# with the GPU codec against the machine's python3 and its packages, its tests (GPU ones included: codec streams,
+# WeightSync, the DDP hook on NCCL, the quantization tier) and examples/python/weight_sync.py). Env:
 # ZIPCOMM_BENCHES (subset), ZIPCOMM_BENCH_ARGS (more zipcomm_bench flags, e.g. --sms 16), ZIPCOMM_P2P_ARGS,
 # ZIPCOMM_P2P_TIMEOUT (s, 300), ZIPCOMM_P2P_DATA (folder with llama_grads.bf16 for bench_p2p; tests/data),
 # ZIPCOMM_P2P_ARGS2 (a second bench_p2p run after the first, e.g. on other data: its output goes to bench_p2p2.*),
@@ -24,6 +26,24 @@ export NCCL_NVLS_ENABLE=0
 log() { echo "=== $* ===" | tee -a "$OUT/summary.txt"; }
 { nvidia-smi; nvidia-smi topo -m; nvcc --version; git log -1 --oneline 2>/dev/null; } > "$OUT/machine.txt" 2>&1
 log "commit $(git rev-parse --short HEAD 2>/dev/null) on $(nvidia-smi -L | head -1)"
+
+# The Python package: nothing to fetch there (the machine's python3 has torch, CuPy, NumPy, ml_dtypes, pytest,
+# nanobind and scikit-build-core); installed into a folder of its own, on PYTHONPATH.
+if [ "$MODE" = python ]; then
+  t0=$(date +%s)
+  rm -rf /tmp/zipcomm-site
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install --no-build-isolation --no-deps --no-index \
+    --target /tmp/zipcomm-site -Cbuild-dir=build-python/gpu-check ./python > "$OUT/python_install.log" 2>&1 ||
+    { log "python package build FAILED"; tail -30 "$OUT/python_install.log"; exit 1; }
+  export PYTHONPATH=/tmp/zipcomm-site PYTHONUNBUFFERED=1
+  log "python package built in $(( $(date +%s) - t0 )) s: $(python3 -c 'import zipcomm; print(zipcomm.build_info())' 2>&1)"
+  timeout 420 python3 -m pytest tests/python -rfEs -p no:cacheprovider > "$OUT/python_tests.log" 2>&1
+  log "pytest rc=$?: $(tail -1 "$OUT/python_tests.log")"
+  grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/python_tests.log" | head -30 | tee -a "$OUT/summary.txt"
+  timeout 150 python3 examples/python/weight_sync.py --layers 2 --quantize 6 > "$OUT/weight_sync_py.txt" 2>&1
+  log "weight_sync.py rc=$?"; tail -12 "$OUT/weight_sync_py.txt" | tee -a "$OUT/summary.txt"
+  exit 0
+fi
 
 t0=$(date +%s)
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \

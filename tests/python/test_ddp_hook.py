@@ -263,3 +263,46 @@ def test_ddp_training_is_bit_identical(tmp_path: Path) -> None:
     print(f"DDP run: {WORLD_SIZE} ranks, {TRAIN_STEPS} steps x 3 trainings in {time.monotonic() - start:.1f} s; "
           f"{results[0]['compressed_buckets']} buckets compressed (ratio {results[0]['ratio']:.3f}), "
           f"{results[0]['uncompressed_buckets']} not")
+
+
+# ---- world size 1 on a GPU, NCCL: the GPU bucket codec
+
+@pytest.mark.gpu
+def test_ddp_training_on_a_gpu_with_nccl() -> None:
+    """DDP on one GPU over NCCL (world size 1): the buckets are CUDA tensors, compressed and decoded by the GPU
+    codec on the current stream; training with the compressed hook gives the uncompressed hook's bits."""
+    if not torch.cuda.is_available() or not dist.is_nccl_available():
+        pytest.skip("needs a CUDA GPU visible to torch and NCCL")
+    if not zipcomm.cuda_available():
+        pytest.skip(f"zipcomm's GPU codec is not usable here: {zipcomm.build_info()}")
+    if dist.is_initialized():
+        pytest.skip("a default process group is already initialized in this process")
+    from torch.nn.parallel import DistributedDataParallel
+
+    store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=COLLECTIVE_TIMEOUT)
+    dist.init_process_group("nccl", store=store, rank=0, world_size=1, timeout=COLLECTIVE_TIMEOUT)
+    try:
+        results = {}
+        for name, hook in (("compressed", zt.allreduce_hook), ("uncompressed", zt.uncompressed_allreduce_hook)):
+            torch.manual_seed(SEED % (1 << 31))
+            module = MixedPrecisionModel().cuda()
+            model = DistributedDataParallel(module, device_ids=[torch.cuda.current_device()])
+            state = zt.CompressedAllreduceState(threshold_bytes=THRESHOLD_BYTES)
+            model.register_comm_hook(state, hook)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+            data = torch.Generator(device="cuda").manual_seed(SEED % (1 << 31))
+            for _ in range(TRAIN_STEPS):
+                x = torch.randn(32, 16, generator=data, device="cuda")
+                target = torch.randn(32, 8, generator=data, device="cuda")
+                optimizer.zero_grad()
+                torch.nn.functional.mse_loss(model(x), target).backward()
+                optimizer.step()
+            torch.cuda.synchronize()
+            results[name] = ([p.detach().clone() for p in module.parameters()], state)
+        zipcomm.synchronize()
+        compressed, state = results["compressed"]
+        assert state.compressed_buckets > 0
+        for i, (c, u) in enumerate(zip(compressed, results["uncompressed"][0])):
+            assert torch.equal(bits(c), bits(u)), f"parameter {i} ({c.dtype}, {tuple(c.shape)})"
+    finally:
+        dist.destroy_process_group()
