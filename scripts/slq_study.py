@@ -26,8 +26,8 @@ What it does (numpy and the zipcomm package; about N minutes on 2 CPU cores):
      close to 1; the logits are therefore also scaled by 16 (an inverse temperature; exact in fp32), which gives
      a mean entropy of about 2 nats and a mean top-1 probability of about 0.65, like a language model's next-token
      distribution. Both are reported, and plans are made for each.
-  5. Writes the tables between the markers in docs/QUANT.md and a plot to docs/quant_ear.png (when matplotlib is
-     installed; skipped quietly otherwise).
+  5. Writes the tables between the markers in docs/QUANT.md and two plots, docs/quant_ear.png (EAR against bits)
+     and docs/quant_law.png (the noise law), when matplotlib is installed (skipped quietly otherwise).
 
 Usage:  build-python/venv/bin/python scripts/slq_study.py [--cache DIR] [--no-ref-check] [--doc docs/QUANT.md]
         [--plot docs/quant_ear.png]    (any interpreter with numpy and the zipcomm package: pip install ./python)
@@ -600,6 +600,7 @@ def main():
     md.append("")
 
     plotted = False
+    law_plot = args.plot.with_name(args.plot.stem.replace("_ear", "") + "_law.png")
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -622,11 +623,28 @@ def main():
         axes[0].legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(args.plot)
+        # The noise law: measured MSE_sym / MSE_asym against the refined prediction, every matrix, group 64.
+        fig, ax = plt.subplots(figsize=(5.6, 4.6), dpi=110)
+        for b, marker in ((3, "o"), (4, "s"), (6, "^"), (8, "D")):
+            pred = [63 / 62 * law[(64, b, k)]["s2_sym"] / law[(64, b, k)]["s2_asym"] for k in mats]
+            meas = [law[(64, b, k)]["mse_sym"] / law[(64, b, k)]["mse_asym"] for k in mats]
+            ax.scatter(pred, meas, marker=marker, s=18, label=f"b = {b}")
+        lo_, hi_ = ax.get_xlim()
+        ax.plot([lo_, hi_], [lo_, hi_], color="gray", linewidth=0.8, label="measured = predicted")
+        ax.set_xlabel("predicted MSE_sym / MSE_asym (refined gamma^2 law)")
+        ax.set_ylabel("measured MSE_sym / MSE_asym")
+        ax.set_title("MiniLM-L6, 40 matrices, group 64")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(law_plot)
         plotted = True
     except ImportError:
         pass
     if plotted:
         md.append(f"![1 - EAR against bits per parameter]({args.plot.name})")
+        md.append("")
+        md.append(f"![the noise law: measured against predicted]({law_plot.name})")
         md.append("")
 
     body = "\n".join(md)
@@ -637,7 +655,7 @@ def main():
     else:
         doc = doc + ("\n" if doc else "") + block + "\n"
     args.doc.write_text(doc)
-    log(f"wrote {args.doc}" + (f" and {args.plot}" if plotted else ""))
+    log(f"wrote {args.doc}" + (f", {args.plot} and {law_plot}" if plotted else ""))
     print(body)
 
 

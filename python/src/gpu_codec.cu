@@ -1,6 +1,6 @@
-// The GPU half of the extension (see gpu_codec.hpp): the device-wide codec, stream-ordered on the caller's stream
-// (each call's Status and compressed size land in a slot of mapped pinned memory, read when the caller waits),
-// and the quantization tier, run on the legacy default stream and waited for.
+// The GPU half of the extension (see gpu_codec.hpp): the device-wide codec and the quantization tier,
+// stream-ordered on the caller's stream; each call's Status (and compressed size) lands in a slot of device memory,
+// read when the caller waits for the call.
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -72,25 +72,6 @@ class DeviceAllocation {
  private:
   void* ptr_ = nullptr;
 };
-
-/// A Status in device memory, ok until an entry point says otherwise (the quantization tier's calls).
-struct DeviceStatus {
-  DeviceAllocation memory{sizeof(zipcomm::Status)};
-  DeviceStatus() { check(cudaMemset(memory.get(), 0, sizeof(zipcomm::Status)), "cudaMemset"); }
-  zipcomm::Status* get() const { return static_cast<zipcomm::Status*>(memory.get()); }
-};
-
-/// After a launch on the legacy default stream: waits for it; a Status the entry point reported wins over the
-/// launch's cudaErrorInvalidValue (the entry points return that, with the Status in device memory, for arguments
-/// they refuse on the host).
-void finish(cudaError_t launch, const DeviceStatus& status, const char* what) {
-  cudaError_t sync = cudaStreamSynchronize(0);
-  if (sync != cudaSuccess) throw_cuda(sync, std::string(what) + " (kernel)");
-  zipcomm::Status s = zipcomm::Status::ok;
-  check(cudaMemcpy(&s, status.get(), sizeof s, cudaMemcpyDeviceToHost), "cudaMemcpy (status)");
-  if (s != zipcomm::Status::ok) throw StatusError(what, s);
-  if (launch != cudaSuccess) throw_cuda(launch, what);
-}
 
 }  // namespace
 
@@ -259,6 +240,7 @@ class PendingCalls {
       if (e == cudaSuccess) e = cudaStreamSynchronize(d.reader);
     }
     cudaSetDevice(previous);
+    if (e == cudaSuccess && uint32_t(o.status) == ~0u) e = cudaErrorLaunchFailure;  // the call never ran
     return {e == cudaSuccess && o.status != zipcomm::Status::ok, o.status, e, o.bytes};
   }
 
@@ -280,62 +262,71 @@ class PendingCalls {
   std::optional<Kept> kept_;
 };
 
-/// Enqueues one codec call on `stream`: temp storage from the stream-ordered allocator (freed in stream
-/// order), the outcome to a pending slot. `launch(temp, temp_bytes, slot)` runs the entry point.
-template <class Query, class Launch>
-uint64_t enqueue(int device, uintptr_t stream_handle, const char* where, Query&& query, Launch&& launch) {
+/// Enqueues one call on `stream` with its outcome to a pending slot: `launch(slot)` runs the entry point.
+template <class Launch>
+uint64_t enqueue(int device, uintptr_t stream_handle, const char* where, Launch&& launch) {
   DeviceScope scope(device);
   const auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
-  size_t temp_bytes = 0;
-  check(query(temp_bytes), where);
   PendingCalls& calls = PendingCalls::instance();
   OutcomeSlot* slot = nullptr;
   const uint32_t index = calls.take_slot(device, &slot);
-  void* temp = nullptr;
-  cudaError_t e = cudaMallocAsync(&temp, temp_bytes ? temp_bytes : 16, stream);
-  if (e == cudaSuccess) {
-    e = launch(temp, temp_bytes, slot);
-    const cudaError_t f = cudaFreeAsync(temp, stream);
-    if (e == cudaErrorInvalidValue) {
-      // The entry point refused an argument on the host and wrote the Status to the slot in stream order.
-      e = cudaSuccess;
-    }
-    if (e == cudaSuccess) e = f;
-  }
-  if (e != cudaSuccess) {
+  // All ones: no Status. Every entry point writes one (ok, or what it refused) in stream order; a slot still all
+  // ones after the call means it never ran, which wait() reports as an error, never as ok.
+  cudaError_t e = cudaMemsetAsync(slot, 0xFF, sizeof(OutcomeSlot), stream);
+  if (e == cudaSuccess) e = launch(slot, stream);
+  // cudaErrorInvalidValue: the entry point refused an argument on the host and wrote the Status to the slot in
+  // stream order; the call reports it like any other.
+  if (e != cudaSuccess && e != cudaErrorInvalidValue) {
     calls.release(index);
     throw_cuda(e, where);
   }
   return calls.add(device, index, stream, where);
 }
 
+/// A codec call: temp storage from the stream-ordered allocator, freed in stream order after it.
+/// `launch(temp, temp_bytes, slot, stream)` runs the entry point.
+template <class Query, class Launch>
+uint64_t enqueue_with_temp(int device, uintptr_t stream_handle, const char* where, Query&& query, Launch&& launch) {
+  DeviceScope scope(device);
+  size_t temp_bytes = 0;
+  check(query(temp_bytes), where);
+  return enqueue(device, stream_handle, where, [&](OutcomeSlot* slot, cudaStream_t stream) {
+    void* temp = nullptr;
+    cudaError_t e = cudaMallocAsync(&temp, temp_bytes ? temp_bytes : 16, stream);
+    if (e != cudaSuccess) return e;
+    e = launch(temp, temp_bytes, slot, stream);
+    const cudaError_t f = cudaFreeAsync(temp, stream);
+    return e != cudaSuccess ? e : f;
+  });
+}
+
 }  // namespace
 
 uint64_t compress_async(int device, zipcomm::DType dtype, zipcomm::CodeId code, const void* d_in, uint64_t n,
                         void* d_out, uint64_t capacity, uintptr_t stream) {
-  return enqueue(
+  return enqueue_with_temp(
       device, stream, "zipcomm.compress (GPU)",
       [&](size_t& temp_bytes) {
         return zipcomm::device::compress(dtype, code, nullptr, temp_bytes, d_in, n, nullptr, capacity, nullptr,
                                          nullptr);
       },
-      [&](void* temp, size_t temp_bytes, OutcomeSlot* slot) {
+      [&](void* temp, size_t temp_bytes, OutcomeSlot* slot, cudaStream_t s) {
         return zipcomm::device::compress(dtype, code, temp, temp_bytes, d_in, n, d_out, capacity, &slot->bytes,
-                                         &slot->status, reinterpret_cast<cudaStream_t>(stream));
+                                         &slot->status, s);
       });
 }
 
 uint64_t decompress_async(int device, zipcomm::DType dtype, zipcomm::CodeId code, const void* d_in, uint64_t in_bytes,
                           void* d_out, uint64_t out_capacity_elems, uintptr_t stream) {
-  return enqueue(
+  return enqueue_with_temp(
       device, stream, "zipcomm.decompress (GPU)",
       [&](size_t& temp_bytes) {
         return zipcomm::device::decompress(dtype, code, nullptr, temp_bytes, d_in, in_bytes, d_out,
                                            out_capacity_elems, nullptr);
       },
-      [&](void* temp, size_t temp_bytes, OutcomeSlot* slot) {
+      [&](void* temp, size_t temp_bytes, OutcomeSlot* slot, cudaStream_t s) {
         return zipcomm::device::decompress(dtype, code, temp, temp_bytes, d_in, in_bytes, d_out,
-                                           out_capacity_elems, &slot->status, reinterpret_cast<cudaStream_t>(stream));
+                                           out_capacity_elems, &slot->status, s);
       });
 }
 
@@ -350,30 +341,33 @@ void copy_to_host_on_stream(int device, void* dst, const void* src, uint64_t byt
   check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
-void quantize_into(int device, zipcomm::DType dtype, zipcomm::quant::QuantMode mode, uint32_t bits, uint32_t group,
-                   const void* d_in, uint64_t n, void* d_msg, uint64_t capacity) {
-  DeviceScope scope(device);
-  DeviceStatus status;
-  cudaError_t launch = zipcomm::quant::device::quantize(d_in, n, dtype, mode, bits, group, d_msg, capacity, status.get());
-  finish(launch, status, "zipcomm.quant.quantize (GPU)");
+uint64_t quantize_async(int device, zipcomm::DType dtype, zipcomm::quant::QuantMode mode, uint32_t bits,
+                        uint32_t group, const void* d_in, uint64_t n, void* d_msg, uint64_t capacity, uintptr_t stream) {
+  return enqueue(device, stream, "zipcomm.quant.quantize (GPU)", [&](OutcomeSlot* slot, cudaStream_t s) {
+    return zipcomm::quant::device::quantize(d_in, n, dtype, mode, bits, group, d_msg, capacity, &slot->status, s);
+  });
 }
 
-void dequantize(int device, const void* d_msg, uint64_t msg_bytes, zipcomm::DType out_dtype, void* d_out,
-                uint64_t out_capacity_bytes) {
-  DeviceScope scope(device);
-  DeviceStatus status;
-  cudaError_t launch =
-      zipcomm::quant::device::dequantize(d_msg, msg_bytes, out_dtype, d_out, out_capacity_bytes, status.get());
-  finish(launch, status, "zipcomm.quant.dequantize (GPU)");
+uint64_t dequantize_async(int device, const void* d_msg, uint64_t msg_bytes, zipcomm::DType out_dtype, void* d_out,
+                          uint64_t out_capacity_bytes, uintptr_t stream) {
+  return enqueue(device, stream, "zipcomm.quant.dequantize (GPU)", [&](OutcomeSlot* slot, cudaStream_t s) {
+    return zipcomm::quant::device::dequantize(d_msg, msg_bytes, out_dtype, d_out, out_capacity_bytes, &slot->status,
+                                              s);
+  });
 }
 
-void ear_rows(int device, const float* d_p, const float* d_q, uint64_t rows, uint64_t vocab, double* h_out) {
+void ear_rows(int device, const float* d_p, const float* d_q, uint64_t rows, uint64_t vocab, double* h_out,
+              uintptr_t stream) {
   DeviceScope scope(device);
-  DeviceAllocation out(rows * sizeof(double));
-  check(zipcomm::quant::device::ear_rows(d_p, d_q, rows, vocab, static_cast<double*>(out.get())),
-        "zipcomm.quant.ear (GPU)");
-  check(cudaStreamSynchronize(0), "zipcomm.quant.ear (GPU kernel)");
-  if (rows) check(cudaMemcpy(h_out, out.get(), rows * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy (EAR)");
+  const auto st = reinterpret_cast<cudaStream_t>(stream);
+  void* out = nullptr;
+  check(cudaMallocAsync(&out, rows ? rows * sizeof(double) : 16, st), "cudaMallocAsync");
+  cudaError_t e = zipcomm::quant::device::ear_rows(d_p, d_q, rows, vocab, static_cast<double*>(out), st);
+  if (e == cudaSuccess && rows) e = cudaMemcpyAsync(h_out, out, rows * sizeof(double), cudaMemcpyDeviceToHost, st);
+  const cudaError_t f = cudaFreeAsync(out, st);
+  if (e == cudaSuccess) e = f;
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+  check(e, "zipcomm.quant.ear (GPU)");
 }
 
 }  // namespace gpu

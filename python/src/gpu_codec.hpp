@@ -1,6 +1,6 @@
 // The GPU half of the extension: stream-ordered calls of zipcomm::device::compress / decompress
-// (device_codec_dispatch.cuh) with their outcomes read on request, and synchronous wrappers of the quantization
-// tier's device entry points; compiled by nvcc in gpu_codec.cu. Only plain C++ types cross this boundary.
+// (device_codec_dispatch.cuh) and of the quantization tier's device entry points, their outcomes read on request;
+// compiled by nvcc in gpu_codec.cu. Only plain C++ types cross this boundary.
 // Every function throws CudaError when no GPU is usable, StatusError when the codec reports a Status.
 #pragma once
 
@@ -49,17 +49,19 @@ void synchronize();
 /// Copies bytes from device memory to the host after the work on `stream`, and waits for it.
 void copy_to_host_on_stream(int device, void* dst, const void* src, uint64_t bytes, uintptr_t stream);
 
-/// Quantizes n elements at d_in (any alignment) into the message at d_msg (16-byte aligned, capacity bytes >= the
-/// message's exact size, quant::max_quantized_bytes).
-void quantize_into(int device, zipcomm::DType dtype, zipcomm::quant::QuantMode mode, uint32_t bits, uint32_t group,
-                   const void* d_in, uint64_t n, void* d_msg, uint64_t capacity);
+/// Stream-ordered quantize of n elements at d_in (any alignment) into the message at d_msg (16-byte aligned,
+/// capacity >= its exact size, quant::max_quantized_bytes); an id for wait().
+uint64_t quantize_async(int device, zipcomm::DType dtype, zipcomm::quant::QuantMode mode, uint32_t bits,
+                        uint32_t group, const void* d_in, uint64_t n, void* d_msg, uint64_t capacity, uintptr_t stream);
 
-/// Dequantizes the message at d_msg (16-byte aligned) into d_out as elements of out_dtype.
-void dequantize(int device, const void* d_msg, uint64_t msg_bytes, zipcomm::DType out_dtype, void* d_out,
-                uint64_t out_capacity_bytes);
+/// Stream-ordered dequantize of the message at d_msg (16-byte aligned) into d_out as elements of out_dtype.
+uint64_t dequantize_async(int device, const void* d_msg, uint64_t msg_bytes, zipcomm::DType out_dtype, void* d_out,
+                          uint64_t out_capacity_bytes, uintptr_t stream);
 
-/// Per-row EAR of rows x vocab fp32 logits in device memory, into h_out (host, rows doubles).
-void ear_rows(int device, const float* d_p, const float* d_q, uint64_t rows, uint64_t vocab, double* h_out);
+/// Per-row EAR of rows x vocab fp32 logits in device memory, into h_out (host, rows doubles), after the work on
+/// `stream` (waits for it).
+void ear_rows(int device, const float* d_p, const float* d_q, uint64_t rows, uint64_t vocab, double* h_out,
+              uintptr_t stream);
 
 }  // namespace gpu
 }  // namespace zipcomm_python

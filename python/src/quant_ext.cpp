@@ -51,7 +51,7 @@ DType quant_dtype(const AnyArray& x, const std::optional<std::string>& declared,
 }
 
 nb::object quantize(const AnyArray& x, const std::optional<std::string>& declared, const std::string& mode_name,
-                    uint32_t bits, uint32_t group, std::optional<WritableArray> out) {
+                    uint32_t bits, uint32_t group, std::optional<WritableArray> out, uintptr_t stream) {
   const std::string where = "zipcomm.quant.quantize";
   require_known_device(x.device_type(), where);
   const DType d = quant_dtype(x, declared, where);
@@ -76,22 +76,16 @@ nb::object quantize(const AnyArray& x, const std::optional<std::string>& declare
                              std::to_string(bytes))
                                 .c_str());
   }
-  if (gpu_x) {
+  if (gpu_x) {  // stream-ordered: returns the call's id (zipcomm._ext.wait)
 #if ZIPCOMM_PYTHON_WITH_CUDA
-    if (out) {
-      if (reinterpret_cast<uintptr_t>(out->data()) % quant::ALIGN)
-        throw nb::value_error((where + ": out must start at a 16-byte aligned address on the GPU").c_str());
-      nb::gil_scoped_release unlocked;
-      gpu::quantize_into(x.device_id(), d, mode, bits, group, x.data(), n, out->data(), out->size());
-      return nb::none();
-    }
-    std::unique_ptr<void, DeviceFree> msg(gpu::alloc(x.device_id(), bytes), DeviceFree{x.device_id()});
-    {
-      nb::gil_scoped_release unlocked;
-      gpu::quantize_into(x.device_id(), d, mode, bits, group, x.data(), n, msg.get(), bytes);
-    }
-    return cuda_owning(msg.release(), x.device_id(), bytes, nb::dtype<uint8_t>());
+    if (!out) throw nb::value_error((where + ": a CUDA array needs out (the Python layer makes one)").c_str());
+    if (reinterpret_cast<uintptr_t>(out->data()) % quant::ALIGN)
+      throw nb::value_error((where + ": out must start at a 16-byte aligned address on the GPU").c_str());
+    nb::gil_scoped_release unlocked;
+    return nb::int_(gpu::quantize_async(x.device_id(), d, mode, bits, group, x.data(), n, out->data(), out->size(),
+                                        stream));
 #else
+    (void)stream;
     no_gpu_codec(where);
 #endif
   }
@@ -127,14 +121,15 @@ nb::object cuda_empty_bytes(int device, uint64_t bytes) {
 }
 
 /// The checked header of a message (host or device memory).
-quant::Header message_header(const AnyArray& msg, const std::string& where) {
+quant::Header message_header(const AnyArray& msg, uintptr_t stream, const std::string& where) {
   require_stream_bytes(msg, where);
   uint8_t bytes[quant::HEADER_BYTES] = {};
   const uint64_t size = msg.size(), head = size < quant::HEADER_BYTES ? size : quant::HEADER_BYTES;
   if (on_gpu(msg.device_type())) {
 #if ZIPCOMM_PYTHON_WITH_CUDA
-    gpu::copy_to_host(msg.device_id(), bytes, msg.data(), head);
+    gpu::copy_to_host_on_stream(msg.device_id(), bytes, msg.data(), head, stream);
 #else
+    (void)stream;
     no_gpu_codec(where);
 #endif
   } else if (head) {
@@ -146,44 +141,46 @@ quant::Header message_header(const AnyArray& msg, const std::string& where) {
 }
 
 nb::object dequantize(const AnyArray& msg, std::optional<WritableArray> out, const std::optional<std::string>& as,
-                      bool bf16_as_bits) {
+                      uintptr_t stream) {
   const std::string where = "zipcomm.quant.dequantize";
-  const quant::Header h = message_header(msg, where);
+  require_stream_bytes(msg, where);
+  if (on_gpu(msg.device_type())) {  // stream-ordered: returns the call's id (zipcomm._ext.wait)
+#if ZIPCOMM_PYTHON_WITH_CUDA
+    const int device = msg.device_id();
+    if (!out) throw nb::value_error((where + ": a CUDA message needs out (the Python layer makes one)").c_str());
+    if (!on_gpu(out->device_type()) || out->device_id() != device)
+      throw nb::value_error((where + ": the message and out are on different devices").c_str());
+    if (reinterpret_cast<uintptr_t>(msg.data()) % quant::ALIGN)
+      throw nb::value_error((where + ": a message on the GPU must start at a 16-byte aligned address; copy it "
+                                     "into a new array")
+                                .c_str());
+    require_c_contiguous(*out, where, "out");
+    // The output type: given, or out's own; else the message's (its header is read, after the stream's work).
+    std::optional<DType> d = as ? std::optional<DType>(parse_dtype(*as, where)) : native_dtype(out->dtype());
+    if (!d) d = DType(message_header(msg, stream, where).dtype);
+    if (!quant::original_dtype_valid(uint8_t(*d)))
+      throw nb::type_error((where + ": dequantizes into bfloat16, float16 or float32").c_str());
+    require_out_dtype(*out, *d, where);
+    const uint64_t capacity = uint64_t(out->size()) * format::elem_bytes(*d);
+    nb::gil_scoped_release unlocked;
+    return nb::int_(gpu::dequantize_async(device, msg.data(), msg.size(), *d, out->data(), capacity, stream));
+#else
+    (void)stream;
+    no_gpu_codec(where);
+#endif
+  }
+  const quant::Header h = message_header(msg, 0, where);
   const DType d = as ? parse_dtype(*as, where) : DType(h.dtype);
   if (!quant::original_dtype_valid(uint8_t(d)))
     throw nb::type_error((where + ": dequantizes into bfloat16, float16 or float32, not " + *as).c_str());
-  const bool gpu_msg = on_gpu(msg.device_type());
   if (out) {
     require_known_device(out->device_type(), where);
-    if (on_gpu(out->device_type()) != gpu_msg || (gpu_msg && out->device_id() != msg.device_id()))
+    if (on_gpu(out->device_type()))
       throw nb::value_error((where + ": the message and out are on different devices").c_str());
     require_out_dtype(*out, d, where);
     require_out_shape(*out, h.num_elements, where);
   }
   const uint64_t out_bytes = h.num_elements * format::elem_bytes(d);
-  if (gpu_msg) {
-#if ZIPCOMM_PYTHON_WITH_CUDA
-    const int device = msg.device_id();
-    if (reinterpret_cast<uintptr_t>(msg.data()) % quant::ALIGN)
-      throw nb::value_error((where + ": a message on the GPU must start at a 16-byte aligned address; copy it "
-                                     "into a new array")
-                                .c_str());
-    if (out) {
-      nb::gil_scoped_release unlocked;
-      gpu::dequantize(device, msg.data(), msg.size(), d, out->data(), out_bytes);
-      return nb::none();
-    }
-    std::unique_ptr<void, DeviceFree> dst(gpu::alloc(device, out_bytes), DeviceFree{device});
-    {
-      nb::gil_scoped_release unlocked;
-      gpu::dequantize(device, msg.data(), msg.size(), d, dst.get(), out_bytes);
-    }
-    return cuda_owning(dst.release(), device, h.num_elements, result_dtype(d, bf16_as_bits));
-#else
-    (void)bf16_as_bits;
-    no_gpu_codec(where);
-#endif
-  }
   if (out) {
     Status s;
     {
@@ -203,8 +200,8 @@ nb::object dequantize(const AnyArray& msg, std::optional<WritableArray> out, con
   return numpy_owning(dst.release(), h.num_elements, result_dtype(d, true));
 }
 
-nb::dict info(const AnyArray& msg) {
-  const quant::Header h = message_header(msg, "zipcomm.quant.info");
+nb::dict info(const AnyArray& msg, uintptr_t stream) {
+  const quant::Header h = message_header(msg, stream, "zipcomm.quant.info");
   const DType d = DType(h.dtype);
   nb::dict r;
   r["version"] = int(h.version);
@@ -228,7 +225,7 @@ uint64_t max_bytes(const std::string& mode, uint32_t bits, uint32_t group, uint6
 }
 
 /// Per-row EAR of two (rows, vocab) float32 arrays, as a NumPy float64 array of rows.
-nb::object ear_rows(const AnyArray& p, const AnyArray& q) {
+nb::object ear_rows(const AnyArray& p, const AnyArray& q, uintptr_t stream) {
   const std::string where = "zipcomm.quant.ear";
   for (const AnyArray* a : {&p, &q}) {
     require_known_device(a->device_type(), where);
@@ -252,8 +249,9 @@ nb::object ear_rows(const AnyArray& p, const AnyArray& q) {
   if (on_gpu(p.device_type())) {
 #if ZIPCOMM_PYTHON_WITH_CUDA
     nb::gil_scoped_release unlocked;
-    gpu::ear_rows(p.device_id(), pp, qq, rows, vocab, r);
+    gpu::ear_rows(p.device_id(), pp, qq, rows, vocab, r, stream);
 #else
+    (void)stream;
     no_gpu_codec(where);
 #endif
   } else {
@@ -301,10 +299,11 @@ nb::tuple plan_bits(const std::vector<uint64_t>& params, const std::vector<std::
 }  // namespace
 
 void register_quant(nb::module_& m) {
-  m.def("quant_quantize", &quantize, "x"_a, "dtype"_a.none(), "mode"_a, "bits"_a, "group"_a, "out"_a.none());
+  m.def("quant_quantize", &quantize, "x"_a, "dtype"_a.none(), "mode"_a, "bits"_a, "group"_a, "out"_a.none(),
+        "stream"_a = 0);
   m.def("cuda_empty_bytes", &cuda_empty_bytes, "device"_a, "bytes"_a);
-  m.def("quant_dequantize", &dequantize, "msg"_a, "out"_a.none(), "dtype"_a.none(), "bf16_as_bits"_a);
-  m.def("quant_info", &info, "msg"_a);
+  m.def("quant_dequantize", &dequantize, "msg"_a, "out"_a.none(), "dtype"_a.none(), "stream"_a = 0);
+  m.def("quant_info", &info, "msg"_a, "stream"_a = 0);
   m.def("quant_max_bytes", &max_bytes, "mode"_a, "bits"_a, "group"_a, "n"_a);
   m.def("quant_message_bits_per_param", [](const std::string& mode, uint32_t bits, uint32_t group, uint64_t n) {
     const std::string where = "zipcomm.quant.message_bits_per_param";
@@ -312,7 +311,7 @@ void register_quant(nb::module_& m) {
     check_choice(bits, group, where);
     return quant::message_bits_per_param(md, bits, group, n);
   }, "mode"_a, "bits"_a, "group"_a, "n"_a);
-  m.def("ear_rows", &ear_rows, "p"_a, "q"_a);
+  m.def("ear_rows", &ear_rows, "p"_a, "q"_a, "stream"_a = 0);
   m.def("plan_bits", &plan_bits, "params"_a, "candidates"_a, "goal"_a, "limit"_a);
 }
 

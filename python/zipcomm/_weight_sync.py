@@ -66,17 +66,6 @@ def _numel(x: Any) -> int:
     return n
 
 
-def _synchronize(stream: Any, first_src: Any) -> None:
-    """Waits for the work on the sync's stream (and, for torch, its current stream) to finish."""
-    if first_src is not None and type(first_src).__module__.partition(".")[0] == "torch":
-        import torch  # type: ignore[import-not-found, unused-ignore]
-
-        (stream if stream is not None and hasattr(stream, "synchronize") else
-         torch.cuda.current_stream(first_src.device)).synchronize()
-    elif stream is not None and hasattr(stream, "synchronize"):
-        stream.synchronize()
-
-
 class WeightSync:
     """Copies a set of CUDA tensors (a trainer's weights) into a matching set (an inference copy's), compressed
     losslessly on the way, through zipcomm's P2P links (include/zipcomm/comm/p2p.cuh).
@@ -182,18 +171,20 @@ class WeightSync:
             nbytes, seconds = links.sync(self.raw, handle)
             return SyncResult(int(nbytes), float(seconds))
         start = time.perf_counter()
-        # The quantizer and dequantizer run on the default stream and wait for the GPU; the stream's earlier
-        # work is waited for first, so they read what it wrote.
-        _synchronize(stream, self._first_src)
+        # Quantize on the sync's stream (after its earlier work), the messages and the other tensors over the
+        # links (which return once every receiver is done), then rebuild on the same stream and wait for it.
         for s_, _, c, msg, _ in self._quantized:
-            _quant.quantize(s_, c.bits, group=c.group, mode=c.mode, out=msg)
-        self._message_links.sync(True, 0)
+            _quant.quantize(s_, c.bits, group=c.group, mode=c.mode, out=msg, stream=handle)
+        self._message_links.sync(True, handle)
         nbytes, _ = links.sync(self.raw, handle)
         quantized = 0
         for s_, d_, _, _, msg in self._quantized:
-            _quant.dequantize(msg, out=d_)
+            _quant.dequantize(msg, out=d_, stream=handle)
             nbytes += int(s_.nbytes)
             quantized += int(msg.nbytes)
+        from . import synchronize
+
+        synchronize()  # waits for them; raises the first error of zipcomm's GPU calls not yet waited for
         return SyncResult(int(nbytes), time.perf_counter() - start, int(quantized))
 
     def close(self) -> None:

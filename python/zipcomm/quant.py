@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import numpy as np
 
 from . import _zipcomm_ext as _ext
-from . import _array_argument, _canonical_dtype, _framework, _in_framework_of, _out_target, _stream_argument
+from . import _array_argument, _arrays, _canonical_dtype, _framework, _out_target, _stream_argument
 
 __all__ = [
     "Choice",
@@ -92,7 +92,7 @@ def _mode(mode: str, where: str) -> str:
 
 
 def quantize(x: Any, bits: int, *, group: int = 64, mode: str = "asymmetric", dtype: Any = None,
-             out: Any = None) -> Any:
+             out: Any = None, stream: Any = None, check: bool = False) -> Any:
     """Quantizes a bf16, fp16 or fp32 array into one message (LOSSY: see the module's help).
 
     Args:
@@ -104,11 +104,15 @@ def quantize(x: Any, bits: int, *, group: int = 64, mode: str = "asymmetric", dt
         dtype: "bf16" / "fp16" / "fp32" for integer arrays holding bit patterns.
         out: optional uint8 array to write the message into (same device as x, C-contiguous, at least
             ``max_quantized_bytes`` bytes; 16-byte aligned on a GPU); bytes past the message are not written.
+        stream (CUDA arrays): where the kernels run (as ``zipcomm.compress``: default the current stream of x's
+            framework); nothing waits for the GPU unless ``check=True``, and errors surface at
+            ``zipcomm.synchronize()``.
+        check (CUDA arrays): wait for the call and raise its error.
 
     Returns:
-        out when given, else the message as a 1-D uint8 array: NumPy for host arrays (the C++ host reference wrote it), an array of
-        x's framework on x's GPU for CUDA arrays (the device kernels wrote it: the same bytes). Its size is
-        exactly ``max_quantized_bytes(x.size, bits, group, mode)``. A GPU call waits for the GPU.
+        out when given, else the message as a 1-D uint8 array of exactly ``max_quantized_bytes(x.size, bits,
+        group, mode)`` bytes: NumPy for host arrays (the C++ host reference wrote it), an array of x's framework on
+        x's GPU for CUDA arrays (the device kernels write it, stream-ordered: the same bytes).
 
     Raises:
         ZipcommError: Status.not_finite for a NaN or an infinity in x, or a group whose range overflows.
@@ -116,28 +120,41 @@ def quantize(x: Any, bits: int, *, group: int = 64, mode: str = "asymmetric", dt
     """
     where = "zipcomm.quant.quantize"
     arg, declared = _array_argument(x, _canonical_dtype(dtype, where), where)
+    mode = _mode(mode, where)
+    if _arrays.cuda_device(arg) is not None:
+        n = int(np.prod(tuple(arg.shape), dtype=np.int64)) if hasattr(arg, "shape") else 0
+        buf = out if out is not None else _arrays.empty_bytes_like(x, max_quantized_bytes(n, bits, group, mode))
+        call = _ext.quant_quantize(arg, declared, mode, int(bits), int(group), buf,
+                                   _arrays.stream_handle(stream, x, where))
+        if check:
+            _ext.wait(call)
+        return buf
+    if stream is not None:
+        raise ValueError(f"{where}: stream= is for CUDA arrays; x is on the host")
     if out is not None:
         if isinstance(out, np.ndarray) and not out.flags.writeable:
             raise ValueError(f"{where}: out is read-only")
-        _ext.quant_quantize(arg, declared, _mode(mode, where), int(bits), int(group), out)
+        _ext.quant_quantize(arg, declared, mode, int(bits), int(group), out)
         return out
-    result = _ext.quant_quantize(arg, declared, _mode(mode, where), int(bits), int(group), None)
-    return result if isinstance(result, np.ndarray) else _in_framework_of(x, result)
+    return _ext.quant_quantize(arg, declared, mode, int(bits), int(group), None)
 
 
-def dequantize(msg: Any, out: Any = None, *, dtype: Any = None) -> Any:
+def dequantize(msg: Any, out: Any = None, *, dtype: Any = None, stream: Any = None, check: bool = False) -> Any:
     """Rebuilds the tensor a message approximates (every message check of docs/QUANT.md section 4 first).
 
     Args:
         msg: the message (uint8 array on the host or a GPU, bytes, bytearray); on a GPU 16-byte aligned.
-        out: optional array to fill (same device as msg, C-contiguous, the message's element count, of the
-            output dtype or integers of its width).
+        out: optional array to fill (same device as msg, C-contiguous, of the output dtype or integers of its
+            width): on the host exactly the message's element count, on a GPU at least that many.
         dtype: the output element type ("bf16", "fp16", "fp32"); default the message's own, whose values are the
             reconstruction docs/QUANT.md defines; another one gets that fp32 value rounded to it.
+        stream (CUDA messages): where the kernel runs (as ``zipcomm.decompress``); without out (or with an
+            integer out and no dtype) the message's header is read first, which waits for the stream's work.
+        check (CUDA messages): wait for the call and raise its error (else ``zipcomm.synchronize()`` does).
 
     Returns:
         out, or a new 1-D array (host: NumPy, bf16 as ml_dtypes.bfloat16 when installed, else uint16 bits; GPU:
-        an array of msg's framework).
+        an array of msg's framework, filled in stream order).
 
     Raises:
         ZipcommError: bad_header, unsupported_version, corrupt_stream (truncated, padding or parameters no writer
@@ -146,21 +163,36 @@ def dequantize(msg: Any, out: Any = None, *, dtype: Any = None) -> Any:
     where = "zipcomm.quant.dequantize"
     msg = _stream_argument(msg, where)
     declared = _canonical_dtype(dtype, where)
-    if out is not None:
-        _ext.quant_dequantize(msg, _out_target(out, where), declared, True)
+    if _arrays.cuda_device(msg) is not None:
+        handle = _arrays.stream_handle(stream, msg, where)
+        if out is None:
+            head = _ext.quant_info(msg, handle)
+            declared = declared or head["dtype"]
+            out = _arrays.empty_elements_like(msg, head["elements"], declared)
+        call = _ext.quant_dequantize(msg, out, declared, handle)
+        if check:
+            _ext.wait(call)
         return out
-    result = _ext.quant_dequantize(msg, None, declared, _framework(msg) == "cupy")
-    if isinstance(result, np.ndarray):
-        if result.dtype == np.uint16 and _bfloat16 is not None:
-            return result.view(_bfloat16)
-        return result
-    return _in_framework_of(msg, result)
+    if stream is not None:
+        raise ValueError(f"{where}: stream= is for CUDA messages; the message is on the host")
+    if out is not None:
+        _ext.quant_dequantize(msg, _out_target(out, where), declared)
+        return out
+    result = _ext.quant_dequantize(msg, None, declared)
+    if result.dtype == np.uint16 and _bfloat16 is not None:
+        return result.view(_bfloat16)
+    return result
 
 
-def info(msg: Any) -> dict[str, Any]:
+def info(msg: Any, *, stream: Any = None) -> dict[str, Any]:
     """The checked header of a message: version, dtype, mode, bits, group, elements, original_bytes,
-    quantized_bytes, bits_per_element (all bytes counted)."""
-    return _ext.quant_info(_stream_argument(msg, "zipcomm.quant.info"))
+    quantized_bytes, bits_per_element (all bytes counted). A GPU message's header is read after the work on
+    ``stream`` (default: its framework's current stream), which waits for it."""
+    where = "zipcomm.quant.info"
+    msg = _stream_argument(msg, where)
+    if _arrays.cuda_device(msg) is not None:
+        return _ext.quant_info(msg, _arrays.stream_handle(stream, msg, where))
+    return _ext.quant_info(msg)
 
 
 def max_quantized_bytes(n: int, bits: int, group: int = 64, mode: str = "asymmetric") -> int:
@@ -176,13 +208,15 @@ def message_bits_per_param(n: int, choice: Choice) -> float:
     return float(_ext.quant_message_bits_per_param(choice.mode, choice.bits, choice.group, int(n)))
 
 
-def ear(p_logits: Any, q_logits: Any, *, per_row: bool = False) -> Any:
+def ear(p_logits: Any, q_logits: Any, *, per_row: bool = False, stream: Any = None) -> Any:
     """Expected Acceptance Rate of two models' logits over the same positions.
 
     Args:
         p_logits, q_logits: float32 arrays of shape (positions, vocabulary) or (vocabulary,), C-contiguous, both
             on the host or both on one GPU: p the original model's, q the quantized one's.
         per_row: return every position's value instead of the mean.
+        stream (GPU logits): where the kernel runs (default: the logits' framework's current stream); the call
+            waits for it (the result is a host value).
 
     Returns:
         The mean over positions of sum_x min(softmax(p)(x), softmax(q)(x)) (a float in [0, 1]; exactly 1.0 when
@@ -197,7 +231,8 @@ def ear(p_logits: Any, q_logits: Any, *, per_row: bool = False) -> Any:
         if not (isinstance(x, np.ndarray) or hasattr(x, "__dlpack__")):
             raise TypeError(f"{where}: logits must be arrays (NumPy, torch, CuPy), got {type(x).__name__}")
         args.append(x)
-    rows = _ext.ear_rows(args[0], args[1])
+    handle = _arrays.stream_handle(stream, args[0], where) if _arrays.cuda_device(args[0]) is not None else 0
+    rows = _ext.ear_rows(args[0], args[1], handle)
     if per_row:
         return rows
     if rows.size == 0 or np.isnan(rows).any():
@@ -218,7 +253,7 @@ class Sensitivity:
 
 def _round_trip(x: Any, choice: Choice) -> Any:
     """x quantized under choice and rebuilt: an array like x (framework, device, dtype, shape)."""
-    msg = quantize(x, choice.bits, group=choice.group, mode=choice.mode)
+    msg = quantize(x, choice.bits, group=choice.group, mode=choice.mode, check=True)
     framework = _framework(x)
     if isinstance(x, np.ndarray):
         out = np.empty(x.shape, x.dtype)
@@ -231,8 +266,8 @@ def _round_trip(x: Any, choice: Choice) -> Any:
 
         out = cupy.empty(x.shape, x.dtype)
     else:
-        return dequantize(msg).reshape(tuple(x.shape))
-    return dequantize(msg, out=out)
+        return dequantize(msg, check=True).reshape(tuple(x.shape))
+    return dequantize(msg, out=out, check=_arrays.cuda_device(msg) is not None)
 
 
 def measure_sensitivity(tensors: Mapping[str, Any], evaluate: Callable[[Mapping[str, Any]], float],

@@ -254,6 +254,16 @@ def test_gpu_writes_the_host_bytes(cuda: object, rng: np.random.Generator) -> No
             assert bytes(cuda.to_host(dev)) == bytes(host), (kind, bits, group, mode)
             y = cuda.to_host(zq.dequantize(dev))
             np.testing.assert_array_equal(y.view(bits_type), zq.dequantize(host).view(bits_type))
+    zipcomm.synchronize()  # the quantize and dequantize calls above all succeeded
+    # A NaN: the device quantizer refuses it in stream order; check=True (or synchronize) raises it.
+    bad = rng.standard_normal(5000).astype(np.float32)
+    bad[1234] = np.nan
+    with pytest.raises(zipcomm.ZipcommError) as e:
+        zq.quantize(cuda.to_gpu(bad), 4, check=True)
+    assert e.value.status == zipcomm.Status.not_finite
+    zq.quantize(cuda.to_gpu(bad), 4)
+    with pytest.raises(zipcomm.ZipcommError):
+        zipcomm.synchronize()
     p = (rng.standard_normal((9, 50000)) * 3).astype(np.float32)
     q = (p + 0.01 * rng.standard_normal(p.shape)).astype(np.float32)
     got = zq.ear(cuda.to_gpu(p), cuda.to_gpu(q), per_row=True)
