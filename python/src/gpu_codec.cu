@@ -182,7 +182,15 @@ class PendingCalls {
       if (o.error) throw StatusError(call.where, o.status);
       return o.bytes;
     }
-    return 0;
+    // Retired already (slots ran out, or synchronize()): its outcome was kept.
+    const auto r = retired_.find(id);
+    if (r == retired_.end()) return 0;
+    const Outcome o = r->second.outcome;
+    const char* where = r->second.where;
+    retired_.erase(r);
+    if (o.cuda != cudaSuccess) throw_cuda(o.cuda, where);
+    if (o.error) throw StatusError(where, o.status);
+    return o.bytes;
   }
 
   /// Waits for every call not yet waited for; throws the first error among them (or one kept from a call
@@ -244,13 +252,16 @@ class PendingCalls {
     return {e == cudaSuccess && o.status != zipcomm::Status::ok, o.status, e, o.bytes};
   }
 
-  // The oldest call: waited for, its first error kept for synchronize().
+  // The oldest call: waited for, its first error kept for synchronize(), its outcome for a later wait(id) (the
+  // last SLOTS of them).
   void retire_front_locked() {
     const Call call = calls_.front();
     calls_.pop_front();
     const Outcome o = finish_call(call);
     free_.push_back(call.slot);
     if (!kept_ && (o.error || o.cuda != cudaSuccess)) kept_ = Kept{call.where, o.status, o.cuda};
+    retired_[call.id] = {o, call.where};
+    while (retired_.size() > SLOTS) retired_.erase(retired_.begin());  // ids grow: the oldest first
   }
 
   std::mutex mutex_;
@@ -258,6 +269,11 @@ class PendingCalls {
   bool initialized_ = false;
   std::vector<uint32_t> free_;
   std::deque<Call> calls_;
+  struct Retired {
+    Outcome outcome;
+    const char* where;
+  };
+  std::map<uint64_t, Retired> retired_;
   uint64_t last_id_ = 0;
   std::optional<Kept> kept_;
 };
