@@ -21,7 +21,7 @@
 # ZIPCOMM_STRESS_SECONDS (seconds of transfers under load in scripts/stress.sh: 60 in full mode, 30 in p2p mode),
 # decode-variants only: ZIPCOMM_DECODE_ROUNDS (the benches' sequence run this many times, 1), ZIPCOMM_DECODE_SAN=1
 # (memcheck on each variant's tests but [large], racecheck on variant 2's), ZIPCOMM_DECODE_PROFILE=1 (ncu on each
-# bench's decompress_kernel, scripts/profile-codec.sh)
+# bench's decompress_kernel, scripts/profile-codec.sh), ZIPCOMM_DECODE_BUDGET_S (seconds for the whole mode, 530)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/zipcomm-out}
@@ -55,6 +55,9 @@ if [ "$MODE" = python ]; then
 fi
 
 t0=$(date +%s)
+# decode-variants: each step's timeout is also cut to what is left of ZIPCOMM_DECODE_BUDGET_S (530) since t0, so that
+# one device call (600 s) still ends with the comparison and the archive; a step with under 20 s left is skipped.
+budget() { local left=$(( t0 + ${ZIPCOMM_DECODE_BUDGET_S:-530} - $(date +%s) )); echo $(( left < $1 ? left : $1 )); }
 MODE_CMAKE_ARGS=""
 [ "$MODE" = decode-variants ] && MODE_CMAKE_ARGS="-DZIPCOMM_BENCH_DECODE_VARIANTS=ON -DZIPCOMM_BENCH_NVCOMP=OFF"
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -101,15 +104,16 @@ elif [ "$MODE" = decode-variants ]; then
   # chunks than warps, each warp's staging buffer is reused.
   for v in $DECODE_VARIANTS; do
     T=$BUILD/tests/gpu/zipcomm_gpu_tests_decode_v$v
-    timeout 240 $T --durations yes > "$OUT/gpu_tests_decode_v$v.log" 2>&1
+    [ "$(budget 150)" -lt 20 ] && { log "decode v$v tests skipped: out of time"; continue; }
+    timeout "$(budget 150)" $T --durations yes > "$OUT/gpu_tests_decode_v$v.log" 2>&1
     log "gpu tests (device codec) decode v$v rc=$?: $(tail -3 "$OUT/gpu_tests_decode_v$v.log" | tr '\n' ' ')"
-    if [ "${ZIPCOMM_DECODE_SAN:-0}" = 1 ]; then
-      timeout 200 compute-sanitizer --tool memcheck --error-exitcode 99 $T "~[large]" > "$OUT/memcheck_decode_v$v.log" 2>&1
+    if [ "${ZIPCOMM_DECODE_SAN:-0}" = 1 ] && [ "$(budget 200)" -ge 20 ]; then
+      timeout "$(budget 200)" compute-sanitizer --tool memcheck --error-exitcode 99 $T "~[large]" > "$OUT/memcheck_decode_v$v.log" 2>&1
       log "memcheck decode v$v rc=$?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_decode_v$v.log" | tail -1)"
     fi
   done
-  if [ "${ZIPCOMM_DECODE_SAN:-0}" = 1 ]; then
-    timeout 200 compute-sanitizer --tool racecheck --error-exitcode 99 $BUILD/tests/gpu/zipcomm_gpu_tests_decode_v2 \
+  if [ "${ZIPCOMM_DECODE_SAN:-0}" = 1 ] && [ "$(budget 200)" -ge 20 ]; then
+    timeout "$(budget 200)" compute-sanitizer --tool racecheck --error-exitcode 99 $BUILD/tests/gpu/zipcomm_gpu_tests_decode_v2 \
       "real training tensors" > "$OUT/racecheck_decode_v2.log" 2>&1
     log "racecheck decode v2 rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_decode_v2.log" | tail -1)"
   fi
@@ -170,7 +174,8 @@ if want decode; then
     for v in 0 $DECODE_VARIANTS; do
       B=$BUILD/bench/zipcomm_bench; NAME=bench; [ "$v" != 0 ] && { B=${B}_decode_v$v; NAME=bench_decode_v$v; }
       [ "$r" != 1 ] && NAME=${NAME}_r$r
-      timeout 240 $B --data tests/data --mib $MIB --reps 20 ${ZIPCOMM_BENCH_ARGS:-} --json "$OUT/$NAME.json" > "$OUT/$NAME.txt" 2>&1
+      [ "$(budget 240)" -lt 20 ] && { log "$NAME skipped: out of time"; continue; }
+      timeout "$(budget 240)" $B --data tests/data --mib $MIB --reps 20 ${ZIPCOMM_BENCH_ARGS:-} --json "$OUT/$NAME.json" > "$OUT/$NAME.txt" 2>&1
       log "$NAME rc=$? at $(( $(date +%s) - t0 )) s"
       [ "$r" != 1 ] && [ -f "$OUT/$NAME.json" ] && ARCHIVE_EXTRA="$ARCHIVE_EXTRA $NAME.json"
       L=v$v; [ "$r" != 1 ] && L=$L.r$r
@@ -182,8 +187,9 @@ if want decode; then
   if [ "${ZIPCOMM_DECODE_PROFILE:-0}" = 1 ]; then
     for v in 0 $DECODE_VARIANTS; do
       B=zipcomm_bench; [ "$v" != 0 ] && B=${B}_decode_v$v
+      [ "$(budget 120)" -lt 20 ] && { log "profile decode v$v skipped: out of time"; continue; }
       ZIPCOMM_PROFILE_BENCH=$B ZIPCOMM_PROFILE_KERNELS=decompress_kernel ZIPCOMM_PROFILE_TAG=_v$v \
-        timeout 120 bash scripts/profile-codec.sh $BUILD >> "$OUT/profile_decode.log" 2>&1
+        timeout "$(budget 120)" bash scripts/profile-codec.sh $BUILD >> "$OUT/profile_decode.log" 2>&1
       log "profile decode v$v rc=$?"
     done
   fi
