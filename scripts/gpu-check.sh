@@ -2,8 +2,9 @@
 # One run on a GPU machine: build, run every test (GPU ones included), the stress run (full and p2p modes),
 # compute-sanitizer on the GPU tests, then the benchmarks. Logs go to $OUT. Needs
 # Catch2 carried in .deps/.
-# Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p|codec|quant|python|decode-variants]    (full: everything; quick: no sanitizers, 64 MiB
-# benches; nosan: no sanitizers, full-size benches; san: build and the sanitizers only, for a second run;
+# Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p|codec|quant|python|decode-variants]
+# (full: everything; quick: no sanitizers, 64 MiB benches; nosan: no sanitizers, full-size benches; san: build
+# and the sanitizers only, for a second run;
 # p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples, a short stress run and bench_p2p (stream mode
 # and its copy-mode fallback), no sanitizers - a short run for a change confined to the P2P links; codec: the codec
 # targets: every GPU test but [p2p], memcheck on the codec, block and fused tests, bench and bench_fused
