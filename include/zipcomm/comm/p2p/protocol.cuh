@@ -3,12 +3,8 @@
 // host tests, a host-side peer and the device kernels all call these functions, so they agree by construction.
 #pragma once
 
-#include <cuda_runtime.h>
-
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "../../config.hpp"
 #include "../../format.hpp"
@@ -478,22 +474,6 @@ inline uint64_t choose_bypass_threshold(const uint64_t* bytes, const double* cod
     threshold = bytes[i];
   }
   return threshold;
-}
-
-/// Calibration timing: `timed(float& ms)` runs one transfer and measures it; the first of `runs` runs warms up,
-/// the median of the others lands in *median_ms (0 when none ran). Stops at the first error, which it returns.
-template <class Timed>
-inline cudaError_t median_after_warmup(int runs, Timed&& timed, double* median_ms) {
-  std::vector<float> ms;
-  cudaError_t e = cudaSuccess;
-  for (int run = 0; run < runs && e == cudaSuccess; ++run) {
-    float m = 0;
-    e = timed(m);
-    if (run > 0) ms.push_back(m);
-  }
-  std::sort(ms.begin(), ms.end());
-  *median_ms = ms.empty() ? 0.0 : double(ms[ms.size() / 2]);
-  return e;
 }
 
 }  // namespace comm

@@ -4,10 +4,12 @@
 #include <cuda.h>  // types of the stream memory operations only; no libcuda link (entry points at run time)
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <vector>
 
 namespace zipcomm {
 namespace comm {
@@ -145,6 +147,22 @@ class DeviceGuard {
   int prev_ = 0;
   bool set_ = false;
 };
+
+/// Calibration timing: `timed(float& ms)` runs one transfer and measures it; the first of `runs` runs warms up,
+/// the median of the others lands in *median_ms (0 when none ran). Stops at the first error, which it returns.
+template <class Timed>
+inline cudaError_t median_after_warmup(int runs, Timed&& timed, double* median_ms) {
+  std::vector<float> ms;
+  cudaError_t e = cudaSuccess;
+  for (int run = 0; run < runs && e == cudaSuccess; ++run) {
+    float m = 0;
+    e = timed(m);
+    if (run > 0) ms.push_back(m);
+  }
+  std::sort(ms.begin(), ms.end());
+  *median_ms = ms.empty() ? 0.0 : double(ms[ms.size() / 2]);
+  return e;
+}
 
 }  // namespace p2p_detail
 

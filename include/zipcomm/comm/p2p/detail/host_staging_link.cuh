@@ -277,7 +277,7 @@ cudaError_t HostStagingLink<D, Code>::calibrate(const void* sample, uint64_t sam
     if (cls >= 0 && cls < int(RAW_CLASSES)) raw_best_[cls] = best_chunk;
     double t[2] = {0, 0};
     for (int which = 0; which < 2 && e == cudaSuccess; ++which)
-      e = median_after_warmup(
+      e = p2p_detail::median_after_warmup(
           6,
           [&](float& m) {
             cudaError_t r = cudaEventRecord(a, st);

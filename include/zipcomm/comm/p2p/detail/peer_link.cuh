@@ -95,7 +95,7 @@ cudaError_t PeerLink<D, Code>::calibrate(const void* sample, uint64_t sample_ele
   for (uint64_t bytes = uint64_t(64) << 10; bytes <= max_bytes && e == cudaSuccess; bytes *= 2) {
     double t[2] = {0, 0};
     for (int which = 0; which < 2 && e == cudaSuccess; ++which)
-      e = median_after_warmup(
+      e = p2p_detail::median_after_warmup(
           6,
           [&](float& m) {
             cudaError_t r;
