@@ -172,14 +172,16 @@ class WeightSync:
             return SyncResult(int(nbytes), float(seconds))
         start = time.perf_counter()
         # Quantize on the sync's stream (after its earlier work), the messages and the other tensors over the
-        # links (which return once every receiver is done), then rebuild on the same stream and wait for it.
+        # links (which return once every receiver is done), then rebuild on the receiver and wait for it.
         for s_, _, c, msg, _ in self._quantized:
             _quant.quantize(s_, c.bits, group=c.group, mode=c.mode, out=msg, stream=handle)
         self._message_links.sync(True, handle)
         nbytes, _ = links.sync(self.raw, handle)
         quantized = 0
         for s_, d_, _, _, msg in self._quantized:
-            _quant.dequantize(msg, out=d_, stream=handle)
+            # On the receiving GPU's current stream (with link="peer" `handle` is the sending GPU's): the links
+            # returned once every receiver was done.
+            _quant.dequantize(msg, out=d_)
             nbytes += int(s_.nbytes)
             quantized += int(msg.nbytes)
         from . import synchronize
