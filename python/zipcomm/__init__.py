@@ -19,7 +19,10 @@ as their bytes (a uint8 view), so they work whether or not the torch version exp
     100000
 
 Errors of the codec raise ``ZipcommError`` (``.status`` is a ``zipcomm.Status``); wrong argument types raise
-TypeError, wrong shapes, layouts or values ValueError.
+TypeError, wrong shapes, layouts or values ValueError. On CUDA arrays the codec is stream-ordered (the current
+stream of the array's framework, or ``stream=``) and does not wait for the GPU: ``zipcomm.synchronize()`` (or
+``check=True``) raises the errors of those calls; ``compressed_size(buf)`` says how much of a GPU compress
+result is the stream.
 
 ``zipcomm.WeightSync`` copies a set of CUDA tensors (a trainer's weights) into another (an inference copy's),
 compressed on the way through zipcomm's P2P links, bit-exact: ``help(zipcomm.WeightSync)``.
