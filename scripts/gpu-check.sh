@@ -11,7 +11,8 @@
 # (ZIPCOMM_BENCHES="codec fused ring" adds bench_ring) - a short run for a change to the codec; quant: the
 # quantization tier: the [quant] GPU tests, memcheck on them, and bench_quant; python: the Python package built
 # with the GPU codec against the machine's python3 and its packages, its tests (GPU ones included: codec streams,
-# WeightSync, the DDP hook on NCCL, the quantization tier) and examples/python/weight_sync.py; decode-variants: the
+# WeightSync, the DDP hook on NCCL, the quantization tier), examples/python/weight_sync.py and
+# bench/bench_weight_sync.py; decode-variants: the
 # decoder's word-access variants (ZIPCOMM_DECODE_STAGING 1, 2) in build-gpu-decode: each variant's device codec GPU
 # tests, then zipcomm_bench and its variants (same flags, default first; bench*.json, compared in
 # decode_variants.txt)). Env:
@@ -52,6 +53,10 @@ if [ "$MODE" = python ]; then
   grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/python_tests.log" | head -30 | tee -a "$OUT/summary.txt"
   timeout 150 python3 examples/python/weight_sync.py --layers 2 --quantize 6 > "$OUT/weight_sync_py.txt" 2>&1
   log "weight_sync.py rc=$?"; tail -12 "$OUT/weight_sync_py.txt" | tee -a "$OUT/summary.txt"
+  # WeightSync coded against raw (and one quantization choice) over the pinned-host link: table and JSON
+  timeout 150 python3 bench/bench_weight_sync.py --layers 4 --reps 5 --quantize asym6/g128 \
+    --json "$OUT/bench_weight_sync.json" > "$OUT/bench_weight_sync.txt" 2>&1
+  log "bench_weight_sync rc=$?"; tee -a "$OUT/summary.txt" < "$OUT/bench_weight_sync.txt"
   exit 0
 fi
 
