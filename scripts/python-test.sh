@@ -48,14 +48,18 @@ if ! "${pip[@]}" install --retries 1 --timeout 20 "${REQUIREMENTS[@]}" >>"$LOG" 
 fi
 
 # torch runs the DDP hook tests (a 4-process gloo training run) and the torch round trips. It is big, so it comes
-# from PyTorch's CPU-only index (~200 MB) unless it is already in the venv; ZIPCOMM_PYTHON_TORCH=pypi takes it
-# from PyPI instead (with its CUDA libraries, several GB), =off leaves it out. Without it those tests skip.
+# from PyTorch's CPU-only index (~200 MB) unless it is already in the venv, or from PyPI (with its CUDA libraries,
+# several GB) where that index cannot be reached; ZIPCOMM_PYTHON_TORCH=pypi takes it from PyPI directly, =off leaves
+# it out. Without it those tests skip.
 if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   case "${ZIPCOMM_PYTHON_TORCH:-cpu}" in
     off) ;;
     pypi) "${pip[@]}" install --retries 1 --timeout 60 torch >>"$LOG" 2>&1 || true ;;
-    *) "${pip[@]}" install --retries 1 --timeout 60 torch --index-url https://download.pytorch.org/whl/cpu \
-         >>"$LOG" 2>&1 || true ;;
+    *) # PyTorch's CPU-only index; where it cannot be reached, PyPI's torch (with its CUDA libraries)
+       "${pip[@]}" install --retries 1 --timeout 60 torch --index-url https://download.pytorch.org/whl/cpu \
+         >>"$LOG" 2>&1 ||
+         { echo "=== Python package: PyTorch's CPU index unreachable; torch from PyPI (large) ===";
+           "${pip[@]}" install --retries 1 --timeout 60 torch >>"$LOG" 2>&1 || true; } ;;
   esac
   "$VENV/bin/python" -c "import torch" >/dev/null 2>&1 ||
     echo "=== Python package: torch is not installed (ZIPCOMM_PYTHON_TORCH=${ZIPCOMM_PYTHON_TORCH:-cpu}): the DDP hook and torch tests will SKIP ==="
