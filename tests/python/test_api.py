@@ -81,3 +81,42 @@ def test_stats_of_real_gradients() -> None:
     assert stats["bits_per_element"] == pytest.approx(16 * stats["ratio"])
     empty = zipcomm.stats(np.zeros(0, np.float32))
     assert empty["elements"] == 0 and empty["compressed_bytes"] == zipcomm.HEADER_BYTES
+
+
+def test_gpu_only_arguments_are_refused_for_host_arrays() -> None:
+    x = np.ones(100, np.float32)
+    for kwargs in ({"stream": 0}, {"out": np.zeros(4096, np.uint8)}):
+        with pytest.raises(ValueError, match="CUDA arrays"):
+            zipcomm.compress(x, **kwargs)
+    stream = zipcomm.compress(x)
+    with pytest.raises(ValueError, match="CUDA arrays"):
+        zipcomm.decompress(stream, stream=0)
+    with pytest.raises(ValueError, match="CUDA arrays"):
+        zipcomm.decompress(stream, dtype="fp32")
+    assert zipcomm.compressed_size(stream) == len(stream)
+    assert zipcomm.compressed_size(np.concatenate([stream, np.zeros(100, np.uint8)])) == len(stream)
+    zipcomm.synchronize()  # nothing pending: returns at once, on any machine
+
+
+def test_stream_handles() -> None:
+    from zipcomm import _arrays
+    from cuda_array import CUDA, DLPackExport
+
+    class TorchLike:
+        cuda_stream = 12345
+
+    class CuPyLike:
+        ptr = 678
+
+    host = np.zeros(4, np.float32)
+    assert _arrays.stream_handle(None, host, "t") == 0  # the legacy default stream
+    assert _arrays.stream_handle(7, host, "t") == 7
+    assert _arrays.stream_handle(TorchLike(), host, "t") == 12345
+    assert _arrays.stream_handle(CuPyLike(), host, "t") == 678
+    with pytest.raises(TypeError, match="bool"):
+        _arrays.stream_handle(True, host, "t")
+    with pytest.raises(TypeError, match="cuda_stream"):
+        _arrays.stream_handle("default", host, "t")
+    assert _arrays.cuda_device(host) is None
+    assert _arrays.cuda_device(b"bytes") is None
+    assert _arrays.cuda_device(DLPackExport(CUDA, 3, 1 << 20, (8,), np.dtype(np.float32), None)) == 3
