@@ -205,8 +205,9 @@ def _out_target(out: Any, where: str) -> Any:
         raise ValueError(f"{where}: out is read-only")
     if isinstance(out, np.ndarray) and out.dtype.name == "bfloat16":
         return out.view(np.uint16)
-    if _fp8_of(out) is not None:
-        return _as_fp8_bytes(out, _fp8_of(out), None, where)[0]
+    fp8 = _fp8_of(out)
+    if fp8 is not None:
+        return _as_fp8_bytes(out, fp8, None, where)[0]
     return out
 
 
@@ -324,8 +325,9 @@ def decompress(buf: Any, out: Any = None, *, dtype: Any = None, stream: Any = No
             declared = head["dtype"]
             out = _arrays.empty_elements_like(buf, head["elements"], declared)
         target = out
-        if _fp8_of(out) is not None:
-            target, declared = _as_fp8_bytes(out, _fp8_of(out), declared, where)
+        fp8 = _fp8_of(out)
+        if fp8 is not None:
+            target, declared = _as_fp8_bytes(out, fp8, declared, where)
         call = _ext.decompress_gpu(buf, target, declared, handle)
         if check:
             _ext.wait(call)

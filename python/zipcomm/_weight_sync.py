@@ -51,6 +51,7 @@ def _pairs(src: Tensors, dst: Tensors) -> tuple[list[Any], list[Any], list[str]]
             raise ValueError(f"zipcomm.WeightSync: src and dst have different keys (only in src: {missing[:5]}, "
                              f"only in dst: {extra[:5]})")
         names = [str(k) for k in src]
+        assert isinstance(dst, Mapping)
         return [src[k] for k in src], [dst[k] for k in src], names
     if isinstance(src, (str, bytes)) or not isinstance(src, Sequence) or not isinstance(dst, Sequence):
         raise TypeError("zipcomm.WeightSync: src and dst must be lists (or tuples) or dicts of CUDA tensors")

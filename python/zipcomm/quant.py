@@ -255,6 +255,7 @@ def _round_trip(x: Any, choice: Choice) -> Any:
     """x quantized under choice and rebuilt: an array like x (framework, device, dtype, shape)."""
     msg = quantize(x, choice.bits, group=choice.group, mode=choice.mode, check=True)
     framework = _framework(x)
+    out: Any
     if isinstance(x, np.ndarray):
         out = np.empty(x.shape, x.dtype)
     elif framework == "torch":
@@ -393,7 +394,8 @@ def plan(sensitivities: Mapping[str, Sensitivity], *, budget_bits: Optional[floa
             cands.append(("asymmetric", 0, 64, float(keep_original_bits), 0.0))
         params.append(int(s.params))
         candidates.append(cands)
-    goal, limit = ("budget", float(budget_bits)) if budget_bits is not None else ("target_ear", float(target_ear))
+    goal, limit = (("budget", float(budget_bits)) if budget_bits is not None
+                   else ("target_ear", float(target_ear)))  # type: ignore[arg-type]  # one of them is given
     pick, bits, predicted, met = _ext.plan_bits(params, candidates, goal, limit)
     choices: dict[str, Optional[Choice]] = {}
     detail: dict[str, tuple[int, float, float]] = {}

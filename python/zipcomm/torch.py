@@ -40,7 +40,7 @@ This module needs PyTorch; ``import zipcomm`` does not (``zipcomm.torch`` is loa
 # No `from __future__ import annotations`: DDP's register_comm_hook compares the hook's annotations with
 # dist.GradBucket and torch.futures.Future[torch.Tensor] as objects, and refuses strings.
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Union
 
 try:
     import torch
@@ -94,8 +94,8 @@ class CompressedAllreduceState:
 
 def _completed_future(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
     # A future that knows the device records the current stream, so that DDP's later use of the result waits.
-    devices = [tensor.device] if tensor.is_cuda else None
-    future = torch.futures.Future(devices=devices)
+    devices: Optional[list[Union[int, str, torch.device]]] = [tensor.device] if tensor.is_cuda else None
+    future: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=devices)
     future.set_result(tensor)
     return future
 
