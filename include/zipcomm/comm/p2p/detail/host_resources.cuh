@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 namespace zipcomm {
@@ -148,10 +149,16 @@ class DeviceGuard {
   bool set_ = false;
 };
 
+/// The median of timings, `if_empty` when there are none.
+inline double median_ms(std::vector<float> ms, double if_empty) {
+  std::sort(ms.begin(), ms.end());
+  return ms.empty() ? if_empty : double(ms[ms.size() / 2]);
+}
+
 /// Calibration timing: `timed(float& ms)` runs one transfer and measures it; the first of `runs` runs warms up,
-/// the median of the others lands in *median_ms (0 when none ran). Stops at the first error, which it returns.
+/// the median of the others lands in *out_ms (0 when none ran). Stops at the first error, which it returns.
 template <class Timed>
-inline cudaError_t median_after_warmup(int runs, Timed&& timed, double* median_ms) {
+inline cudaError_t median_after_warmup(int runs, Timed&& timed, double* out_ms) {
   std::vector<float> ms;
   cudaError_t e = cudaSuccess;
   for (int run = 0; run < runs && e == cudaSuccess; ++run) {
@@ -159,8 +166,7 @@ inline cudaError_t median_after_warmup(int runs, Timed&& timed, double* median_m
     e = timed(m);
     if (run > 0) ms.push_back(m);
   }
-  std::sort(ms.begin(), ms.end());
-  *median_ms = ms.empty() ? 0.0 : double(ms[ms.size() / 2]);
+  *out_ms = median_ms(std::move(ms), 0.0);
   return e;
 }
 

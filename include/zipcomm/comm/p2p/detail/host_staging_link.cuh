@@ -262,15 +262,11 @@ cudaError_t HostStagingLink<D, Code>::calibrate(const void* sample, uint64_t sam
       for (size_t k = 0; k < K && rep > 0; ++k) ms[k].push_back(sum[k] / float(batch));
     }
     if (e != cudaSuccess) break;
-    auto median = [](std::vector<float> v) {
-      std::sort(v.begin(), v.end());
-      return v.empty() ? 1e30 : double(v[v.size() / 2]);
-    };
-    double best_ms = median(ms[0]);
+    double best_ms = p2p_detail::median_ms(ms[0], 1e30);
     uint64_t best_chunk = chunks[0];
     const double first_ms = best_ms;
     for (size_t k = 1; k < K; ++k) {
-      const double m = median(ms[k]);
+      const double m = p2p_detail::median_ms(ms[k], 1e30);
       if (m < best_ms && m < 0.99 * first_ms) best_ms = m, best_chunk = chunks[k];
     }
     const int cls = size_class(bytes);
