@@ -216,11 +216,6 @@ inline nb::object cuda_owning(void* ptr, int device, size_t count, nb::dlpack::d
   const size_t shape[1] = {count};
   return nb::ndarray<>(ptr, 1, shape, owner, nullptr, dtype, DL_CUDA, device).cast();
 }
-
-struct DeviceFree {
-  int device;
-  void operator()(void* p) const { gpu::free_device_memory(device, p); }
-};
 #else
 [[noreturn]] inline void no_gpu_codec(const std::string& where) {
   throw CudaError(where + ": the array is on a CUDA device, but this zipcomm was built without the GPU codec "

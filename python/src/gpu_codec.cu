@@ -101,11 +101,6 @@ void* alloc(int device, uint64_t bytes) {
   return DeviceAllocation(bytes).release();
 }
 
-void copy_to_host(int device, void* dst, const void* src, uint64_t bytes) {
-  DeviceScope scope(device);
-  if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (device to host)");
-}
-
 // ---- stream-ordered codec calls
 
 namespace {

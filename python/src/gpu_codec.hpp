@@ -24,9 +24,6 @@ void free_device_memory(int device, void* ptr) noexcept;
 /// Allocates bytes on `device` (at least 256-byte aligned).
 void* alloc(int device, uint64_t bytes);
 
-/// Copies bytes from device memory to the host (ordered after earlier work on the legacy default stream).
-void copy_to_host(int device, void* dst, const void* src, uint64_t bytes);
-
 /// Stream-ordered compress of n elements at d_in (any alignment) into d_out (16-byte aligned, capacity bytes) on
 /// `stream` (a cudaStream_t of `device`; 0: the legacy default stream): nothing waits for the GPU. Temp storage
 /// comes from the stream-ordered allocator. Returns the call's id for wait(); an argument the entry point refuses

@@ -110,16 +110,6 @@ nb::object quantize(const AnyArray& x, const std::optional<std::string>& declare
   return numpy_owning(owned.release(), written, nb::dtype<uint8_t>());
 }
 
-/// An uninitialised uint8 array of `bytes` on a CUDA device (message buffers that WeightSync reuses).
-nb::object cuda_empty_bytes(int device, uint64_t bytes) {
-#if ZIPCOMM_PYTHON_WITH_CUDA
-  return cuda_owning(gpu::alloc(device, bytes), device, bytes, nb::dtype<uint8_t>());
-#else
-  (void)device, (void)bytes;
-  no_gpu_codec("zipcomm.quant");
-#endif
-}
-
 /// The checked header of a message (host or device memory).
 quant::Header message_header(const AnyArray& msg, uintptr_t stream, const std::string& where) {
   require_stream_bytes(msg, where);
@@ -301,7 +291,6 @@ nb::tuple plan_bits(const std::vector<uint64_t>& params, const std::vector<std::
 void register_quant(nb::module_& m) {
   m.def("quant_quantize", &quantize, "x"_a, "dtype"_a.none(), "mode"_a, "bits"_a, "group"_a, "out"_a.none(),
         "stream"_a = 0);
-  m.def("cuda_empty_bytes", &cuda_empty_bytes, "device"_a, "bytes"_a);
   m.def("quant_dequantize", &dequantize, "msg"_a, "out"_a.none(), "dtype"_a.none(), "stream"_a = 0);
   m.def("quant_info", &info, "msg"_a, "stream"_a = 0);
   m.def("quant_max_bytes", &max_bytes, "mode"_a, "bits"_a, "group"_a, "n"_a);

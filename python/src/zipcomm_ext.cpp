@@ -255,13 +255,15 @@ nb::object cuda_prefix(nb::handle owner, const AnyArray& buf, uint64_t bytes) {
       .cast();
 }
 
-/// An uninitialised CUDA array of `count` elements of `dtype` (bf16 as uint16 bits when bf16_as_bits).
-nb::object cuda_empty(int device, uint64_t count, const std::string& dtype, bool bf16_as_bits) {
+/// An uninitialised CUDA array of `count` elements of `dtype` ("uint8": bytes, else a codec dtype, in its own
+/// DLPack type): outputs for arrays of no framework that allocates.
+nb::object cuda_empty(int device, uint64_t count, const std::string& dtype) {
 #if ZIPCOMM_PYTHON_WITH_CUDA
+  if (dtype == "uint8") return cuda_owning(gpu::alloc(device, count), device, count, nb::dtype<uint8_t>());
   const DType d = parse_dtype(dtype, "zipcomm");
-  return cuda_owning(gpu::alloc(device, count * format::elem_bytes(d)), device, count, result_dtype(d, bf16_as_bits));
+  return cuda_owning(gpu::alloc(device, count * format::elem_bytes(d)), device, count, result_dtype(d, false));
 #else
-  (void)device, (void)count, (void)dtype, (void)bf16_as_bits;
+  (void)device, (void)count, (void)dtype;
   no_gpu_codec("zipcomm");
 #endif
 }
@@ -566,7 +568,7 @@ NB_MODULE(_zipcomm_ext, m) {
   m.def("wait", &wait_call, "call"_a);
   m.def("synchronize", &synchronize_calls);
   m.def("cuda_prefix", &cuda_prefix, "owner"_a, "buf"_a, "bytes"_a);
-  m.def("cuda_empty", &cuda_empty, "device"_a, "count"_a, "dtype"_a, "bf16_as_bits"_a);
+  m.def("cuda_empty", &cuda_empty, "device"_a, "count"_a, "dtype"_a);
   m.def("info", &info, "buf"_a, "stream"_a = 0);
   m.def("stats", &stats, "x"_a, "dtype"_a.none(), "code"_a);
   m.def("cuda_device_count", &cuda_device_count);

@@ -215,24 +215,6 @@ def _framework(x: Any) -> str:
     return type(x).__module__.partition(".")[0]
 
 
-def _in_framework_of(x: Any, result: Any, fp8: Optional[str] = None) -> Any:
-    """A GPU result (a DLPack array of the extension) as an array of x's framework, where it is known. fp8
-    results come as uint8 bits: torch views them as its fp8 type (CuPy has none)."""
-    framework = _framework(x)
-    if framework == "torch":
-        import torch  # type: ignore[import-not-found, unused-ignore]
-
-        t = torch.from_dlpack(result)
-        if fp8 is not None:
-            t = t.view(torch.float8_e4m3fn if fp8 == "fp8_e4m3" else torch.float8_e5m2)
-        return t
-    if framework == "cupy":
-        import cupy  # type: ignore[import-not-found, unused-ignore]
-
-        return cupy.from_dlpack(result)
-    return result
-
-
 def compress(x: Any, code: str = "pair", *, dtype: Any = None, stream: Any = None, out: Any = None,
              check: bool = False) -> Any:
     """Compresses an array of bf16, fp16, fp32 or fp8 elements, losslessly, into one wire format v4 stream.

@@ -14,6 +14,14 @@ def framework(x: Any) -> str:
     return type(x).__module__.partition(".")[0]
 
 
+def numel(x: Any) -> int:
+    """Elements of an array of any framework (the product of its shape)."""
+    n = 1
+    for d in x.shape:
+        n *= int(d)
+    return n
+
+
 def cuda_device(x: Any) -> int | None:
     """x's CUDA device ordinal, or None for an array that is not on a CUDA device."""
     if not hasattr(x, "__dlpack_device__") or type(x).__module__ == "numpy":
@@ -65,7 +73,7 @@ def empty_bytes_like(x: Any, size: int) -> Any:
     device = cuda_device(x)
     if device is None:
         raise ValueError("zipcomm: the array is not on a CUDA device")
-    return _ext.cuda_empty_bytes(device, size)
+    return _ext.cuda_empty(device, size, "uint8")
 
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8_e4m3": "float8_e4m3fn",
@@ -89,7 +97,7 @@ def empty_elements_like(x: Any, count: int, dtype: str) -> Any:
     device = cuda_device(x)
     if device is None:
         raise ValueError("zipcomm: the array is not on a CUDA device")
-    return _ext.cuda_empty(device, count, dtype, False)
+    return _ext.cuda_empty(device, count, dtype)
 
 
 def prefix(buf: Any, size: int) -> Any:

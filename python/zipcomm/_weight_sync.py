@@ -60,13 +60,6 @@ def _pairs(src: Tensors, dst: Tensors) -> tuple[list[Any], list[Any], list[str]]
     return list(src), list(dst), [f"[{i}]" for i in range(len(src))]
 
 
-def _numel(x: Any) -> int:
-    n = 1
-    for d in x.shape:
-        n *= int(d)
-    return n
-
-
 class WeightSync:
     """Copies a set of CUDA tensors (a trainer's weights) into a matching set (an inference copy's), compressed
     losslessly on the way, through zipcomm's P2P links (include/zipcomm/comm/p2p.cuh).
@@ -142,7 +135,7 @@ class WeightSync:
             for s_, d_, n in zip(srcs, dsts, names):
                 c = quantize.choices.get(n)
                 if c is not None:
-                    size = _quant.max_quantized_bytes(_numel(s_), c.bits, c.group, c.mode)
+                    size = _quant.max_quantized_bytes(_arrays.numel(s_), c.bits, c.group, c.mode)
                     self._quantized.append((s_, d_, c, _arrays.empty_bytes_like(s_, size), _arrays.empty_bytes_like(d_, size)))
             srcs, dsts, names = [x[0] for x in lossless], [x[1] for x in lossless], [x[2] for x in lossless]
             if self._quantized:

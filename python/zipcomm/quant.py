@@ -122,8 +122,8 @@ def quantize(x: Any, bits: int, *, group: int = 64, mode: str = "asymmetric", dt
     arg, declared = _array_argument(x, _canonical_dtype(dtype, where), where)
     mode = _mode(mode, where)
     if _arrays.cuda_device(arg) is not None:
-        n = int(np.prod(tuple(arg.shape), dtype=np.int64)) if hasattr(arg, "shape") else 0
-        buf = out if out is not None else _arrays.empty_bytes_like(x, max_quantized_bytes(n, bits, group, mode))
+        size = max_quantized_bytes(_arrays.numel(arg), bits, group, mode)
+        buf = out if out is not None else _arrays.empty_bytes_like(x, size)
         call = _ext.quant_quantize(arg, declared, mode, int(bits), int(group), buf,
                                    _arrays.stream_handle(stream, x, where))
         if check:
@@ -290,7 +290,7 @@ def measure_sensitivity(tensors: Mapping[str, Any], evaluate: Callable[[Mapping[
     choices = list(default_choices() if choices is None else choices)
     result: dict[str, Sensitivity] = {}
     for name, x in tensors.items():
-        n = int(np.prod(tuple(x.shape), dtype=np.int64))
+        n = _arrays.numel(x)
         s = Sensitivity(params=n)
         for c in choices:
             e = float(evaluate({name: _round_trip(x, c)}))

@@ -188,7 +188,7 @@ def _decompress(stream: torch.Tensor, dtype: torch.dtype, numel: int) -> torch.T
         host = torch.empty(numel, dtype=dtype)
         zipcomm.decompress(stream.cpu(), out=host)
         return decoded.copy_(host)
-    zipcomm.decompress(stream, out=decoded, check=stream.is_cuda)  # a corrupt stream raises here, not later
+    zipcomm.decompress(stream, out=decoded)  # on a GPU: stream-ordered, its error raised by the caller's synchronize
     return decoded
 
 
@@ -203,6 +203,8 @@ def _reduce_compressed(tensor: torch.Tensor, state: CompressedAllreduceState) ->
     # Decoded one rank at a time, in rank order, each added as soon as it is decoded.
     contributions = (_decompress(g[:n], tensor.dtype, tensor.numel()) for g, n in zip(gathered, byte_counts))
     tensor.copy_(reduce_in_rank_order(contributions, tensor.dtype, world_size, state.average).view_as(tensor))
+    if tensor.is_cuda:
+        zipcomm.synchronize()  # one wait for every rank's decode: a corrupt stream raises here
 
 
 def allreduce_hook(state: Optional[CompressedAllreduceState],
