@@ -268,6 +268,28 @@ nb::object cuda_empty(int device, uint64_t count, const std::string& dtype) {
 #endif
 }
 
+/// What a reader needs first (dtype, elements, compressed_bytes), from the header alone: for a GPU stream one
+/// 64-byte read after the work on `stream`, not the chunk table info() also reads.
+nb::dict header_fields(const AnyArray& buf, uintptr_t stream, const std::string& where) {
+  require_stream_bytes(buf, where);
+  format::Header h;
+  if (on_gpu(buf.device_type())) {
+#if ZIPCOMM_PYTHON_WITH_CUDA
+    h = read_device_header(buf, stream, where);
+#else
+    (void)stream;
+    no_gpu_codec(where);
+#endif
+  } else {
+    check_status(zipcomm::host::read_header(buf.data(), buf.size(), &h), where);
+  }
+  nb::dict r;
+  r["dtype"] = zipcomm::dtype_name(DType(h.dtype));
+  r["elements"] = h.num_elements;
+  r["compressed_bytes"] = h.total_bytes;
+  return r;
+}
+
 nb::dict info(const AnyArray& buf, uintptr_t stream) {
   const std::string where = "zipcomm.info";
   require_stream_bytes(buf, where);
@@ -570,6 +592,7 @@ NB_MODULE(_zipcomm_ext, m) {
   m.def("cuda_prefix", &cuda_prefix, "owner"_a, "buf"_a, "bytes"_a);
   m.def("cuda_empty", &cuda_empty, "device"_a, "count"_a, "dtype"_a);
   m.def("info", &info, "buf"_a, "stream"_a = 0);
+  m.def("header_fields", &header_fields, "buf"_a, "stream"_a, "where"_a);
   m.def("stats", &stats, "x"_a, "dtype"_a.none(), "code"_a);
   m.def("cuda_device_count", &cuda_device_count);
   register_quant(m);

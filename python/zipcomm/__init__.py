@@ -303,7 +303,7 @@ def decompress(buf: Any, out: Any = None, *, dtype: Any = None, stream: Any = No
         handle = _arrays.stream_handle(stream, buf, where)
         declared = _canonical_dtype(dtype, where)
         if out is None:
-            head = _ext.info(buf, handle)
+            head = _ext.header_fields(buf, handle, where)
             declared = head["dtype"]
             out = _arrays.empty_elements_like(buf, head["elements"], declared)
         target = out
@@ -323,7 +323,7 @@ def decompress(buf: Any, out: Any = None, *, dtype: Any = None, stream: Any = No
     if result.dtype == np.uint16 and _bfloat16 is not None:  # uint16 comes back only for bf16 streams
         return result.view(_bfloat16)
     if result.dtype == np.uint8 and _float8_e4m3fn is not None:  # uint8 only for fp8: the header says which
-        return result.view(_float8_e4m3fn if _ext.info(buf)["dtype"] == "fp8_e4m3" else _float8_e5m2)
+        return result.view(_float8_e4m3fn if _ext.header_fields(buf, 0, where)["dtype"] == "fp8_e4m3" else _float8_e5m2)
     return result
 
 
@@ -340,9 +340,8 @@ def compressed_size(buf: Any, *, stream: Any = None) -> int:
     which waits for it."""
     where = "zipcomm.compressed_size"
     buf = _stream_argument(buf, where)
-    if _arrays.cuda_device(buf) is not None:
-        return int(_ext.info(buf, _arrays.stream_handle(stream, buf, where))["compressed_bytes"])
-    return int(_ext.info(buf)["compressed_bytes"])
+    handle = _arrays.stream_handle(stream, buf, where) if _arrays.cuda_device(buf) is not None else 0
+    return int(_ext.header_fields(buf, handle, where)["compressed_bytes"])
 
 
 def max_compressed_bytes(n: int, dtype: Any) -> int:
