@@ -51,10 +51,10 @@ if [ "$MODE" = python ]; then
   timeout 420 python3 -m pytest tests/python -rfEs -p no:cacheprovider > "$OUT/python_tests.log" 2>&1
   log "pytest rc=$?: $(tail -1 "$OUT/python_tests.log")"
   grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/python_tests.log" | head -30 | tee -a "$OUT/summary.txt"
-  timeout 150 python3 examples/python/weight_sync.py --layers 2 --quantize 6 > "$OUT/weight_sync_py.txt" 2>&1
+  timeout 150 python3 -X faulthandler examples/python/weight_sync.py --layers 2 --quantize 6 > "$OUT/weight_sync_py.txt" 2>&1
   log "weight_sync.py rc=$?"; tail -12 "$OUT/weight_sync_py.txt" | tee -a "$OUT/summary.txt"
   # WeightSync coded against raw (and one quantization choice) over the pinned-host link: table and JSON
-  timeout 150 python3 bench/bench_weight_sync.py --layers 4 --reps 5 --quantize asym6/g128 \
+  timeout 150 python3 -X faulthandler bench/bench_weight_sync.py --layers 4 --reps 5 --quantize asym6/g128 \
     --json "$OUT/bench_weight_sync.json" > "$OUT/bench_weight_sync.txt" 2>&1
   log "bench_weight_sync rc=$?"; tee -a "$OUT/summary.txt" < "$OUT/bench_weight_sync.txt"
   exit 0

@@ -199,24 +199,19 @@ inline HostBuffer host_alloc(uint64_t bytes) {
   return HostBuffer(p);
 }
 
-#if ZIPCOMM_PYTHON_WITH_CUDA
-struct DeviceOwner {
-  void* ptr;
-  int device;
+/// A 1-D CUDA array zipcomm allocated, for callers whose arrays come from no framework that allocates (DLPack
+/// producers of their own): exported through DLPack as often as asked (a capsule per __dlpack__ call, each
+/// keeping the array alive), freed when the last view and export let go.
+struct DeviceArray {
+  std::shared_ptr<void> memory;  // frees the allocation with its last owner
+  uint8_t* data = nullptr;
+  size_t count = 0;
+  nb::dlpack::dtype dtype;
+  int device = 0;
+  size_t nbytes() const { return count * ((dtype.bits * dtype.lanes + 7) / 8); }
 };
 
-/// A DLPack-exportable CUDA array that frees `ptr` (from gpu::) when Python lets go of it.
-inline nb::object cuda_owning(void* ptr, int device, size_t count, nb::dlpack::dtype dtype) {
-  auto* o = new DeviceOwner{ptr, device};
-  nb::capsule owner(o, [](void* p) noexcept {
-    auto* d = static_cast<DeviceOwner*>(p);
-    gpu::free_device_memory(d->device, d->ptr);
-    delete d;
-  });
-  const size_t shape[1] = {count};
-  return nb::ndarray<>(ptr, 1, shape, owner, nullptr, dtype, DL_CUDA, device).cast();
-}
-#else
+#if !ZIPCOMM_PYTHON_WITH_CUDA
 [[noreturn]] inline void no_gpu_codec(const std::string& where) {
   throw CudaError(where + ": the array is on a CUDA device, but this zipcomm was built without the GPU codec "
                           "(no nvcc when it was built, or ZIPCOMM_PYTHON_CUDA=OFF); pass a host array, or "

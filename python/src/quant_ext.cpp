@@ -81,9 +81,12 @@ nb::object quantize(const AnyArray& x, const std::optional<std::string>& declare
     if (!out) throw nb::value_error((where + ": a CUDA array needs out (the Python layer makes one)").c_str());
     if (reinterpret_cast<uintptr_t>(out->data()) % quant::ALIGN)
       throw nb::value_error((where + ": out must start at a 16-byte aligned address on the GPU").c_str());
-    nb::gil_scoped_release unlocked;
-    return nb::int_(gpu::quantize_async(x.device_id(), d, mode, bits, group, x.data(), n, out->data(), out->size(),
-                                        stream));
+    uint64_t call = 0;
+    {
+      nb::gil_scoped_release unlocked;  // no Python object may be made without the GIL
+      call = gpu::quantize_async(x.device_id(), d, mode, bits, group, x.data(), n, out->data(), out->size(), stream);
+    }
+    return nb::int_(call);
 #else
     (void)stream;
     no_gpu_codec(where);
@@ -152,8 +155,12 @@ nb::object dequantize(const AnyArray& msg, std::optional<WritableArray> out, con
       throw nb::type_error((where + ": dequantizes into bfloat16, float16 or float32").c_str());
     require_out_dtype(*out, *d, where);
     const uint64_t capacity = uint64_t(out->size()) * format::elem_bytes(*d);
-    nb::gil_scoped_release unlocked;
-    return nb::int_(gpu::dequantize_async(device, msg.data(), msg.size(), *d, out->data(), capacity, stream));
+    uint64_t call = 0;
+    {
+      nb::gil_scoped_release unlocked;  // no Python object may be made without the GIL
+      call = gpu::dequantize_async(device, msg.data(), msg.size(), *d, out->data(), capacity, stream);
+    }
+    return nb::int_(call);
 #else
     (void)stream;
     no_gpu_codec(where);

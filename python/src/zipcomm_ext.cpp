@@ -247,21 +247,17 @@ void synchronize_calls() {
 }
 
 /// The first `bytes` bytes of a CUDA uint8 array, as a view that keeps the array alive.
-nb::object cuda_prefix(nb::handle owner, const AnyArray& buf, uint64_t bytes) {
-  if (bytes > buf.size()) throw nb::value_error("zipcomm: prefix longer than the array");
-  const size_t shape[1] = {size_t(bytes)};
-  return nb::ndarray<>(const_cast<void*>(buf.data()), 1, shape, owner, nullptr, buf.dtype(), buf.device_type(),
-                       buf.device_id())
-      .cast();
-}
-
 /// An uninitialised CUDA array of `count` elements of `dtype` ("uint8": bytes, else a codec dtype, in its own
 /// DLPack type): outputs for arrays of no framework that allocates.
-nb::object cuda_empty(int device, uint64_t count, const std::string& dtype) {
+DeviceArray cuda_empty(int device, uint64_t count, const std::string& dtype) {
 #if ZIPCOMM_PYTHON_WITH_CUDA
-  if (dtype == "uint8") return cuda_owning(gpu::alloc(device, count), device, count, nb::dtype<uint8_t>());
-  const DType d = parse_dtype(dtype, "zipcomm");
-  return cuda_owning(gpu::alloc(device, count * format::elem_bytes(d)), device, count, result_dtype(d, false));
+  DeviceArray a;
+  a.dtype = dtype == "uint8" ? nb::dtype<uint8_t>() : result_dtype(parse_dtype(dtype, "zipcomm"), false);
+  a.count = count;
+  a.device = device;
+  a.data = static_cast<uint8_t*>(gpu::alloc(device, a.nbytes()));
+  a.memory = std::shared_ptr<void>(a.data, [device](void* p) { gpu::free_device_memory(device, p); });
+  return a;
 #else
   (void)device, (void)count, (void)dtype;
   no_gpu_codec("zipcomm");
@@ -589,7 +585,28 @@ NB_MODULE(_zipcomm_ext, m) {
   m.def("decompress_gpu", &decompress_gpu, "buf"_a, "out"_a, "dtype"_a.none(), "stream"_a);
   m.def("wait", &wait_call, "call"_a);
   m.def("synchronize", &synchronize_calls);
-  m.def("cuda_prefix", &cuda_prefix, "owner"_a, "buf"_a, "bytes"_a);
+  nb::class_<DeviceArray>(m, "DeviceArray",
+                          "A 1-D CUDA array zipcomm allocated (outputs for arrays of no framework that allocates): "
+                          "DLPack-exportable (torch.from_dlpack, cupy.from_dlpack, ...) as often as asked")
+      .def("__dlpack__",
+           [](nb::handle self, nb::kwargs) {
+             // Each export keeps the array (and so its memory) alive until the consumer lets go of it.
+             const DeviceArray& a = nb::cast<const DeviceArray&>(self);
+             const size_t shape[1] = {a.count};
+             return nb::ndarray<>(a.data, 1, shape, self, nullptr, a.dtype, DL_CUDA, a.device).cast();
+           })
+      .def("__dlpack_device__", [](const DeviceArray& a) { return nb::make_tuple(int(DL_CUDA), a.device); })
+      .def_prop_ro("shape", [](const DeviceArray& a) { return nb::make_tuple(a.count); })
+      .def_prop_ro("size", [](const DeviceArray& a) { return a.count; })
+      .def_prop_ro("nbytes", &DeviceArray::nbytes)
+      .def_prop_ro("device", [](const DeviceArray& a) { return a.device; })
+      .def("prefix", [](const DeviceArray& a, size_t count) {
+        if (count > a.count) throw nb::value_error("zipcomm: prefix longer than the array");
+        DeviceArray p = a;
+        p.count = count;
+        return p;
+      }, "count"_a, "The first count elements, sharing the memory.")
+      .def("__len__", [](const DeviceArray& a) { return a.count; });
   m.def("cuda_empty", &cuda_empty, "device"_a, "count"_a, "dtype"_a);
   m.def("info", &info, "buf"_a, "stream"_a = 0);
   m.def("header_fields", &header_fields, "buf"_a, "stream"_a, "where"_a);

@@ -46,9 +46,10 @@ from . import _arrays
 from . import _zipcomm_ext as _ext
 from ._errors import ZipcommError
 from ._weight_sync import SyncResult, WeightSync
-from ._zipcomm_ext import Status
+from ._zipcomm_ext import DeviceArray, Status
 
 __all__ = [
+    "DeviceArray",
     "Status",
     "SyncResult",
     "WeightSync",

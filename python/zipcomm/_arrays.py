@@ -59,7 +59,7 @@ def stream_handle(stream: Any, array: Any, where: str) -> int:
 
 def empty_bytes_like(x: Any, size: int) -> Any:
     """A uint8 array of size bytes on x's GPU: in x's framework for torch and CuPy, else a DLPack array of the
-    extension's (cudaMalloc)."""
+    extension's (zipcomm.DeviceArray, cudaMalloc)."""
     fw = framework(x)
     if fw == "torch":
         import torch  # type: ignore[import-not-found, unused-ignore]
@@ -83,7 +83,7 @@ _CUPY_DTYPES = {"bf16": "uint16", "fp16": "float16", "fp32": "float32", "fp8_e4m
 
 def empty_elements_like(x: Any, count: int, dtype: str) -> Any:
     """count elements of dtype ("bf16", ...) on x's GPU, in x's framework: torch's own types; CuPy's, with bf16 and
-    fp8 as their bits (it has no such types); else a DLPack array of the extension's."""
+    fp8 as their bits (it has no such types); else a zipcomm.DeviceArray."""
     fw = framework(x)
     if fw == "torch":
         import torch  # type: ignore[import-not-found, unused-ignore]
@@ -104,4 +104,4 @@ def prefix(buf: Any, size: int) -> Any:
     """The first size bytes of a 1-D GPU byte array, without a copy."""
     if framework(buf) in ("torch", "cupy"):
         return buf[:size]
-    return _ext.cuda_prefix(buf, buf, size)
+    return buf.prefix(size)

@@ -130,7 +130,11 @@ def cuda() -> object:
 
             @staticmethod
             def to_host(t: object) -> np.ndarray:
-                return t.cpu().numpy()
+                t = t.cpu()
+                if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):  # NumPy has no such types
+                    bits = {1: (torch.int8, np.uint8), 2: (torch.int16, np.uint16)}[t.element_size()]
+                    return t.view(bits[0]).numpy().view(bits[1])
+                return t.numpy()
 
         return Torch
     except ImportError:

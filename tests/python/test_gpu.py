@@ -103,9 +103,14 @@ def test_gpu_corrupt_stream(cuda: object) -> None:
         zipcomm.decompress(cuda.to_gpu(damaged), check=True)
     assert caught.value.status in {zipcomm.Status.checksum_mismatch, zipcomm.Status.corrupt_stream}
     # Without check=True the error surfaces at synchronize(), once.
-    zipcomm.decompress(cuda.to_gpu(stream[: len(stream) - 16]))
+    zipcomm.decompress(cuda.to_gpu(damaged))
     with pytest.raises(zipcomm.ZipcommError) as caught:
         zipcomm.synchronize()
+    assert caught.value.status in {zipcomm.Status.checksum_mismatch, zipcomm.Status.corrupt_stream}
+    zipcomm.synchronize()
+    # A stream shorter than its header says: refused when the header is read, before anything is enqueued.
+    with pytest.raises(zipcomm.ZipcommError) as caught:
+        zipcomm.decompress(cuda.to_gpu(stream[: len(stream) - 16]))
     assert caught.value.status is zipcomm.Status.corrupt_stream
     zipcomm.synchronize()
 

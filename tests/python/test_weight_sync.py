@@ -163,6 +163,28 @@ def test_quantized_sync(gpu: None, rng: np.random.Generator) -> None:
 
 
 @pytest.mark.gpu
+def test_outputs_for_arrays_of_no_framework(gpu: None, rng: np.random.Generator) -> None:
+    """Inputs of no allocating framework get zipcomm.DeviceArray outputs: exported as often as asked (each use
+    of a message or stream is another export), prefixes sharing the memory."""
+    x = rng.standard_normal(100003).astype(np.float32)
+    src = CudaArray.from_numpy(x)
+    buf = zipcomm.compress(src)
+    assert isinstance(buf, zipcomm.DeviceArray) and buf.nbytes == zipcomm.max_compressed_bytes(x.size, "fp32")
+    size = zipcomm.compressed_size(buf)
+    assert zipcomm.compressed_size(buf) == size == len(zipcomm.compress(x))
+    stream = zipcomm.compress(src, check=True)
+    assert isinstance(stream, zipcomm.DeviceArray) and len(stream) == size
+    for _ in range(2):
+        np.testing.assert_array_equal(cuda_array.to_numpy(zipcomm.decompress(stream, check=True)), x)
+    msg = zq.quantize(src, 4, group=64)
+    for _ in range(2):
+        np.testing.assert_array_equal(cuda_array.to_numpy(zq.dequantize(msg, check=True)),
+                                      zq.dequantize(zq.quantize(x, 4, group=64)))
+    with pytest.raises(ValueError, match="longer"):
+        buf.prefix(buf.size + 1)
+
+
+@pytest.mark.gpu
 def test_sync_of_special_values(gpu: None, rng: np.random.Generator) -> None:
     """Every bit pattern (NaN payloads, infinities, subnormals, -0) arrives as it was sent."""
     raw16 = rng.integers(0, 1 << 16, 3 << 20, dtype=np.uint16)
