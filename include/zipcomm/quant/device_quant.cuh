@@ -85,7 +85,8 @@ __device__ __forceinline__ void dequantize_tiles(const DequantizeArgs& a, const 
   const uint64_t first = global_warp(), warps = grid_warps();
   const uint64_t tiles = format::div_up(l.n, warp::WarpGroupDequantizer::TILE_ELEMS);
   if (first >= tiles) return;
-  const warp::WarpGroupDequantizer dq(l, msg_dtype, a.msg);
+  __shared__ warp::WarpGroupDequantizer::TempStorage temp[QuantPolicy::WARPS];
+  const warp::WarpGroupDequantizer dq(temp[threadIdx.x / 32], l, msg_dtype, a.msg);
   const bool aligned = reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
   warp::LaneCodes codes = dq.Load(first);
   Status st = Status::ok;

@@ -6,7 +6,8 @@
 // input, 16 for fp32 (64 bytes, four 16-byte vectors), 32 when dequantizing. A lane's elements lie in one group
 // (a group of G = 32, 64, 128 elements spans G / ITEMS neighbouring lanes) and their codes are ITEMS * b / 8
 // consecutive bytes of the codes section, so a lane loads and stores whole vectors on its own, and a group's
-// range is a shuffle reduction over its lanes. No shared memory: the classes need no TempStorage.
+// range is a shuffle reduction over its lanes. The quantizer needs no shared memory; the dequantizer turns a whole
+// tile's lane-blocked elements into warp-contiguous stores through its TempStorage (cub::WarpExchange).
 //
 // Quantizing divides without a division instruction: the group's correctly rounded reciprocal, one product and
 // one fused correction give the reference's correctly rounded quotient (div_by_reciprocal, group_quantizer.hpp),
@@ -20,6 +21,8 @@
 
 #include <cstdint>
 #include <type_traits>
+
+#include <cub/warp/warp_exchange.cuh>
 
 #include "../config.hpp"
 #include "../format.hpp"
@@ -441,7 +444,8 @@ struct LaneCodes {
 /// (frame_padding_zero).
 ///
 /// \code
-/// zipcomm::quant::warp::WarpGroupDequantizer dq(layout, msg_dtype, d_msg);
+/// __shared__ zipcomm::quant::warp::WarpGroupDequantizer::TempStorage temp[WARPS];   // one per warp
+/// zipcomm::quant::warp::WarpGroupDequantizer dq(temp[warp_in_block], layout, msg_dtype, d_msg);
 /// for (uint64_t t = warp_id; t * dq.TILE_ELEMS < layout.n; t += warps) {
 ///   auto codes = dq.Load(t);
 ///   zipcomm::Status s = dq.Dequantize<zipcomm::DType::bf16>(codes, d_out, out_aligned16);   // into bf16
@@ -453,8 +457,27 @@ class WarpGroupDequantizer {
   static constexpr uint32_t ITEMS = DEQUANTIZE_LANE_ITEMS;
   static constexpr uint32_t TILE_ELEMS = 32 * ITEMS;
 
-  ZIPCOMM_DEVICE WarpGroupDequantizer(const Layout& layout, DType msg_dtype, const uint8_t* msg)
-      : l_(layout), msg_(msg), dtype_(msg_dtype) {
+ private:
+  // A lane's 32 output elements as 16-byte vectors: 4 (bf16, fp16) or 8 (fp32).
+  template <DType O>
+  static constexpr uint32_t lane_vectors() {
+    return ITEMS * format::Traits<O>::ELEM_BYTES / 16;
+  }
+  template <DType O>
+  using Exchange = cub::WarpExchange<uint4, int(lane_vectors<O>())>;
+
+ public:
+  /// Where a whole tile's elements change hands on their way out, so that each store instruction of the warp
+  /// writes 512 contiguous bytes (lane-blocked stores write half sectors and cost ~2x in L2 store traffic).
+  struct TempStorage {
+    union {
+      typename Exchange<DType::bf16>::TempStorage half;  // bf16 and fp16 output
+      typename Exchange<DType::fp32>::TempStorage full;
+    };
+  };
+
+  ZIPCOMM_DEVICE WarpGroupDequantizer(TempStorage& temp, const Layout& layout, DType msg_dtype, const uint8_t* msg)
+      : temp_(temp), l_(layout), msg_(msg), dtype_(msg_dtype) {
     group_lanes_ = l_.group / ITEMS;
     group_shift_ = 31u - __clz(l_.group);
   }
@@ -549,9 +572,30 @@ class WarpGroupDequantizer {
     ok = ok && (params_surely_valid(dtype_, mode, b, in.scale, in.lo, constant) ||
                 params_valid_as(dtype_, mode, b, in.scale, in.lo, constant));
 
+    // x' = lo + code * scale, or (code - mid) * scale; (2^23 + code) - 2^23 - mid is exact.
+    const float level_base = 8388608.0f + (SYMMETRIC ? static_cast<float>(sym_mid(b)) : 0.0f);
+    if (__all_sync(FULL_MASK, sp.count == ITEMS && ok) && out_aligned16) {  // the whole tile, warp-contiguous
+      constexpr uint32_t V = lane_vectors<O>(), EB = format::Traits<O>::ELEM_BYTES;
+      uint4 vec[V];
+#pragma unroll
+      for (uint32_t c = 0; c < ITEMS / 8; ++c) {
+        float v[8];
+#pragma unroll
+        for (uint32_t j = 0; j < 8; ++j) {
+          const float code = __fsub_rn(__uint_as_float(level[8 * c + j]), level_base);
+          v[j] = SYMMETRIC ? (constant ? in.scale : __fmul_rn(code, in.scale))
+                           : __fadd_rn(in.lo, __fmul_rn(code, in.scale));
+        }
+        PackEight<O>(v, &vec[c * V / (ITEMS / 8)]);
+      }
+      Exchange<O>(reinterpret_cast<typename Exchange<O>::TempStorage&>(temp_)).BlockedToStriped(vec, vec);
+      uint4* tile = reinterpret_cast<uint4*>(static_cast<uint8_t*>(out) + (sp.first - uint64_t(lane) * ITEMS) * EB);
+#pragma unroll
+      for (uint32_t k = 0; k < V; ++k) tile[k * 32 + lane] = vec[k];
+      __syncwarp();  // temp_ is the next tile's
+      return Status::ok;
+    }
     if (live && ok) {
-      // x' = lo + code * scale, or (code - mid) * scale; (2^23 + code) - 2^23 - mid is exact.
-      const float level_base = 8388608.0f + (SYMMETRIC ? static_cast<float>(sym_mid(b)) : 0.0f);
       const bool vector = out_aligned16 && sp.count == ITEMS;
 #pragma unroll
       for (uint32_t c = 0; c < ITEMS / 8; ++c) {  // 8 elements at a time: one or two 16-byte stores
@@ -576,6 +620,22 @@ class WarpGroupDequantizer {
     return d == DType::bf16   ? params_valid<DType::bf16>(mode, bits, scale, lo, constant)
            : d == DType::fp16 ? params_valid<DType::fp16>(mode, bits, scale, lo, constant)
                               : params_valid<DType::fp32>(mode, bits, scale, lo, constant);
+  }
+
+  /// 8 elements as dtype O in 16-byte vectors: one (bf16, fp16) or two (fp32).
+  template <DType O>
+  ZIPCOMM_DEVICE static void PackEight(const float (&v)[8], uint4* vec) {
+    constexpr uint32_t EB = format::Traits<O>::ELEM_BYTES;
+    uint32_t w[2 * EB];
+#pragma unroll
+    for (uint32_t k = 0; k < 2 * EB; ++k) {
+      if constexpr (O == DType::fp32)
+        w[k] = __float_as_uint(v[k]);
+      else
+        w[k] = detail::narrow_pair<O>(v[2 * k], v[2 * k + 1]);
+    }
+#pragma unroll
+    for (uint32_t k = 0; k < EB / 2; ++k) vec[k] = make_uint4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]);
   }
 
   /// Stores `count` (<= 8) elements of dtype O at `at`; vector: all 8, `at` 16-byte aligned.
@@ -606,6 +666,7 @@ class WarpGroupDequantizer {
     }
   }
 
+  TempStorage& temp_;
   Layout l_;
   const uint8_t* msg_;
   DType dtype_;
