@@ -8,6 +8,32 @@
 namespace zipcomm {
 namespace comm {
 
+namespace p2p_detail {
+/// The kernel arguments both ends share, from a launch's settings.
+template <class Args, class Launch>
+void fill_shared_args(Args& a, const FramePlan& plan, const FrameRingView& ring, const Launch& p, uint32_t tag,
+                      SideControl* control) {
+  a.plan = plan;
+  a.seq_base = p.seq_base;
+  a.frame_begin = p.frames.begin;
+  a.frame_end = p.frames.end;
+  a.ring = ring;
+  a.launch_tag = tag;
+  a.control = control;
+  a.timeout_ns = p.timeout_ns;
+  a.trace = p.extras.trace;
+  a.poison = p.extras.poison;
+  a.overflow_slots = p.extras.overflow_slots;
+  a.exps_budget = p.extras.exps_budget;
+}
+/// Blocks of a launch over frames [f0, f1): one warp per item, at most `cap` blocks.
+inline int launch_grid(const FramePlan& plan, uint64_t f0, uint64_t f1, int cap) {
+  const uint64_t items =
+      (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
+  return int(std::min<uint64_t>(uint64_t(cap), format::div_up(items, P2PPolicy::WARPS)));
+}
+}  // namespace p2p_detail
+
 template <DType D, class Code>
 cudaError_t P2PSender<D, Code>::init(int device, uint32_t slots, const PipelineShape& shape, int blocks) {
   if (!shape_valid(shape) || slots == 0) return cudaErrorInvalidValue;
@@ -44,31 +70,18 @@ cudaError_t P2PSender<D, Code>::launch(const FramePlan& plan, const void* in, co
   cudaError_t e = p2p_detail::side_words(state_.get(), nullptr, cleared_bytes(), stream);
   if (e != cudaSuccess || f0 >= f1) return e;
   SendArgs a;
-  a.plan = plan;
+  p2p_detail::fill_shared_args(a, plan, ring, p, next_tag(), control());
   a.in = in;
-  a.seq_base = p.seq_base;
-  a.frame_begin = f0;
-  a.frame_end = f1;
-  a.ring = ring;
   a.wait_credits = p.wait_credits;
-  a.launch_tag = next_tag();
   a.item_counter = state_.get<unsigned long long>(0);
   a.counters = state_.get<unsigned long long>(16 * 8);
   a.lookback = state_.get<uint64_t>(cleared_bytes());
   a.credit_seen = state_.get<uint64_t>(cleared_bytes() + size_t(slots_) * MAX_FRAME_ITEMS * 8);
   a.scratch = scratch_.get();
   a.scratch_bytes = scratch_bytes_;
-  a.control = control();
-  a.timeout_ns = p.timeout_ns;
-  a.trace = p.extras.trace;
-  a.poison = p.extras.poison;
-  a.overflow_slots = p.extras.overflow_slots;
-  a.exps_budget = p.extras.exps_budget;
   a.exps_need = state_.get<uint32_t>(need_offset());
   a.first_frame_planes_first = p.extras.first_frame_planes_first;
-  const uint64_t items =
-      (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
-  const int grid = int(std::min<uint64_t>(uint64_t(blocks_), format::div_up(items, P2PPolicy::WARPS)));
+  const int grid = p2p_detail::launch_grid(plan, f0, f1, blocks_);
   p2p_send_kernel<D, Code><<<grid, P2PPolicy::THREADS, smem_bytes(), stream>>>(a);
   return cudaGetLastError();
 }
@@ -126,15 +139,10 @@ cudaError_t P2PReceiver<D, Code>::launch_kernel(const FramePlan& plan, void* out
                                                 const RecvLaunch& p, cudaStream_t stream) {
   const uint64_t f0 = p.frames.begin, f1 = p.frames.end;
   RecvArgs a;
-  a.plan = plan;
+  p2p_detail::fill_shared_args(a, plan, ring, p, next_tag(), control());
   a.out = out;
-  a.seq_base = p.seq_base;
-  a.frame_begin = f0;
-  a.frame_end = f1;
-  a.ring = ring;
   a.wait_flags = p.wait_flags;
   a.give_credits = p.give_credits;
-  a.launch_tag = next_tag();
   a.item_counter = state_.get<unsigned long long>(16 * 8 * size_t(p.lane));
   a.frames_done = state_.get<unsigned long long>(16 * 8 * size_t(p.lane) + 8);
   a.counters = state_.get<unsigned long long>(16 * 8 * size_t(lanes_));
@@ -142,17 +150,8 @@ cudaError_t P2PReceiver<D, Code>::launch_kernel(const FramePlan& plan, void* out
   a.frame_status = state_.get<uint32_t>((16 * size_t(lanes_) + 3 * size_t(slots_)) * 8);
   a.done_word = p.done_word;
   a.done_value = p.done_value;
-  a.control = control();
-  a.timeout_ns = p.timeout_ns;
-  a.trace = p.extras.trace;
-  a.poison = p.extras.poison;
-  a.overflow_slots = p.extras.overflow_slots;
-  a.exps_budget = p.extras.exps_budget;
   a.item_trace = p.extras.item_trace;
-  const uint64_t items =
-      (f1 < plan.num_frames ? plan.frame(f1).first_item : plan.num_items) - plan.frame(f0).first_item;
-  const int cap = p.max_blocks > 0 ? std::min(p.max_blocks, blocks_) : blocks_;
-  const int grid = int(std::min<uint64_t>(uint64_t(cap), format::div_up(items, P2PPolicy::WARPS)));
+  const int grid = p2p_detail::launch_grid(plan, f0, f1, p.max_blocks > 0 ? std::min(p.max_blocks, blocks_) : blocks_);
   p2p_recv_kernel<D, Code><<<grid, P2PPolicy::THREADS, smem_bytes(), stream>>>(a);
   return cudaGetLastError();
 }
