@@ -2,7 +2,7 @@
 # One run on a GPU machine: build, run every test (GPU ones included), the stress run (full and p2p modes),
 # compute-sanitizer on the GPU tests, then the benchmarks. Logs go to $OUT. Needs
 # Catch2 carried in .deps/.
-# Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p|codec|quant|python|decode-variants]
+# Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p|codec|quant|python]
 # (full: everything; quick: no sanitizers, 64 MiB benches; nosan: no sanitizers, full-size benches; san: build
 # and the sanitizers only, for a second run;
 # p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples, a short stress run and bench_p2p (stream mode
@@ -12,27 +12,18 @@
 # quantization tier: the [quant] GPU tests, memcheck on them, and bench_quant; python: the Python package built
 # with the GPU codec against the machine's python3 and its packages, its tests (GPU ones included: codec streams,
 # WeightSync, the DDP hook on NCCL, the quantization tier), examples/python/weight_sync.py and
-# bench/bench_weight_sync.py; decode-variants: the
-# decoder's word-access variants (ZIPCOMM_DECODE_STAGING 1, 2) in build-gpu-decode: each variant's device codec GPU
-# tests, then zipcomm_bench and its variants (same flags, default first; bench*.json, compared in
-# decode_variants.txt)). Env:
+# bench/bench_weight_sync.py). Env:
 # ZIPCOMM_BENCHES (subset), ZIPCOMM_BENCH_ARGS (more zipcomm_bench flags, e.g. --sms 16), ZIPCOMM_P2P_ARGS,
 # ZIPCOMM_P2P_TIMEOUT (s, 300), ZIPCOMM_P2P_DATA (folder with llama_grads.bf16 for bench_p2p; tests/data),
 # ZIPCOMM_P2P_ARGS2 (a second bench_p2p run after the first, e.g. on other data: its output goes to bench_p2p2.*),
 # ZIPCOMM_P2P_BATCH (bench_p2p --batch cases, 16x64,4x256,64x16; its JSON travels in the logs' archive),
-# ZIPCOMM_STRESS_SECONDS (seconds of transfers under load in scripts/stress.sh: 60 in full mode, 30 in p2p mode),
-# decode-variants only: ZIPCOMM_DECODE_ROUNDS (the benches' sequence run this many times, 1), ZIPCOMM_DECODE_SAN=1
-# (memcheck on each variant's tests but [large], racecheck on variant 2's), ZIPCOMM_DECODE_PROFILE=1 (ncu on each
-# bench's decompress_kernel, scripts/profile-codec.sh), ZIPCOMM_DECODE_BUDGET_S (seconds for the whole mode, 530)
+# ZIPCOMM_STRESS_SECONDS (seconds of transfers under load in scripts/stress.sh: 60 in full mode, 30 in p2p mode)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/zipcomm-out}
 mkdir -p "$OUT"
 MODE=${1:-full}
 BUILD=build-gpu-check
-# Variants: their own build folder, so that the option and nvCOMP off do not stay in the other modes' cache.
-DECODE_VARIANTS="1 2"
-[ "$MODE" = decode-variants ] && BUILD=build-gpu-decode
 export NCCL_NVLS_ENABLE=0
 log() { echo "=== $* ===" | tee -a "$OUT/summary.txt"; }
 { nvidia-smi; nvidia-smi topo -m; nvcc --version; git log -1 --oneline 2>/dev/null; } > "$OUT/machine.txt" 2>&1
@@ -61,27 +52,16 @@ if [ "$MODE" = python ]; then
 fi
 
 t0=$(date +%s)
-# decode-variants: each step's timeout is also cut to what is left of ZIPCOMM_DECODE_BUDGET_S (530) since t0, so that
-# one device call (600 s) still ends with the comparison and the archive; a step with under 20 s left is skipped.
-budget() { local left=$(( t0 + ${ZIPCOMM_DECODE_BUDGET_S:-530} - $(date +%s) )); echo $(( left < $1 ? left : $1 )); }
-MODE_CMAKE_ARGS=""
-[ "$MODE" = decode-variants ] && MODE_CMAKE_ARGS="-DZIPCOMM_BENCH_DECODE_VARIANTS=ON -DZIPCOMM_BENCH_NVCOMP=OFF"
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DZIPCOMM_BUILD_FUZZ=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Catch2=ON $MODE_CMAKE_ARGS ${ZIPCOMM_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
+  -DZIPCOMM_BUILD_FUZZ=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Catch2=ON ${ZIPCOMM_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
 # -k 0: a target that fails to build is reported, and everything else still builds and runs.
 TARGETS=()
 [ "$MODE" = p2p ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_p2p zipcomm_p2p_pipeline zipcomm_rl_weight_sync zipcomm_probe_split zipcomm_probe_concurrent zipcomm_probe_copy_engines zipcomm_stress_links zipcomm_stress_load)
 [ "$MODE" = codec ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench zipcomm_bench_fused zipcomm_bench_ring zipcomm_bench_quant)
 [ "$MODE" = quant ] && TARGETS=(--target zipcomm_gpu_tests zipcomm_bench_quant)
-REQUIRED=$BUILD/tests/gpu/zipcomm_gpu_tests
-if [ "$MODE" = decode-variants ]; then
-  TARGETS=(--target zipcomm_bench)
-  for v in $DECODE_VARIANTS; do TARGETS+=(zipcomm_bench_decode_v$v zipcomm_gpu_tests_decode_v$v); done
-  REQUIRED=$BUILD/bench/zipcomm_bench
-fi
 if ! cmake --build $BUILD -j"$(nproc)" "${TARGETS[@]}" -- -k 0 > "$OUT/build.log" 2>&1; then
   log "build had FAILURES (the rest runs)"; grep -E "error|FAILED" "$OUT/build.log" | head -40
-  [ -x "$REQUIRED" ] || exit 1
+  [ -x $BUILD/tests/gpu/zipcomm_gpu_tests ] || exit 1
 fi
 log "build ok in $(( $(date +%s) - t0 )) s"
 
@@ -105,26 +85,6 @@ elif [ "$MODE" = quant ]; then
   timeout 400 compute-sanitizer --tool memcheck --error-exitcode 99 $GPU_TESTS "[quant]~[large]~[configs]" > "$OUT/memcheck.log" 2>&1
   log "memcheck rc=$?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
   ZIPCOMM_BENCHES=quant
-elif [ "$MODE" = decode-variants ]; then
-  # Only the tests that run device::decompress (tests/gpu/test_device_codec.cu), [large] included: with more
-  # chunks than warps, each warp's staging buffer is reused.
-  for v in $DECODE_VARIANTS; do
-    T=$BUILD/tests/gpu/zipcomm_gpu_tests_decode_v$v
-    [ "$(budget 150)" -lt 20 ] && { log "decode v$v tests skipped: out of time"; continue; }
-    timeout "$(budget 150)" $T --durations yes > "$OUT/gpu_tests_decode_v$v.log" 2>&1
-    log "gpu tests (device codec) decode v$v rc=$?: $(tail -3 "$OUT/gpu_tests_decode_v$v.log" | tr '\n' ' ')"
-    if [ "${ZIPCOMM_DECODE_SAN:-0}" = 1 ] && [ "$(budget 200)" -ge 20 ]; then
-      timeout "$(budget 200)" compute-sanitizer --tool memcheck --error-exitcode 99 $T "~[large]" > "$OUT/memcheck_decode_v$v.log" 2>&1
-      log "memcheck decode v$v rc=$?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_decode_v$v.log" | tail -1)"
-    fi
-  done
-  if [ "${ZIPCOMM_DECODE_SAN:-0}" = 1 ] && [ "$(budget 200)" -ge 20 ]; then
-    timeout "$(budget 200)" compute-sanitizer --tool racecheck --error-exitcode 99 $BUILD/tests/gpu/zipcomm_gpu_tests_decode_v2 \
-      "real training tensors" > "$OUT/racecheck_decode_v2.log" 2>&1
-    log "racecheck decode v2 rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_decode_v2.log" | tail -1)"
-  fi
-  log "decode-variants tests done at $(( $(date +%s) - t0 )) s"
-  ZIPCOMM_BENCHES=decode
 elif [ "$MODE" != san ]; then
 # GPU tests one at a time: some run sender and receiver kernels side by side and need the GPU to themselves.
 ctest --test-dir $BUILD --output-on-failure -j4 -LE gpu > "$OUT/ctest.log" 2>&1
@@ -149,12 +109,12 @@ if [ "$MODE" = full ] || [ "$MODE" = p2p ]; then
 fi
 
 # Which host calls wait for a kernel that never ends (the links' transfers must not): exit 1 if one of the links' does.
-if [ "$MODE" != san ] && [ "$MODE" != decode-variants ] && [ -x $BUILD/bench/zipcomm_probe_concurrent ]; then
+if [ "$MODE" != san ] && [ -x $BUILD/bench/zipcomm_probe_concurrent ]; then
   timeout 120 $BUILD/bench/zipcomm_probe_concurrent > "$OUT/probe_concurrent.txt" 2>&1
   log "probe_concurrent rc=$?: $(tail -1 "$OUT/probe_concurrent.txt")"
 fi
 # What slows stream mode's frame copies (pinned flags and footprint, stream memory operations, SM pollers).
-if [ "$MODE" != san ] && [ "$MODE" != decode-variants ] && [ -x $BUILD/bench/zipcomm_probe_copy_engines ]; then
+if [ "$MODE" != san ] && [ -x $BUILD/bench/zipcomm_probe_copy_engines ]; then
   timeout 90 $BUILD/bench/zipcomm_probe_copy_engines > "$OUT/probe_copy_engines.txt" 2>&1
   log "probe_copy_engines rc=$?"; tee -a "$OUT/summary.txt" < "$OUT/probe_copy_engines.txt"
 fi
@@ -171,35 +131,6 @@ MIB=256
 BENCHES=${ZIPCOMM_BENCHES:-codec p2p fused ring quant}  # a subset runs faster
 [ "$MODE" = san ] && BENCHES=""
 want() { [[ " $BENCHES " == *" $1 "* ]]; }
-# Decoder variants: zipcomm_bench first, then each variant, same flags; ZIPCOMM_DECODE_ROUNDS repeats the sequence
-# (later rounds' JSON goes into the archive). decode_variants.txt: device decode against the default.
-ARCHIVE_EXTRA=""
-if want decode; then
-  COMPARE=()
-  for r in $(seq 1 "${ZIPCOMM_DECODE_ROUNDS:-1}"); do
-    for v in 0 $DECODE_VARIANTS; do
-      B=$BUILD/bench/zipcomm_bench; NAME=bench; [ "$v" != 0 ] && { B=${B}_decode_v$v; NAME=bench_decode_v$v; }
-      [ "$r" != 1 ] && NAME=${NAME}_r$r
-      [ "$(budget 240)" -lt 20 ] && { log "$NAME skipped: out of time"; continue; }
-      timeout "$(budget 240)" $B --data tests/data --mib $MIB --reps 20 ${ZIPCOMM_BENCH_ARGS:-} --json "$OUT/$NAME.json" > "$OUT/$NAME.txt" 2>&1
-      log "$NAME rc=$? at $(( $(date +%s) - t0 )) s"
-      [ "$r" != 1 ] && [ -f "$OUT/$NAME.json" ] && ARCHIVE_EXTRA="$ARCHIVE_EXTRA $NAME.json"
-      L=v$v; [ "$r" != 1 ] && L=$L.r$r
-      COMPARE+=("$L=$OUT/$NAME.json")
-    done
-  done
-  python3 bench/compare_decode.py "${COMPARE[@]}" > "$OUT/decode_variants.txt" 2>&1
-  log "compare_decode rc=$?"; grep -E 'geomean' "$OUT/decode_variants.txt" | tee -a "$OUT/summary.txt"
-  if [ "${ZIPCOMM_DECODE_PROFILE:-0}" = 1 ]; then
-    for v in 0 $DECODE_VARIANTS; do
-      B=zipcomm_bench; [ "$v" != 0 ] && B=${B}_decode_v$v
-      [ "$(budget 120)" -lt 20 ] && { log "profile decode v$v skipped: out of time"; continue; }
-      ZIPCOMM_PROFILE_BENCH=$B ZIPCOMM_PROFILE_KERNELS=decompress_kernel ZIPCOMM_PROFILE_TAG=_v$v \
-        timeout "$(budget 120)" bash scripts/profile-codec.sh $BUILD >> "$OUT/profile_decode.log" 2>&1
-      log "profile decode v$v rc=$?"
-    done
-  fi
-fi
 if want codec; then
   $BUILD/bench/zipcomm_bench --data tests/data --mib $MIB --reps 20 ${ZIPCOMM_BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
   log "bench rc=$?"
@@ -239,7 +170,6 @@ fi
 cat "$OUT"/bench*.txt "$OUT"/probe*.txt 2>/dev/null
 # $OUT is kept to at most 8 files: logs travel in one archive (bench_quant.json too, except in quant mode).
 QUANT_JSON=""; [ "$MODE" != quant ] && QUANT_JSON=$(ls "$OUT"/bench_quant.json 2>/dev/null | xargs -r -n1 basename)
-( cd "$OUT" && tar czf all-logs.tgz *.log *.txt $(ls bench_p2p_batch.json 2>/dev/null) $QUANT_JSON $ARCHIVE_EXTRA 2>/dev/null &&
-  rm -f *.log bench*.txt machine.txt bench_p2p_batch.json $QUANT_JSON $ARCHIVE_EXTRA ncu_*.txt )
-cat "$OUT/decode_variants.txt" 2>/dev/null
+( cd "$OUT" && tar czf all-logs.tgz *.log *.txt $(ls bench_p2p_batch.json 2>/dev/null) $QUANT_JSON 2>/dev/null &&
+  rm -f *.log bench*.txt machine.txt bench_p2p_batch.json $QUANT_JSON ncu_*.txt )
 cat "$OUT/summary.txt" 2>/dev/null

@@ -4,7 +4,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -26,24 +25,6 @@ struct ChunkForward {
   uint8_t* chunk = nullptr;
   Planes planes{nullptr, nullptr, nullptr, false};
 };
-
-/// How a decoder's lanes read their words. Only decompress_kernel picks other than direct (its policy).
-enum class WordAccess : uint8_t {
-  direct,    // each lane loads its own words from global memory, one refill ahead
-  prefetch,  // direct, after the warp prefetched the chunk's word region into L1 at Begin
-  staged,    // the warp copies the chunk's word region into its TempStorage at Begin; lanes read it there
-};
-
-namespace detail {
-// A staged decoder's shared-window addresses: its warp's word buffer, this lane's words in it. Other decoders
-// hold none (an empty base adds no member, so their code is what it was before staging existed).
-template <bool STAGED>
-struct StageAddress {};
-template <>
-struct StageAddress<true> {
-  uint32_t stage_ = 0, lane_stage_ = 0;
-};
-}  // namespace detail
 
 /// \brief Decodes one chunk; all 32 lanes of the warp call every member together.
 ///
@@ -72,31 +53,14 @@ struct StageAddress<true> {
 /// was found (then with unspecified values), so the warp stays converged. Begin(..., forward) also copies the
 /// chunk's exponent stream and its share of the planes unchanged to `forward` (decode + forward), with
 /// 16-byte vectors; DRAM sees those bytes once, the decoder's own reads of them hit L1/L2.
-///
-/// WordAccess::staged takes a TempStorage (shared memory, one per warp, 8 KB) for the chunk's words; the
-/// other accesses take none (TempStorage is empty and TEMP_STORAGE_BYTES 0).
-template <DType D, class Code = thread::PairCode, WordAccess A = WordAccess::direct>
-class WarpChunkDecoder : private detail::StageAddress<A == WordAccess::staged> {
+template <DType D, class Code = thread::PairCode>
+class WarpChunkDecoder {
   using FB = thread::FloatBits<D>;
   static constexpr uint32_t EXP_BITS = FB::EXP_BITS;
-  struct StagedWords {
-    alignas(16) uint32_t words[format::CODED_WORD_LIMIT];  // a coded chunk's words: at most 32 x 64
-  };
-  struct NoStorage {};
 
  public:
-  using TempStorage = std::conditional_t<A == WordAccess::staged, StagedWords, NoStorage>;
-  static constexpr size_t TEMP_STORAGE_BYTES = A == WordAccess::staged ? sizeof(StagedWords) : 0;
-
   ZIPCOMM_DEVICE explicit WarpChunkDecoder(const PairDecodeTable& table)
-      : table_(static_cast<uint32_t>(__cvta_generic_to_shared(&table))) {
-    static_assert(A != WordAccess::staged, "a staged decoder takes its TempStorage");
-  }
-  /// `temp` is the warp's own (staged); the other accesses ignore it.
-  ZIPCOMM_DEVICE WarpChunkDecoder(const PairDecodeTable& table, TempStorage& temp)
-      : table_(static_cast<uint32_t>(__cvta_generic_to_shared(&table))) {
-    if constexpr (A == WordAccess::staged) this->stage_ = static_cast<uint32_t>(__cvta_generic_to_shared(&temp));
-  }
+      : table_(static_cast<uint32_t>(__cvta_generic_to_shared(&table))) {}
 
   template <class Sink>
   ZIPCOMM_DEVICE Status Decode(const uint8_t* stream, uint32_t bytes, uint32_t elems, uint64_t first_tile,
@@ -172,10 +136,6 @@ class WarpChunkDecoder : private detail::StageAddress<A == WordAccess::staged> {
           count_ = 0;
         } else {
           words_ = reinterpret_cast<const uint32_t*>(stream + hdr) + start;
-          // The word region [hdr, bytes): 16-byte aligned (stream is, hdr and bytes are ALIGN multiples),
-          // at most 8 KB (the counts passed).
-          if constexpr (A == WordAccess::prefetch) PrefetchWords(stream + hdr, bytes - hdr);
-          if constexpr (A == WordAccess::staged) StageWords(stream + hdr, bytes - hdr, start);
           ahead_ = Load(0);
           // Zero: the fraction byte's unused bits, the header's padding and the padding after the streams.
           if (tiles_ % 4 && lane == 0) bad_ |= (stream[tiles_ + tiles_ / 4] >> (2 * (tiles_ % 4))) != 0;
@@ -298,39 +258,7 @@ class WarpChunkDecoder : private detail::StageAddress<A == WordAccess::staged> {
   }
 
   // Word k of the lane's stream; zeros past its end (Finish() rejects a stream whose codewords run into them).
-  ZIPCOMM_DEVICE uint32_t Load(uint32_t k) const {
-    if constexpr (A == WordAccess::staged) {
-      uint32_t w = 0;
-      if (k < count_) asm volatile("ld.shared.u32 %0, [%1];" : "=r"(w) : "r"(this->lane_stage_ + 4 * k));
-      return w;
-    } else {
-      return k < count_ ? __ldg(words_ + k) : 0u;
-    }
-  }
-
-  // WordAccess::prefetch: each 128-byte line of [region, region + len) into L1, lane i taking lines i,
-  // i + 32, ...; every address inside the region.
-  ZIPCOMM_DEVICE static void PrefetchWords(const uint8_t* region, uint32_t len) {
-    const uint64_t at = __cvta_generic_to_global(region), first = at / 128, last = (at + len - 1) / 128;
-    for (uint64_t line = first + lane_id(); len != 0 && line <= last; line += 32) {
-      const uint64_t a = line == first ? at : line * 128;
-      asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
-    }
-  }
-
-  // WordAccess::staged: [region, region + len) (16-byte aligned, len a multiple of 16, <= 8 KB) into the
-  // warp's buffer with 16-byte cp.async (L2 only), then the lane's words start at word `start` there.
-  ZIPCOMM_DEVICE void StageWords(const uint8_t* region, uint32_t len, uint32_t start) {
-    static_assert(sizeof(StagedWords) == 4 * format::CODED_WORD_LIMIT && sizeof(StagedWords) % 16 == 0, "");
-    const uint64_t src = __cvta_generic_to_global(region);
-    __syncwarp();  // no lane still reads the previous chunk's words
-    for (uint32_t i = lane_id(); i < len / 16; i += 32)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(this->stage_ + 16 * i), "l"(src + 16 * i)
-                   : "memory");
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncwarp();  // every lane's copies are visible to the warp
-    this->lane_stage_ = this->stage_ + 4 * start;
-  }
+  ZIPCOMM_DEVICE uint32_t Load(uint32_t k) const { return k < count_ ? __ldg(words_ + k) : 0u; }
 
   // Keeps at least 32 bits buffered: the lane's next word joins the buffer when fewer are held. Each word is
   // loaded one refill ahead of its use (about a tile and a half of work); no register copies one in flight,

@@ -40,23 +40,6 @@ struct DecodePolicy {
   static constexpr int THREADS = WARPS * 32;
 };
 
-// How decompress_kernel's lanes read their words, an experiment (scripts/gpu-check.sh decode-variants):
-//   0: each lane loads its words from global memory, one refill ahead (the default)
-//   1: as 0, after the warp prefetched each coded chunk's word region into L1 (prefetch.global.L1)
-//   2: the warp copies each coded chunk's word region into 8 KB of shared memory of its own; lanes read it there
-#ifndef ZIPCOMM_DECODE_STAGING
-#define ZIPCOMM_DECODE_STAGING 0
-#endif
-static_assert(ZIPCOMM_DECODE_STAGING >= 0 && ZIPCOMM_DECODE_STAGING <= 2, "ZIPCOMM_DECODE_STAGING: 0, 1 or 2");
-/// decompress_kernel's: DecodePolicy's warps, and the word access above. Staged: the 64 KB table and 16 x 8 KB
-/// of words leave room for one block per SM.
-struct DecompressPolicy : DecodePolicy {
-  static constexpr warp::WordAccess ACCESS = ZIPCOMM_DECODE_STAGING == 1   ? warp::WordAccess::prefetch
-                                             : ZIPCOMM_DECODE_STAGING == 2 ? warp::WordAccess::staged
-                                                                           : warp::WordAccess::direct;
-  static constexpr int MIN_BLOCKS = ACCESS == warp::WordAccess::staged ? 1 : 2;
-};
-
 /// Shared memory of a kernel whose warps encode: one table, lane words per warp.
 template <DType D, class Code, int WARPS>
 struct EncodeSmem {
@@ -278,23 +261,12 @@ struct HeaderOnly {
 };
 
 template <DType D, class Code>
-using DecompressDecoder = warp::WarpChunkDecoder<D, Code, DecompressPolicy::ACCESS>;
-/// decompress_kernel's dynamic shared memory: the table, then each warp's TempStorage (staged only).
-template <DType D, class Code>
-constexpr size_t decompress_smem_bytes() {
-  return sizeof(warp::PairDecodeTable) + DecompressPolicy::WARPS * DecompressDecoder<D, Code>::TEMP_STORAGE_BYTES;
-}
-
-template <DType D, class Code>
-__global__ void __launch_bounds__(DecompressPolicy::THREADS, DecompressPolicy::MIN_BLOCKS)
-    decompress_kernel(DecompressArgs args) {
-  using Dec = DecompressDecoder<D, Code>;
+__global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_kernel(DecompressArgs args) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& table = *reinterpret_cast<warp::PairDecodeTable*>(smem_raw);
-  auto* words = reinterpret_cast<typename Dec::TempStorage*>(smem_raw + sizeof(warp::PairDecodeTable));
   auto cta = cooperative_groups::this_thread_block();
   warp::LoadPairTable(table, cta);
-  Dec dec(table, words[threadIdx.x / 32]);
+  warp::WarpChunkDecoder<D, Code> dec(table);
   const bool vector = warp::aligned16(args.out);
   auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
     const uint64_t first_tile = c * format::CHUNK_TILES;
@@ -443,10 +415,9 @@ cudaError_t launch_decompress(void* d_temp, size_t& temp_bytes, const void* d_in
   if (e != cudaSuccess) return e;
   DecompressArgs args{static_cast<const uint8_t*>(d_in), in_bytes,  d_out,
                       out_capacity_elems,                d_status, static_cast<unsigned long long*>(d_temp)};
-  const size_t smem = decompress_smem_bytes<D, Code>();
+  const size_t smem = sizeof(warp::PairDecodeTable);
   // The element count lives in the header on the device: size the grid for the whole GPU.
-  return launch_persistent(decompress_kernel<D, Code>, DecompressPolicy::THREADS, smem, uint64_t(1) << 40, stream,
-                           args);
+  return launch_persistent(decompress_kernel<D, Code>, DecodePolicy::THREADS, smem, uint64_t(1) << 40, stream, args);
 }
 
 }  // namespace detail
