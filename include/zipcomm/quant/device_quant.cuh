@@ -14,6 +14,7 @@
 #include "../config.hpp"
 #include "../format.hpp"
 #include "quant_format.hpp"
+#include "warp_group_dequantizer.cuh"
 #include "warp_group_quantizer.cuh"
 
 namespace zipcomm {
