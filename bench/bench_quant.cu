@@ -76,8 +76,9 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   d_status = reinterpret_cast<Status*>(d_bytes + 1);
   CK(cudaMemcpy(d_in, host.data(), B, cudaMemcpyHostToDevice));
   const double gbs_per_ms = double(B) / 1e6;  // GB/s = B / ms / 1e6
-  auto roof_pct = [&](double ratio, double ms) {
-    return 100.0 * (gbs_per_ms / ms) / (copy_tbps * 1e3 / (1.0 + ratio));
+  // moved: bytes the step reads and writes per tensor byte beyond the message (1: a tensor written or read)
+  auto roof_pct = [&](double ratio, double ms, double moved = 1.0) {
+    return 100.0 * (gbs_per_ms / ms) / (copy_tbps * 1e3 / (moved + ratio));
   };
 
   for (QuantMode mode : {QuantMode::asymmetric, QuantMode::symmetric})
@@ -120,6 +121,31 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
                         roof_pct(ratio, q_ms)});
         rows.push_back({name, "dequantize " + config, m, bits, group, ratio, gbs_per_ms / dq_ms, dq_ms,
                         roof_pct(ratio, dq_ms)});
+        if (mode != QuantMode::asymmetric || bits != 6 || group != 128) continue;
+        // The receive side's fused steps on this choice: + reduce (sum into the tensor itself as the local
+        // operand: reads it and the message, writes the result) and + forward (the message copied on too).
+        const double r_ms = bench::median_ms(reps, [&] {
+          CK(quant::device::dequantize_reduce(d_msg, l.total_bytes, D, d_in, d_back, n, ReduceOp::sum(), d_status));
+        });
+        std::vector<uint8_t> ref_sum(period * eb);
+        if (device_status(d_status) != Status::ok ||
+            zipcomm::host::reduce(D, ReduceOp::sum(), ref_back.data(), head.data(), ref_sum.data(), period) !=
+                Status::ok ||
+            download(d_back, period * eb) != ref_sum)
+          fail(name + " " + config + ": dequantize + reduce differs from the host reference");
+        uint8_t* d_fwd = nullptr;
+        CK(cudaMalloc(&d_fwd, l.total_bytes));
+        const double f_ms = bench::median_ms(reps, [&] {
+          CK(quant::device::dequantize_forward(d_msg, l.total_bytes, D, d_back, B, d_fwd, l.total_bytes, d_status));
+        });
+        if (device_status(d_status) != Status::ok || download(d_fwd, l.total_bytes) != download(d_msg, l.total_bytes) ||
+            download(d_back, period * eb) != ref_back)
+          fail(name + " " + config + ": dequantize + forward differs from the host reference");
+        CK(cudaFree(d_fwd));
+        rows.push_back({name, "dequantize + reduce " + config, m, bits, group, ratio, gbs_per_ms / r_ms, r_ms,
+                        roof_pct(ratio, r_ms, 2.0)});
+        rows.push_back({name, "dequantize + forward " + config, m, bits, group, ratio, gbs_per_ms / f_ms, f_ms,
+                        roof_pct(2.0 * ratio, f_ms)});
       }
 
   // The lossless codec on the same tensor.
@@ -176,7 +202,7 @@ int main(int argc, char** argv) {
     if (r.bits && r.roof_pct < min_roof) min_roof = r.roof_pct, slowest = &r;
   }
   std::printf("\nGB/s counts uncompressed bf16 bytes; ratio = message bytes / tensor bytes; %%roof = GB/s over copy "
-              "TB/s (read + write) / (1 + ratio).\nEvery device message and reconstruction was checked against the "
+              "TB/s (read + write) / (1 + ratio) (+ reduce: 2 + ratio; + forward: 1 + 2 ratio).\nEvery device message and reconstruction was checked against the "
               "host reference on the sample's period.\n");
   if (slowest)
     std::printf("slowest quantization row: %.1f%% of the roofline (%s, %s); target >= 80%%\n", min_roof,

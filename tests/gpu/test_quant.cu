@@ -395,6 +395,79 @@ TEST_CASE("quant: corrupt and truncated messages give the host reference's statu
   REQUIRE(device_dequantize(lossless, DType::bf16, raw.size()).status == Status::bad_header);
 }
 
+TEST_CASE("quant: dequantize + reduce and dequantize + forward equal the host reference's fused steps",
+          "[gpu][quant]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const ReduceOp ops[] = {ReduceOp::sum(), ReduceOp::avg(4), ReduceOp::min(), ReduceOp::prod()};
+  for (DType d : kDTypes) {
+    // whole tiles (the warp-contiguous path) and a ragged last tile; local and out aligned or not
+    for (uint64_t n : {uint64_t(1) << 14, uint64_t(1 + rng() % 40000)}) {
+      for (size_t offset : {size_t(0), size_t(2 * format::elem_bytes(d))}) {
+        CAPTURE(dtype_name(d), n, offset);
+        const std::vector<uint8_t> raw = quant_data(d, n, rng), local = quant_data(d, n, rng);
+        const QuantMode mode = kModes[rng() % 2];
+        const std::vector<uint8_t> msg = host_quantize_ok(raw, d, mode, 2 + rng() % 7, kGroups[rng() % 3]);
+        const uint64_t bytes = n * format::elem_bytes(d);
+        DeviceBuffer in(msg.size()), loc(bytes + offset + 16), dst(bytes + offset + 2 * kGuard),
+            fwd(msg.size() + kGuard), meta(16);
+        CUDA_OK(cudaMemcpy(in.ptr, msg.data(), msg.size(), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(loc.as(offset), local.data(), bytes, cudaMemcpyHostToDevice));
+        for (const ReduceOp& op : ops) {
+          CAPTURE(reduce_op_name(op.id));
+          std::vector<uint8_t> want(bytes);
+          REQUIRE(quant::host::dequantize_reduce(msg.data(), msg.size(), d, local.data(), want.data(), n, op) ==
+                  Status::ok);
+          CUDA_OK(cudaMemset(dst.ptr, kGuardByte, dst.bytes));
+          CUDA_OK(quant::device::dequantize_reduce(in.ptr, msg.size(), d, loc.as(offset), dst.as(kGuard + offset), n,
+                                                   op, meta.as<Status>()));
+          std::vector<uint8_t> all(dst.bytes);
+          CUDA_OK(cudaMemcpy(all.data(), dst.ptr, dst.bytes, cudaMemcpyDeviceToHost));
+          Status st;
+          CUDA_OK(cudaMemcpy(&st, meta.ptr, sizeof st, cudaMemcpyDeviceToHost));
+          REQUIRE(st == Status::ok);
+          require_same_bytes(std::vector<uint8_t>(all.begin() + kGuard + offset, all.begin() + kGuard + offset + bytes),
+                             want, "dequantize + reduce");
+          REQUIRE(all[kGuard + offset - 1] == kGuardByte);
+          REQUIRE(all[kGuard + offset + bytes] == kGuardByte);
+        }
+        // another element count: size_mismatch, nothing written
+        CUDA_OK(cudaMemset(dst.ptr, kGuardByte, dst.bytes));
+        CUDA_OK(quant::device::dequantize_reduce(in.ptr, msg.size(), d, loc.as(offset), dst.as(kGuard + offset), n + 1,
+                                                 ReduceOp::sum(), meta.as<Status>()));
+        Status st;
+        CUDA_OK(cudaMemcpy(&st, meta.ptr, sizeof st, cudaMemcpyDeviceToHost));
+        REQUIRE(st == Status::size_mismatch);
+        std::vector<uint8_t> all(dst.bytes);
+        CUDA_OK(cudaMemcpy(all.data(), dst.ptr, dst.bytes, cudaMemcpyDeviceToHost));
+        REQUIRE(std::all_of(all.begin(), all.end(), [](uint8_t b) { return b == kGuardByte; }));
+        // forward: dequantize()'s elements, the message byte for byte; a short forward buffer is refused
+        std::vector<uint8_t> want(bytes), fwd_want(msg.size());
+        REQUIRE(quant::host::dequantize_forward(msg.data(), msg.size(), want.data(), bytes, d, fwd_want.data(),
+                                                fwd_want.size()) == Status::ok);
+        CUDA_OK(cudaMemset(fwd.ptr, kGuardByte, fwd.bytes));
+        CUDA_OK(quant::device::dequantize_forward(in.ptr, msg.size(), d, dst.as(kGuard + offset), bytes, fwd.ptr,
+                                                  msg.size() - 1, meta.as<Status>()));
+        CUDA_OK(cudaMemcpy(&st, meta.ptr, sizeof st, cudaMemcpyDeviceToHost));
+        REQUIRE(st == Status::buffer_too_small);
+        CUDA_OK(quant::device::dequantize_forward(in.ptr, msg.size(), d, dst.as(kGuard + offset), bytes, fwd.ptr,
+                                                  fwd.bytes, meta.as<Status>()));
+        CUDA_OK(cudaMemcpy(&st, meta.ptr, sizeof st, cudaMemcpyDeviceToHost));
+        REQUIRE(st == Status::ok);
+        CUDA_OK(cudaMemcpy(all.data(), dst.ptr, dst.bytes, cudaMemcpyDeviceToHost));
+        require_same_bytes(std::vector<uint8_t>(all.begin() + kGuard + offset, all.begin() + kGuard + offset + bytes),
+                           want, "dequantize + forward (elements)");
+        std::vector<uint8_t> fwd_got(fwd.bytes);
+        CUDA_OK(cudaMemcpy(fwd_got.data(), fwd.ptr, fwd.bytes, cudaMemcpyDeviceToHost));
+        require_same_bytes(std::vector<uint8_t>(fwd_got.begin(), fwd_got.begin() + msg.size()), fwd_want,
+                           "dequantize + forward (message)");
+        REQUIRE(fwd_got[msg.size()] == kGuardByte);
+      }
+    }
+  }
+}
+
 TEST_CASE("quant: argument errors give a status and cudaErrorInvalidValue", "[gpu][quant]") {
   const uint64_t n = 1000;
   DeviceBuffer in(4 * n), out(quant::max_quantized_bytes(QuantMode::asymmetric, 8, 32, n) + 32), meta(16);

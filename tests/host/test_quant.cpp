@@ -763,3 +763,62 @@ TEST_CASE("quant: EAR is exactly 1 for identical inputs, symmetric, between 0 an
   REQUIRE(std::isnan(ear(p3, p3, 0, 2)));
   REQUIRE(std::isnan(ear_row(p3, p3, 0)));
 }
+
+TEST_CASE("quant: dequantize + reduce and dequantize + forward are the unfused steps; errors write nothing",
+          "[quant]") {
+  ZT_RNG("quant fused");
+  for (DType d : {DType::bf16, DType::fp16, DType::fp32}) {
+    CAPTURE(zipcomm::dtype_name(d));
+    const uint64_t n = 1 + rng() % 5000;
+    const zt::Tensor t = quant_data(d, n, rng), local = quant_data(d, n, rng);
+    const uint64_t size = quant::max_quantized_bytes(QuantMode::asymmetric, 5, 64, n);
+    std::vector<uint8_t> msg(size);
+    uint64_t written = 0;
+    REQUIRE(quant::host::quantize(d, QuantMode::asymmetric, 5, 64, t.bytes.data(), n, msg.data(), size, &written) ==
+            Status::ok);
+    zt::Tensor x(d, n);
+    REQUIRE(quant::host::dequantize(msg.data(), size, x.bytes.data(), x.bytes.size()) == Status::ok);
+    // sum, restated: the reconstruction and the local element widened to fp32, added once, narrowed (RNE)
+    zt::Tensor out(d, n);
+    REQUIRE(quant::host::dequantize_reduce(msg.data(), size, d, local.bytes.data(), out.bytes.data(), n,
+                                           ReduceOp::sum()) == Status::ok);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint32_t want = narrow(d, f_add(elem_f32(d, x.get(i)), elem_f32(d, local.get(i))));
+      if (out.get(i) != want) FAIL("element " << i << ": " << out.get(i) << " != " << want);
+    }
+    // max: one of the operands, the larger
+    REQUIRE(quant::host::dequantize_reduce(msg.data(), size, d, local.bytes.data(), out.bytes.data(), n,
+                                           ReduceOp::max()) == Status::ok);
+    for (uint64_t i = 0; i < n; ++i) {
+      const float a = elem_f32(d, x.get(i)), b = elem_f32(d, local.get(i));
+      REQUIRE(elem_f32(d, out.get(i)) == std::max(a, b));
+    }
+    // in place (dst == local)
+    zt::Tensor acc = local;
+    REQUIRE(quant::host::dequantize_reduce(msg.data(), size, d, acc.bytes.data(), acc.bytes.data(), n,
+                                           ReduceOp::sum()) == Status::ok);
+    REQUIRE(quant::host::dequantize_reduce(msg.data(), size, d, local.bytes.data(), out.bytes.data(), n,
+                                           ReduceOp::sum()) == Status::ok);
+    REQUIRE(acc.bytes == out.bytes);
+    // another element count, a bad operator, a truncated message: refused, nothing written
+    std::fill(out.bytes.begin(), out.bytes.end(), uint8_t(0xEE));
+    const auto untouched = [&] { return std::all_of(out.bytes.begin(), out.bytes.end(), [](uint8_t b) { return b == 0xEE; }); };
+    REQUIRE(quant::host::dequantize_reduce(msg.data(), size, d, local.bytes.data(), out.bytes.data(), n - 1,
+                                           ReduceOp::sum()) == Status::size_mismatch);
+    REQUIRE(quant::host::dequantize_reduce(msg.data(), size, d, local.bytes.data(), out.bytes.data(), n,
+                                           ReduceOp{ReduceOpId(9), 1.0f}) == Status::invalid_argument);
+    REQUIRE(quant::host::dequantize_reduce(msg.data(), size - 16, d, local.bytes.data(), out.bytes.data(), n,
+                                           ReduceOp::sum()) == Status::corrupt_stream);
+    REQUIRE(untouched());
+    // forward: the elements of dequantize(), the message byte for byte
+    std::vector<uint8_t> fwd(size + 16, 0xEE);
+    REQUIRE(quant::host::dequantize_forward(msg.data(), size, out.bytes.data(), out.bytes.size(), d, fwd.data(),
+                                            size - 1) == Status::buffer_too_small);
+    REQUIRE(untouched());
+    REQUIRE(quant::host::dequantize_forward(msg.data(), size, out.bytes.data(), out.bytes.size(), d, fwd.data(),
+                                            fwd.size()) == Status::ok);
+    REQUIRE(out.bytes == x.bytes);
+    REQUIRE(std::equal(msg.begin(), msg.end(), fwd.begin()));
+    REQUIRE(fwd[size] == 0xEE);
+  }
+}

@@ -46,6 +46,11 @@ struct DequantizeArgs {
   void* out;
   uint64_t out_capacity_bytes;
   Status* status;
+  const uint8_t* local = nullptr;  // dequantize + reduce: the local operand, n elements (the header's count)
+  uint64_t n = 0;                  // with local: the element count the caller expects
+  ReduceOp op;
+  uint8_t* fwd = nullptr;          // dequantize + forward: where the message's bytes are copied
+  uint64_t fwd_capacity = 0;
 };
 
 ZIPCOMM_DEVICE uint64_t global_warp() {
@@ -88,13 +93,13 @@ __device__ __forceinline__ void dequantize_tiles(const DequantizeArgs& a, const 
   if (first >= tiles) return;
   __shared__ warp::WarpGroupDequantizer::TempStorage temp[QuantPolicy::WARPS];
   const warp::WarpGroupDequantizer dq(temp[threadIdx.x / 32], l, msg_dtype, a.msg);
-  const bool aligned = reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  const bool aligned = (reinterpret_cast<uintptr_t>(a.out) | reinterpret_cast<uintptr_t>(a.local)) % 16 == 0;
   warp::LaneCodes codes = dq.Load(first);
   Status st = Status::ok;
   for (uint64_t t = first; t < tiles; t += warps) {
     warp::LaneCodes ahead = codes;
     if (t + warps < tiles) ahead = dq.Load(t + warps);
-    if (dq.Dequantize<O>(codes, a.out, aligned) != Status::ok) st = Status::corrupt_stream;
+    if (dq.Dequantize<O>(codes, a.out, aligned, a.local, a.op) != Status::ok) st = Status::corrupt_stream;
     codes = ahead;
   }
   if (warp::lane_id() == 0) warp::detail::report(a.status, st);
@@ -110,7 +115,9 @@ __global__ void __launch_bounds__(QuantPolicy::THREADS, QuantPolicy::MIN_BLOCKS)
     h = *reinterpret_cast<const Header*>(a.msg);
     hs = validate_header(h, a.msg_bytes);
   }
-  if (hs == Status::ok && h.num_elements * format::Traits<O>::ELEM_BYTES > a.out_capacity_bytes)
+  if (hs == Status::ok && a.local && h.num_elements != a.n) hs = Status::size_mismatch;
+  if (hs == Status::ok && (h.num_elements * format::Traits<O>::ELEM_BYTES > a.out_capacity_bytes ||
+                           (a.fwd && h.total_bytes > a.fwd_capacity)))
     hs = Status::buffer_too_small;
   if (hs != Status::ok) {
     if (blockIdx.x == 0 && threadIdx.x == 0) warp::detail::report(a.status, hs);
@@ -119,6 +126,11 @@ __global__ void __launch_bounds__(QuantPolicy::THREADS, QuantPolicy::MIN_BLOCKS)
   const Layout l = layout_for(static_cast<QuantMode>(h.mode), h.bits, h.group_size, h.num_elements);
   if (global_warp() == 0 && !warp::frame_padding_zero(a.msg, l) && warp::lane_id() == 0)
     warp::detail::report(a.status, Status::corrupt_stream);
+  if (a.fwd) {  // the message on, byte for byte (its sections are 16-byte aligned: whole vectors)
+    const uint64_t threads = uint64_t(gridDim.x) * blockDim.x;
+    for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < h.total_bytes / 16; i += threads)
+      reinterpret_cast<uint4*>(a.fwd)[i] = __ldg(reinterpret_cast<const uint4*>(a.msg) + i);
+  }
   dequantize_tiles<O>(a, l, static_cast<DType>(h.dtype));
 }
 
@@ -157,6 +169,30 @@ inline cudaError_t with_dtype(DType d, F&& f) {
     case DType::fp32: return f(std::integral_constant<DType, DType::fp32>{});
   }
   return cudaErrorInvalidValue;
+}
+
+/// Checks a dequantizing call's arguments and launches it (dequantize, dequantize_reduce, dequantize_forward).
+inline cudaError_t launch_dequantize(const DequantizeArgs& args, DType out_dtype, cudaStream_t stream) {
+  if (!args.status) return cudaErrorInvalidValue;
+  Status check = Status::ok;
+  if (!args.msg || reinterpret_cast<uintptr_t>(args.msg) % 16 || !original_dtype_valid(uint8_t(out_dtype)) ||
+      (!args.out && args.out_capacity_bytes))
+    check = Status::invalid_argument;
+  else if (args.msg_bytes < HEADER_BYTES)
+    check = Status::corrupt_stream;
+  if (check != Status::ok) return fail_in_stream(args.status, check, stream);
+  cudaError_t e = cudaMemsetAsync(args.status, 0, sizeof(Status), stream);  // Status::ok
+  if (e != cudaSuccess) return e;
+  // The element count is in the header, on the device; the message bounds it: b >= 2 bits per element.
+  const uint64_t max_tiles = format::div_up(4 * args.msg_bytes, warp::WarpGroupDequantizer::TILE_ELEMS);
+  return with_dtype(out_dtype, [&](auto dt) {
+    constexpr DType O = decltype(dt)::value;
+    int grid = 1;
+    cudaError_t err = grid_for(dequantize_kernel<O>, max_tiles, grid);
+    if (err != cudaSuccess) return err;
+    dequantize_kernel<O><<<grid, QuantPolicy::THREADS, 0, stream>>>(args);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace detail
@@ -207,28 +243,40 @@ inline cudaError_t quantize(const void* d_in, uint64_t n, DType dtype, QuantMode
 /// cudaErrorInvalidValue; a null d_status is only returned.
 inline cudaError_t dequantize(const void* d_msg, uint64_t msg_bytes, DType out_dtype, void* d_out,
                               uint64_t out_capacity_bytes, Status* d_status, cudaStream_t stream = 0) {
-  if (!d_status) return cudaErrorInvalidValue;
-  Status check = Status::ok;
-  if (!d_msg || reinterpret_cast<uintptr_t>(d_msg) % 16 || !original_dtype_valid(uint8_t(out_dtype)) ||
-      (!d_out && out_capacity_bytes))
-    check = Status::invalid_argument;
-  else if (msg_bytes < HEADER_BYTES)
-    check = Status::corrupt_stream;
-  if (check != Status::ok) return detail::fail_in_stream(d_status, check, stream);
-  cudaError_t e = cudaMemsetAsync(d_status, 0, sizeof(Status), stream);  // Status::ok
-  if (e != cudaSuccess) return e;
-  const detail::DequantizeArgs args{static_cast<const uint8_t*>(d_msg), msg_bytes, d_out, out_capacity_bytes,
-                                    d_status};
-  // The element count is in the header, on the device; the message bounds it: b >= 2 bits per element.
-  const uint64_t max_tiles = format::div_up(4 * msg_bytes, warp::WarpGroupDequantizer::TILE_ELEMS);
-  return detail::with_dtype(out_dtype, [&](auto dt) {
-    constexpr DType O = decltype(dt)::value;
-    int grid = 1;
-    cudaError_t err = detail::grid_for(detail::dequantize_kernel<O>, max_tiles, grid);
-    if (err != cudaSuccess) return err;
-    detail::dequantize_kernel<O><<<grid, detail::QuantPolicy::THREADS, 0, stream>>>(args);
-    return cudaGetLastError();
-  });
+  detail::DequantizeArgs args{static_cast<const uint8_t*>(d_msg), msg_bytes, d_out, out_capacity_bytes, d_status};
+  return detail::launch_dequantize(args, out_dtype, stream);
+}
+
+/// Dequantize + reduce, the receive side of a reduction hop: d_out[i] = combine(x'[i], pre(d_local[i])) for the
+/// message's n elements (x' its reconstruction as out_dtype, as dequantize() writes it; thread/reduce_op.hpp's
+/// operators, docs/REDUCE.md), which is quant::host::dequantize_reduce. d_local and d_out hold n elements of
+/// out_dtype (any alignment; d_out may equal d_local); a message of another element count gives
+/// Status::size_mismatch and writes nothing. Errors otherwise as dequantize().
+inline cudaError_t dequantize_reduce(const void* d_msg, uint64_t msg_bytes, DType out_dtype, const void* d_local,
+                                     void* d_out, uint64_t n, const ReduceOp& op, Status* d_status,
+                                     cudaStream_t stream = 0) {
+  if (d_status && ((!d_local && n) || !reduce_op_valid(op)))
+    return detail::fail_in_stream(d_status, Status::invalid_argument, stream);
+  detail::DequantizeArgs args{static_cast<const uint8_t*>(d_msg), msg_bytes, d_out,
+                              n * format::elem_bytes(out_dtype), d_status};
+  args.local = static_cast<const uint8_t*>(d_local ? d_local : d_out);
+  args.n = n;
+  args.op = op;
+  return detail::launch_dequantize(args, out_dtype, stream);
+}
+
+/// Dequantize + forward, an all-gather hop: dequantize() into d_out, and the message's bytes (its header's
+/// total_bytes) copied to d_fwd (16-byte aligned; fwd_capacity smaller than the message gives
+/// Status::buffer_too_small and writes nothing), in the same pass. Errors otherwise as dequantize().
+inline cudaError_t dequantize_forward(const void* d_msg, uint64_t msg_bytes, DType out_dtype, void* d_out,
+                                      uint64_t out_capacity_bytes, void* d_fwd, uint64_t fwd_capacity,
+                                      Status* d_status, cudaStream_t stream = 0) {
+  if (d_status && (!d_fwd || reinterpret_cast<uintptr_t>(d_fwd) % 16))
+    return detail::fail_in_stream(d_status, Status::invalid_argument, stream);
+  detail::DequantizeArgs args{static_cast<const uint8_t*>(d_msg), msg_bytes, d_out, out_capacity_bytes, d_status};
+  args.fwd = static_cast<uint8_t*>(d_fwd);
+  args.fwd_capacity = fwd_capacity;
+  return detail::launch_dequantize(args, out_dtype, stream);
 }
 
 }  // namespace device

@@ -17,6 +17,7 @@
 #include "../config.hpp"
 #include "../format.hpp"
 #include "../host/element_bits.hpp"
+#include "../host/reference_reduce.hpp"
 #include "compensated_sum.hpp"
 #include "group_quantizer.hpp"
 #include "quant_format.hpp"
@@ -233,6 +234,38 @@ inline Status dequantize(const void* src, uint64_t src_bytes, void* dst, uint64_
   const Status st = read_header(src, src_bytes, &h);
   if (st != Status::ok) return st;
   return dequantize(src, src_bytes, dst, dst_bytes, static_cast<DType>(h.dtype));
+}
+
+/// Dequantize + reduce, the receive side of a reduction hop: dst[i] = combine(x'[i], pre(local[i])) for the
+/// message's n elements, x' the reconstruction as out_dtype (dequantize() above) and the operators of
+/// thread/reduce_op.hpp. local and dst hold n elements of out_dtype (dst may equal local). Status: size_mismatch
+/// when the message holds another element count, dequantize()'s otherwise; on any error dst is untouched.
+inline Status dequantize_reduce(const void* src, uint64_t src_bytes, DType out_dtype, const void* local, void* dst,
+                                uint64_t n, const ReduceOp& op) {
+  if (!original_dtype_valid(static_cast<uint8_t>(out_dtype)) || (n && (!local || !dst)) || !reduce_op_valid(op))
+    return Status::invalid_argument;
+  Header h;
+  const Status st = read_header(src, src_bytes, &h);
+  if (st != Status::ok) return st;
+  if (h.num_elements != n) return Status::size_mismatch;
+  std::vector<uint8_t> x(n * format::elem_bytes(out_dtype));
+  const Status d = dequantize(src, src_bytes, x.data(), x.size(), out_dtype);
+  return d != Status::ok ? d : zipcomm::host::reduce(out_dtype, op, x.data(), local, dst, n);
+}
+
+/// Dequantize + forward, an all-gather hop: dequantize() into dst, and the message's bytes (its header's
+/// total_bytes) copied to fwd (capacity fwd_bytes; smaller gives buffer_too_small). On any error neither is
+/// written.
+inline Status dequantize_forward(const void* src, uint64_t src_bytes, void* dst, uint64_t dst_bytes, DType out_dtype,
+                                 void* fwd, uint64_t fwd_bytes) {
+  Header h;
+  const Status st = read_header(src, src_bytes, &h);
+  if (st != Status::ok) return st;
+  if (!fwd) return Status::invalid_argument;
+  if (fwd_bytes < h.total_bytes) return Status::buffer_too_small;
+  const Status d = dequantize(src, src_bytes, dst, dst_bytes, out_dtype);
+  if (d == Status::ok) std::memcpy(fwd, src, h.total_bytes);
+  return d;
 }
 
 /// Read access to a message whose header checked out (for tests and tools): parameters and codes as stored.

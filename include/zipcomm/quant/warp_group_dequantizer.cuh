@@ -6,6 +6,7 @@
 
 #include <cub/warp/warp_exchange.cuh>
 
+#include "../thread/reduce_op.hpp"
 #include "warp_lane_codes.cuh"
 
 namespace zipcomm {
@@ -45,7 +46,9 @@ struct LaneCodes {
 /// zipcomm::quant::warp::WarpGroupDequantizer dq(temp[warp_in_block], layout, msg_dtype, d_msg);
 /// for (uint64_t t = warp_id; t * dq.TILE_ELEMS < layout.n; t += warps) {
 ///   auto codes = dq.Load(t);
-///   zipcomm::Status s = dq.Dequantize<zipcomm::DType::bf16>(codes, d_out, out_aligned16);   // into bf16
+///   zipcomm::Status s = dq.Dequantize<zipcomm::DType::bf16>(codes, d_out, aligned16);   // into bf16
+///   // or, the receive side of a reduction: d_out[i] = d_local[i] + element i
+///   // s = dq.Dequantize<zipcomm::DType::bf16>(codes, d_out, aligned16, d_local, zipcomm::ReduceOp::sum());
 /// }
 /// \endcode
 /// A group that fails a check is not written (Status::corrupt_stream); the other groups of the tile are.
@@ -101,19 +104,28 @@ class WarpGroupDequantizer {
   }
 
   /// Checks the tile whose codes the lanes hold (`codes`, from Load) and writes its elements, as dtype O, to
-  /// `out` (element i at out + i * sizeof(O); `out_aligned16`: warp-uniform, out is 16-byte aligned). Returns
-  /// Status::ok or Status::corrupt_stream (the same in every lane).
+  /// `out` (element i at out + i * sizeof(O); `aligned16`: warp-uniform, out and local are 16-byte aligned).
+  /// With `local` (the receive side of a reduction) it writes combine(element, pre(local[i])) instead
+  /// (thread/reduce_op.hpp: what dequantizing into O and then reducing gives). Returns Status::ok or
+  /// Status::corrupt_stream (the same in every lane).
   template <DType O>
-  ZIPCOMM_DEVICE Status Dequantize(const LaneCodes& codes, void* out, bool out_aligned16) const {
-    return l_.mode == QuantMode::symmetric ? DequantizeAs<O, true>(codes, out, out_aligned16)
-                                           : DequantizeAs<O, false>(codes, out, out_aligned16);
+  ZIPCOMM_DEVICE Status Dequantize(const LaneCodes& codes, void* out, bool aligned16, const void* local = nullptr,
+                                   const ReduceOp& op = ReduceOp::sum()) const {
+    const Epilogue e{static_cast<const uint8_t*>(local), op};
+    return l_.mode == QuantMode::symmetric ? DequantizeAs<O, true>(codes, out, aligned16, e)
+                                           : DequantizeAs<O, false>(codes, out, aligned16, e);
   }
 
  private:
   static constexpr uint32_t LEVEL_BITS = 0x4B000000u;  // bits of 2^23: (LEVEL_BITS | c) is the float 2^23 + c
 
+  struct Epilogue {
+    const uint8_t* local;  // null: plain dequantize
+    ReduceOp op;
+  };
+
   template <DType O, bool SYMMETRIC>
-  ZIPCOMM_DEVICE Status DequantizeAs(const LaneCodes& in, void* out, bool out_aligned16) const {
+  ZIPCOMM_DEVICE Status DequantizeAs(const LaneCodes& in, void* out, bool out_aligned16, const Epilogue& epi) const {
     const QuantMode mode = SYMMETRIC ? QuantMode::symmetric : QuantMode::asymmetric;
     const uint32_t lane = lane_id();
     const LaneSpan sp = in.span;
@@ -181,7 +193,13 @@ class WarpGroupDequantizer {
         PackEight<O>(v, &vec[c * V / (ITEMS / 8)]);
       }
       Exchange<O>(reinterpret_cast<typename Exchange<O>::TempStorage&>(temp_)).BlockedToStriped(vec, vec);
-      uint4* tile = reinterpret_cast<uint4*>(static_cast<uint8_t*>(out) + (sp.first - uint64_t(lane) * ITEMS) * EB);
+      const uint64_t tile_bytes = (sp.first - uint64_t(lane) * ITEMS) * EB;
+      uint4* tile = reinterpret_cast<uint4*>(static_cast<uint8_t*>(out) + tile_bytes);
+      if (epi.local) {
+        const uint4* local = reinterpret_cast<const uint4*>(epi.local + tile_bytes);
+#pragma unroll
+        for (uint32_t k = 0; k < V; ++k) vec[k] = CombineVector<O>(epi.op, vec[k], local[k * 32 + lane]);
+      }
 #pragma unroll
       for (uint32_t k = 0; k < V; ++k) tile[k * 32 + lane] = vec[k];
       __syncwarp();  // temp_ is the next tile's
@@ -194,7 +212,8 @@ class WarpGroupDequantizer {
         float v[8];
         EightValues<SYMMETRIC>(in, level, c, level_base, constant, v);
         const uint32_t left = sp.count > 8 * c ? sp.count - 8 * c : 0u;
-        StoreEight<O>(v, static_cast<uint8_t*>(out) + (sp.first + 8 * c) * format::Traits<O>::ELEM_BYTES, vector,
+        const uint64_t at = (sp.first + 8 * c) * format::Traits<O>::ELEM_BYTES;
+        StoreEight<O>(v, static_cast<uint8_t*>(out) + at, epi.local ? epi.local + at : nullptr, epi.op, vector,
                       left < 8 ? left : 8u);
       }
     }
@@ -237,12 +256,55 @@ class WarpGroupDequantizer {
     for (uint32_t k = 0; k < EB / 2; ++k) vec[k] = make_uint4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]);
   }
 
-  /// Stores `count` (<= 8) elements of dtype O at `at`; vector: all 8, `at` 16-byte aligned.
+  /// combine(a[i], pre(l[i])) for the 16 / sizeof(O) elements of two vectors.
   template <DType O>
-  ZIPCOMM_DEVICE static void StoreEight(const float (&v)[8], uint8_t* at, bool vector, uint32_t count) {
+  ZIPCOMM_DEVICE static uint4 CombineVector(const ReduceOp& op, uint4 a, uint4 l) {
+    constexpr int N = 16 / int(format::Traits<O>::ELEM_BYTES);
+    const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, lw[4] = {l.x, l.y, l.z, l.w};
+    uint32_t acc[N], loc[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      acc[i] = N == 4 ? aw[i] : (aw[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+      loc[i] = N == 4 ? lw[i] : (lw[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+    }
+    thread::reduce_items<O, N>(op, acc, loc);
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = N == 4 ? acc[k] : (acc[2 * k] & 0xFFFFu) | (acc[2 * k + 1] << 16);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+
+  /// Stores `count` (<= 8) elements of dtype O at `at`, combined with the ones at `local` when it is not null;
+  /// vector: all 8, `at` and `local` 16-byte aligned.
+  template <DType O>
+  ZIPCOMM_DEVICE static void StoreEight(const float (&v)[8], uint8_t* at, const uint8_t* local, const ReduceOp& op,
+                                        bool vector, uint32_t count) {
     constexpr uint32_t EB = format::Traits<O>::ELEM_BYTES;
     uint4 vec[EB / 2];
     PackEight<O>(v, vec);
+    if (local) {
+      uint32_t w[2 * EB] = {};  // local's elements as words (those past count stay 0, and are not stored)
+      if (vector) {
+#pragma unroll
+        for (uint32_t k = 0; k < EB / 2; ++k) {
+          const uint4 q = reinterpret_cast<const uint4*>(local)[k];
+          w[4 * k] = q.x, w[4 * k + 1] = q.y, w[4 * k + 2] = q.z, w[4 * k + 3] = q.w;
+        }
+      } else {
+#pragma unroll
+        for (uint32_t i = 0; i < 8; ++i) {
+          if (i < count) {
+            uint32_t e = 0;
+#pragma unroll
+            for (uint32_t b = 0; b < EB; ++b) e |= uint32_t(local[i * EB + b]) << (8 * b);
+            w[EB == 4 ? i : i / 2] |= EB == 4 ? e : e << (16 * (i % 2));
+          }
+        }
+      }
+#pragma unroll
+      for (uint32_t k = 0; k < EB / 2; ++k)
+        vec[k] = CombineVector<O>(op, vec[k], make_uint4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]));
+    }
     if (vector) {
 #pragma unroll
       for (uint32_t k = 0; k < EB / 2; ++k) reinterpret_cast<uint4*>(at)[k] = vec[k];
