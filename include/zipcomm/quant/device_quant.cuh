@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(QuantPolicy::THREADS, QuantPolicy::MIN_BLOCKS)
 }
 
 /// Warps take tiles warp, warp + warps, ...; each starts the loads of its next tile before it reconstructs this one.
-template <DType O>
+template <DType O, bool REDUCE>
 __device__ __forceinline__ void dequantize_tiles(const DequantizeArgs& a, const Layout& l, DType msg_dtype) {
   const uint64_t first = global_warp(), warps = grid_warps();
   const uint64_t tiles = format::div_up(l.n, warp::WarpGroupDequantizer::TILE_ELEMS);
@@ -99,7 +99,12 @@ __device__ __forceinline__ void dequantize_tiles(const DequantizeArgs& a, const 
   for (uint64_t t = first; t < tiles; t += warps) {
     warp::LaneCodes ahead = codes;
     if (t + warps < tiles) ahead = dq.Load(t + warps);
-    if (dq.Dequantize<O>(codes, a.out, aligned, a.local, a.op) != Status::ok) st = Status::corrupt_stream;
+    Status s;
+    if constexpr (REDUCE)
+      s = dq.DequantizeReduce<O>(codes, a.out, aligned, a.local, a.op);
+    else
+      s = dq.Dequantize<O>(codes, a.out, aligned);
+    if (s != Status::ok) st = Status::corrupt_stream;
     codes = ahead;
   }
   if (warp::lane_id() == 0) warp::detail::report(a.status, st);
@@ -107,7 +112,7 @@ __device__ __forceinline__ void dequantize_tiles(const DequantizeArgs& a, const 
 
 /// Every warp checks the header (and the destination's size) before it reads anything else: a message that
 /// fails is read no further, and nothing is written.
-template <DType O>
+template <DType O, bool REDUCE>
 __global__ void __launch_bounds__(QuantPolicy::THREADS, QuantPolicy::MIN_BLOCKS) dequantize_kernel(DequantizeArgs a) {
   Header h{};
   Status hs = a.msg_bytes < HEADER_BYTES ? Status::corrupt_stream : Status::ok;
@@ -131,7 +136,7 @@ __global__ void __launch_bounds__(QuantPolicy::THREADS, QuantPolicy::MIN_BLOCKS)
     for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < h.total_bytes / 16; i += threads)
       reinterpret_cast<uint4*>(a.fwd)[i] = __ldg(reinterpret_cast<const uint4*>(a.msg) + i);
   }
-  dequantize_tiles<O>(a, l, static_cast<DType>(h.dtype));
+  dequantize_tiles<O, REDUCE>(a, l, static_cast<DType>(h.dtype));
 }
 
 template <int = 0>
@@ -187,11 +192,14 @@ inline cudaError_t launch_dequantize(const DequantizeArgs& args, DType out_dtype
   const uint64_t max_tiles = format::div_up(4 * args.msg_bytes, warp::WarpGroupDequantizer::TILE_ELEMS);
   return with_dtype(out_dtype, [&](auto dt) {
     constexpr DType O = decltype(dt)::value;
-    int grid = 1;
-    cudaError_t err = grid_for(dequantize_kernel<O>, max_tiles, grid);
-    if (err != cudaSuccess) return err;
-    dequantize_kernel<O><<<grid, QuantPolicy::THREADS, 0, stream>>>(args);
-    return cudaGetLastError();
+    auto launch = [&](auto kernel) {
+      int grid = 1;
+      cudaError_t err = grid_for(kernel, max_tiles, grid);
+      if (err != cudaSuccess) return err;
+      kernel<<<grid, QuantPolicy::THREADS, 0, stream>>>(args);
+      return cudaGetLastError();
+    };
+    return args.local ? launch(dequantize_kernel<O, true>) : launch(dequantize_kernel<O, false>);
   });
 }
 

@@ -48,7 +48,7 @@ struct LaneCodes {
 ///   auto codes = dq.Load(t);
 ///   zipcomm::Status s = dq.Dequantize<zipcomm::DType::bf16>(codes, d_out, aligned16);   // into bf16
 ///   // or, the receive side of a reduction: d_out[i] = d_local[i] + element i
-///   // s = dq.Dequantize<zipcomm::DType::bf16>(codes, d_out, aligned16, d_local, zipcomm::ReduceOp::sum());
+///   // s = dq.DequantizeReduce<zipcomm::DType::bf16>(codes, d_out, aligned16, d_local, zipcomm::ReduceOp::sum());
 /// }
 /// \endcode
 /// A group that fails a check is not written (Status::corrupt_stream); the other groups of the tile are.
@@ -104,28 +104,36 @@ class WarpGroupDequantizer {
   }
 
   /// Checks the tile whose codes the lanes hold (`codes`, from Load) and writes its elements, as dtype O, to
-  /// `out` (element i at out + i * sizeof(O); `aligned16`: warp-uniform, out and local are 16-byte aligned).
-  /// With `local` (the receive side of a reduction) it writes combine(element, pre(local[i])) instead
-  /// (thread/reduce_op.hpp: what dequantizing into O and then reducing gives). Returns Status::ok or
-  /// Status::corrupt_stream (the same in every lane).
+  /// `out` (element i at out + i * sizeof(O); `aligned16`: warp-uniform, out is 16-byte aligned). Returns
+  /// Status::ok or Status::corrupt_stream (the same in every lane).
   template <DType O>
-  ZIPCOMM_DEVICE Status Dequantize(const LaneCodes& codes, void* out, bool aligned16, const void* local = nullptr,
-                                   const ReduceOp& op = ReduceOp::sum()) const {
+  ZIPCOMM_DEVICE Status Dequantize(const LaneCodes& codes, void* out, bool aligned16) const {
+    const Epilogue e{nullptr, ReduceOp::sum()};
+    return l_.mode == QuantMode::symmetric ? DequantizeAs<O, true, false>(codes, out, aligned16, e)
+                                           : DequantizeAs<O, false, false>(codes, out, aligned16, e);
+  }
+
+  /// The receive side of a reduction: as Dequantize, writing combine(element, pre(local[i])) (thread/reduce_op.hpp:
+  /// what dequantizing into O and then reducing gives); `aligned16`: out and local are 16-byte aligned. A
+  /// separate instantiation, so that the plain Dequantize carries none of its registers.
+  template <DType O>
+  ZIPCOMM_DEVICE Status DequantizeReduce(const LaneCodes& codes, void* out, bool aligned16, const void* local,
+                                         ReduceOp op) const {
     const Epilogue e{static_cast<const uint8_t*>(local), op};
-    return l_.mode == QuantMode::symmetric ? DequantizeAs<O, true>(codes, out, aligned16, e)
-                                           : DequantizeAs<O, false>(codes, out, aligned16, e);
+    return l_.mode == QuantMode::symmetric ? DequantizeAs<O, true, true>(codes, out, aligned16, e)
+                                           : DequantizeAs<O, false, true>(codes, out, aligned16, e);
   }
 
  private:
   static constexpr uint32_t LEVEL_BITS = 0x4B000000u;  // bits of 2^23: (LEVEL_BITS | c) is the float 2^23 + c
 
   struct Epilogue {
-    const uint8_t* local;  // null: plain dequantize
+    const uint8_t* local;  // REDUCE: the local operand
     ReduceOp op;
   };
 
-  template <DType O, bool SYMMETRIC>
-  ZIPCOMM_DEVICE Status DequantizeAs(const LaneCodes& in, void* out, bool out_aligned16, const Epilogue& epi) const {
+  template <DType O, bool SYMMETRIC, bool REDUCE>
+  ZIPCOMM_DEVICE Status DequantizeAs(const LaneCodes& in, void* out, bool out_aligned16, Epilogue epi) const {
     const QuantMode mode = SYMMETRIC ? QuantMode::symmetric : QuantMode::asymmetric;
     const uint32_t lane = lane_id();
     const LaneSpan sp = in.span;
@@ -195,7 +203,7 @@ class WarpGroupDequantizer {
       Exchange<O>(reinterpret_cast<typename Exchange<O>::TempStorage&>(temp_)).BlockedToStriped(vec, vec);
       const uint64_t tile_bytes = (sp.first - uint64_t(lane) * ITEMS) * EB;
       uint4* tile = reinterpret_cast<uint4*>(static_cast<uint8_t*>(out) + tile_bytes);
-      if (epi.local) {
+      if constexpr (REDUCE) {
         const uint4* local = reinterpret_cast<const uint4*>(epi.local + tile_bytes);
 #pragma unroll
         for (uint32_t k = 0; k < V; ++k) vec[k] = CombineVector<O>(epi.op, vec[k], local[k * 32 + lane]);
@@ -213,8 +221,8 @@ class WarpGroupDequantizer {
         EightValues<SYMMETRIC>(in, level, c, level_base, constant, v);
         const uint32_t left = sp.count > 8 * c ? sp.count - 8 * c : 0u;
         const uint64_t at = (sp.first + 8 * c) * format::Traits<O>::ELEM_BYTES;
-        StoreEight<O>(v, static_cast<uint8_t*>(out) + at, epi.local ? epi.local + at : nullptr, epi.op, vector,
-                      left < 8 ? left : 8u);
+        StoreEight<O, REDUCE>(v, static_cast<uint8_t*>(out) + at, epi.local + (REDUCE ? at : 0), epi.op, vector,
+                              left < 8 ? left : 8u);
       }
     }
     return __any_sync(FULL_MASK, (live && !ok) || lane_bad) ? Status::corrupt_stream : Status::ok;
@@ -258,7 +266,7 @@ class WarpGroupDequantizer {
 
   /// combine(a[i], pre(l[i])) for the 16 / sizeof(O) elements of two vectors.
   template <DType O>
-  ZIPCOMM_DEVICE static uint4 CombineVector(const ReduceOp& op, uint4 a, uint4 l) {
+  ZIPCOMM_DEVICE static uint4 CombineVector(ReduceOp op, uint4 a, uint4 l) {
     constexpr int N = 16 / int(format::Traits<O>::ELEM_BYTES);
     const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, lw[4] = {l.x, l.y, l.z, l.w};
     uint32_t acc[N], loc[N];
@@ -274,15 +282,15 @@ class WarpGroupDequantizer {
     return make_uint4(w[0], w[1], w[2], w[3]);
   }
 
-  /// Stores `count` (<= 8) elements of dtype O at `at`, combined with the ones at `local` when it is not null;
-  /// vector: all 8, `at` and `local` 16-byte aligned.
-  template <DType O>
-  ZIPCOMM_DEVICE static void StoreEight(const float (&v)[8], uint8_t* at, const uint8_t* local, const ReduceOp& op,
+  /// Stores `count` (<= 8) elements of dtype O at `at` (REDUCE: combined with the ones at `local`); vector: all 8,
+  /// `at` and `local` 16-byte aligned.
+  template <DType O, bool REDUCE>
+  ZIPCOMM_DEVICE static void StoreEight(const float (&v)[8], uint8_t* at, const uint8_t* local, ReduceOp op,
                                         bool vector, uint32_t count) {
     constexpr uint32_t EB = format::Traits<O>::ELEM_BYTES;
     uint4 vec[EB / 2];
     PackEight<O>(v, vec);
-    if (local) {
+    if constexpr (REDUCE) {
       uint32_t w[2 * EB] = {};  // local's elements as words (those past count stay 0, and are not stored)
       if (vector) {
 #pragma unroll
