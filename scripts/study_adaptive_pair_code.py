@@ -70,6 +70,18 @@ def adapted_bits(f, pairs, live):
     return bits, table, entropy
 
 
+def anchor_entropy(bits):
+    """Information in the tiles' anchors and fractions (stored as 8 + 2 bits per tile): the entropy of (anchor minus
+    the previous tile's anchor, fraction) over the file, bits per tile."""
+    n = bits.size // dpc.TILE * dpc.TILE
+    mag = (bits[:n].astype(np.int64) & 0x7FFF).reshape(-1, dpc.TILE).max(axis=1)
+    a, f = mag >> 7, (mag >> 5) & 3
+    sym = np.diff(a, prepend=a[:1]) * 4 + f
+    _, c = np.unique(sym, return_counts=True)
+    p = c / c.sum()
+    return float(-(p * np.log2(p)).sum())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True)
@@ -97,6 +109,9 @@ def main():
             fit = total / n
             cols.append(f"{fit:14.4f} {(fit - frozen) / 16:+11.4f} {ent / n:11.4f}")
         print(f"{name:<20} {n:>9} {frozen:10.4f} " + " ".join(cols))
+        h = anchor_entropy(x)
+        print(f"{'':<20} anchors and fractions: {h:.2f} bits of information per tile against 10 stored: "
+              f"ratio {-(10 - h) / dpc.TILE / 16:+.4f} if coded at their entropy")
     print("b/e: exponent-code bits per element (pairs' codewords, escapes with payload; adapted: + its tables);"
           "\nratio delta: the change of the whole-file bf16 ratio from switching the frozen code for the fitted one;"
           "\nentropy: the chunk's pairs' empirical entropy + the same tables (fractional lengths, e.g. ANS).")
