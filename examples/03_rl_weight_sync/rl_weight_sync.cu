@@ -486,7 +486,8 @@ int main(int argc, char** argv) {
   CK(cudaFuncGetAttributes(&fa, scale_kernel));
   CK(cudaFuncGetAttributes(&fa, quant::device::detail::ear_rows_kernel));
   CK(cudaFuncGetAttributes(&fa, quant::device::detail::quantize_kernel<DType::bf16>));
-  CK(cudaFuncGetAttributes(&fa, quant::device::detail::dequantize_kernel<DType::bf16, false>));
+  using quant::device::detail::ReceiveStep;
+  CK(cudaFuncGetAttributes(&fa, quant::device::detail::dequantize_kernel<DType::bf16, ReceiveStep::dequantize>));
   CK(examples::load_kernels());
   watchdog.phase("step 1 (reader running)", 0);
   const bool with_reader = reader != "off";

@@ -132,9 +132,7 @@ def quantize(x: Any, bits: int, *, group: int = 64, mode: str = "asymmetric", dt
     if stream is not None:
         raise ValueError(f"{where}: stream= is for CUDA arrays; x is on the host")
     if out is not None:
-        if isinstance(out, np.ndarray) and not out.flags.writeable:
-            raise ValueError(f"{where}: out is read-only")
-        _ext.quant_quantize(arg, declared, mode, int(bits), int(group), out)
+        _ext.quant_quantize(arg, declared, mode, int(bits), int(group), _out_target(out, where))
         return out
     return _ext.quant_quantize(arg, declared, mode, int(bits), int(group), None)
 

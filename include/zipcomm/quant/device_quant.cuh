@@ -47,7 +47,7 @@ struct DequantizeArgs {
   uint64_t out_capacity_bytes;
   Status* status;
   const uint8_t* local = nullptr;  // dequantize + reduce: the local operand, n elements (the header's count)
-  uint64_t n = 0;                  // with local: the element count the caller expects
+  uint64_t n = 0;                  // dequantize + reduce: the element count the caller expects
   ReduceOp op;
   uint8_t* fwd = nullptr;          // dequantize + forward: where the message's bytes are copied
   uint64_t fwd_capacity = 0;
@@ -86,10 +86,25 @@ __global__ void __launch_bounds__(QuantPolicy::THREADS, QuantPolicy::MIN_BLOCKS)
 }
 
 /// Warps take tiles warp, warp + warps, ...; each starts the loads of its next tile before it reconstructs this one.
-template <DType O, bool REDUCE>
+/// What a dequantizing kernel does besides dequantizing: its own instantiation each, so that the plain
+/// dequantize carries none of the others' registers.
+enum class ReceiveStep { dequantize, reduce, forward };
+
+/// Dequantize + forward: tile t's warp also copies the message's t-th share of 16-byte vectors on, so the grid
+/// sweeps the message once and each decode's reads hit the lines the copy just brought into L2.
+ZIPCOMM_DEVICE void forward_share(const DequantizeArgs& a, const Layout& l, uint64_t tiles, uint64_t t) {
+  const uint64_t vecs = l.total_bytes / 16, share = format::div_up(vecs, tiles ? tiles : 1);
+  const uint64_t end = (t + 1) * share < vecs ? (t + 1) * share : vecs;
+  for (uint64_t i = t * share + warp::lane_id(); i < end; i += 32)
+    reinterpret_cast<uint4*>(a.fwd)[i] = __ldg(reinterpret_cast<const uint4*>(a.msg) + i);
+}
+
+template <DType O, ReceiveStep STEP>
 __device__ __forceinline__ void dequantize_tiles(const DequantizeArgs& a, const Layout& l, DType msg_dtype) {
   const uint64_t first = global_warp(), warps = grid_warps();
   const uint64_t tiles = format::div_up(l.n, warp::WarpGroupDequantizer::TILE_ELEMS);
+  if constexpr (STEP == ReceiveStep::forward)
+    if (tiles == 0 && first == 0) forward_share(a, l, 0, 0);  // a message of no element: its header
   if (first >= tiles) return;
   __shared__ warp::WarpGroupDequantizer::TempStorage temp[QuantPolicy::WARPS];
   const warp::WarpGroupDequantizer dq(temp[threadIdx.x / 32], l, msg_dtype, a.msg);
@@ -99,8 +114,9 @@ __device__ __forceinline__ void dequantize_tiles(const DequantizeArgs& a, const 
   for (uint64_t t = first; t < tiles; t += warps) {
     warp::LaneCodes ahead = codes;
     if (t + warps < tiles) ahead = dq.Load(t + warps);
+    if constexpr (STEP == ReceiveStep::forward) forward_share(a, l, tiles, t);
     Status s;
-    if constexpr (REDUCE)
+    if constexpr (STEP == ReceiveStep::reduce)
       s = dq.DequantizeReduce<O>(codes, a.out, aligned, a.local, a.op);
     else
       s = dq.Dequantize<O>(codes, a.out, aligned);
@@ -112,7 +128,7 @@ __device__ __forceinline__ void dequantize_tiles(const DequantizeArgs& a, const 
 
 /// Every warp checks the header (and the destination's size) before it reads anything else: a message that
 /// fails is read no further, and nothing is written.
-template <DType O, bool REDUCE>
+template <DType O, ReceiveStep STEP>
 __global__ void __launch_bounds__(QuantPolicy::THREADS, QuantPolicy::MIN_BLOCKS) dequantize_kernel(DequantizeArgs a) {
   Header h{};
   Status hs = a.msg_bytes < HEADER_BYTES ? Status::corrupt_stream : Status::ok;
@@ -120,9 +136,9 @@ __global__ void __launch_bounds__(QuantPolicy::THREADS, QuantPolicy::MIN_BLOCKS)
     h = *reinterpret_cast<const Header*>(a.msg);
     hs = validate_header(h, a.msg_bytes);
   }
-  if (hs == Status::ok && a.local && h.num_elements != a.n) hs = Status::size_mismatch;
+  if (hs == Status::ok && STEP == ReceiveStep::reduce && h.num_elements != a.n) hs = Status::size_mismatch;
   if (hs == Status::ok && (h.num_elements * format::Traits<O>::ELEM_BYTES > a.out_capacity_bytes ||
-                           (a.fwd && h.total_bytes > a.fwd_capacity)))
+                           (STEP == ReceiveStep::forward && h.total_bytes > a.fwd_capacity)))
     hs = Status::buffer_too_small;
   if (hs != Status::ok) {
     if (blockIdx.x == 0 && threadIdx.x == 0) warp::detail::report(a.status, hs);
@@ -131,12 +147,7 @@ __global__ void __launch_bounds__(QuantPolicy::THREADS, QuantPolicy::MIN_BLOCKS)
   const Layout l = layout_for(static_cast<QuantMode>(h.mode), h.bits, h.group_size, h.num_elements);
   if (global_warp() == 0 && !warp::frame_padding_zero(a.msg, l) && warp::lane_id() == 0)
     warp::detail::report(a.status, Status::corrupt_stream);
-  if (a.fwd) {  // the message on, byte for byte (its sections are 16-byte aligned: whole vectors)
-    const uint64_t threads = uint64_t(gridDim.x) * blockDim.x;
-    for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < h.total_bytes / 16; i += threads)
-      reinterpret_cast<uint4*>(a.fwd)[i] = __ldg(reinterpret_cast<const uint4*>(a.msg) + i);
-  }
-  dequantize_tiles<O, REDUCE>(a, l, static_cast<DType>(h.dtype));
+  dequantize_tiles<O, STEP>(a, l, static_cast<DType>(h.dtype));
 }
 
 template <int = 0>
@@ -176,8 +187,9 @@ inline cudaError_t with_dtype(DType d, F&& f) {
   return cudaErrorInvalidValue;
 }
 
-/// Checks a dequantizing call's arguments and launches it (dequantize, dequantize_reduce, dequantize_forward).
-inline cudaError_t launch_dequantize(const DequantizeArgs& args, DType out_dtype, cudaStream_t stream) {
+/// Checks a dequantizing call's arguments and launches the kernel of `step`.
+inline cudaError_t launch_dequantize(const DequantizeArgs& args, DType out_dtype, ReceiveStep step,
+                                     cudaStream_t stream) {
   if (!args.status) return cudaErrorInvalidValue;
   Status check = Status::ok;
   if (!args.msg || reinterpret_cast<uintptr_t>(args.msg) % 16 || !original_dtype_valid(uint8_t(out_dtype)) ||
@@ -199,7 +211,9 @@ inline cudaError_t launch_dequantize(const DequantizeArgs& args, DType out_dtype
       kernel<<<grid, QuantPolicy::THREADS, 0, stream>>>(args);
       return cudaGetLastError();
     };
-    return args.local ? launch(dequantize_kernel<O, true>) : launch(dequantize_kernel<O, false>);
+    return step == ReceiveStep::reduce    ? launch(dequantize_kernel<O, ReceiveStep::reduce>)
+           : step == ReceiveStep::forward ? launch(dequantize_kernel<O, ReceiveStep::forward>)
+                                          : launch(dequantize_kernel<O, ReceiveStep::dequantize>);
   });
 }
 
@@ -252,7 +266,7 @@ inline cudaError_t quantize(const void* d_in, uint64_t n, DType dtype, QuantMode
 inline cudaError_t dequantize(const void* d_msg, uint64_t msg_bytes, DType out_dtype, void* d_out,
                               uint64_t out_capacity_bytes, Status* d_status, cudaStream_t stream = 0) {
   detail::DequantizeArgs args{static_cast<const uint8_t*>(d_msg), msg_bytes, d_out, out_capacity_bytes, d_status};
-  return detail::launch_dequantize(args, out_dtype, stream);
+  return detail::launch_dequantize(args, out_dtype, detail::ReceiveStep::dequantize, stream);
 }
 
 /// Dequantize + reduce, the receive side of a reduction hop: d_out[i] = combine(x'[i], pre(d_local[i])) for the
@@ -267,10 +281,10 @@ inline cudaError_t dequantize_reduce(const void* d_msg, uint64_t msg_bytes, DTyp
     return detail::fail_in_stream(d_status, Status::invalid_argument, stream);
   detail::DequantizeArgs args{static_cast<const uint8_t*>(d_msg), msg_bytes, d_out,
                               n * format::elem_bytes(out_dtype), d_status};
-  args.local = static_cast<const uint8_t*>(d_local ? d_local : d_out);
+  args.local = static_cast<const uint8_t*>(d_local);
   args.n = n;
   args.op = op;
-  return detail::launch_dequantize(args, out_dtype, stream);
+  return detail::launch_dequantize(args, out_dtype, detail::ReceiveStep::reduce, stream);
 }
 
 /// Dequantize + forward, an all-gather hop: dequantize() into d_out, and the message's bytes (its header's
@@ -284,7 +298,7 @@ inline cudaError_t dequantize_forward(const void* d_msg, uint64_t msg_bytes, DTy
   detail::DequantizeArgs args{static_cast<const uint8_t*>(d_msg), msg_bytes, d_out, out_capacity_bytes, d_status};
   args.fwd = static_cast<uint8_t*>(d_fwd);
   args.fwd_capacity = fwd_capacity;
-  return detail::launch_dequantize(args, out_dtype, stream);
+  return detail::launch_dequantize(args, out_dtype, detail::ReceiveStep::forward, stream);
 }
 
 }  // namespace device
