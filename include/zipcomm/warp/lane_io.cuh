@@ -150,21 +150,35 @@ class LaneItemsPrefetch {
       }
     }
   }
+  /// Issue() of a full lane of a 16-byte aligned array: `at` is the address of its first item.
+  ZIPCOMM_DEVICE void IssueFull(const uint8_t* at) {
+    vector_ = true, count_ = ITEMS;
+    if constexpr (EB == 1) {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(at));
+      raw_[0].x = v.x, raw_[0].y = v.y;
+    } else {
+#pragma unroll
+      for (int v = 0; v < VECS; ++v) raw_[v] = __ldg(reinterpret_cast<const uint4*>(at) + v);
+    }
+  }
   /// The items whose load Issue() started.
   ZIPCOMM_DEVICE void Take(uint32_t (&x)[ITEMS]) const {
-    if (vector_ && count_ == ITEMS) {
-      if constexpr (EB == 1) {
-        unpack_bytes(raw_[0].x, raw_[0].y, x);
-      } else if constexpr (EB == 2) {
-        const uint32_t w[4] = {raw_[0].x, raw_[0].y, raw_[0].z, raw_[0].w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) x[2 * i] = w[i] & 0xFFFFu, x[2 * i + 1] = w[i] >> 16;
-      } else {
-        x[0] = raw_[0].x, x[1] = raw_[0].y, x[2] = raw_[0].z, x[3] = raw_[0].w;
-        x[4] = raw_[VECS - 1].x, x[5] = raw_[VECS - 1].y, x[6] = raw_[VECS - 1].z, x[7] = raw_[VECS - 1].w;
-      }
-    } else {
+    if (vector_ && count_ == ITEMS)
+      TakeFull(x);
+    else
       load_items_any<D>(src_, vector_, first_, count_, x);
+  }
+  /// Take() after IssueFull().
+  ZIPCOMM_DEVICE void TakeFull(uint32_t (&x)[ITEMS]) const {
+    if constexpr (EB == 1) {
+      unpack_bytes(raw_[0].x, raw_[0].y, x);
+    } else if constexpr (EB == 2) {
+      const uint32_t w[4] = {raw_[0].x, raw_[0].y, raw_[0].z, raw_[0].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x[2 * i] = w[i] & 0xFFFFu, x[2 * i + 1] = w[i] >> 16;
+    } else {
+      x[0] = raw_[0].x, x[1] = raw_[0].y, x[2] = raw_[0].z, x[3] = raw_[0].w;
+      x[4] = raw_[VECS - 1].x, x[5] = raw_[VECS - 1].y, x[6] = raw_[VECS - 1].z, x[7] = raw_[VECS - 1].w;
     }
   }
 

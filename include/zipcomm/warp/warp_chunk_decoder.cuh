@@ -57,6 +57,11 @@ template <DType D, class Code = thread::PairCode>
 class WarpChunkDecoder {
   using FB = thread::FloatBits<D>;
   static constexpr uint32_t EXP_BITS = FB::EXP_BITS;
+  // 16-bit full tiles decode two elements per word: the decode entry's d fields sit where a bf16 pair's
+  // exponents sit (fp16: 3 bits lower), and a plane byte is the sign and top mantissa bits of one element, so a
+  // pair assembles in a few instructions.
+  static constexpr bool PACKED = D == DType::bf16 || D == DType::fp16;
+  static constexpr uint32_t PACKED_SHIFT = PACKED ? FB::MANT_BITS - 7 : 0;  // bf16 0, fp16 3
 
  public:
   ZIPCOMM_DEVICE explicit WarpChunkDecoder(const PairDecodeTable& table)
@@ -66,7 +71,14 @@ class WarpChunkDecoder {
   ZIPCOMM_DEVICE Status Decode(const uint8_t* stream, uint32_t bytes, uint32_t elems, uint64_t first_tile,
                                const ConstPlanes& planes, uint32_t check, Sink& sink) {
     Begin(stream, bytes, elems, first_tile, planes, check);
-    for (uint32_t t = 0; t < tiles_; ++t) {
+    uint32_t t = 0;
+    // The fast tiles in a loop of their own: the sink sees a constant count (one vector store).
+    for (; t < fast_tiles(); ++t) {
+      uint32_t x[ITEMS];
+      DecodeFastTile(t, x);
+      sink(t, x, uint32_t(ITEMS));
+    }
+    for (; t < tiles_; ++t) {
       uint32_t x[ITEMS];
       const uint32_t cnt = DecodeTile(t, x);
       sink(t, x, cnt);
@@ -114,7 +126,8 @@ class WarpChunkDecoder {
     fetched_ = count_ = 0;
     ahead_ = 0;
     words_ = nullptr;
-    anchor_lo_ = anchor_hi_ = frac_byte_ = 0;
+    tile_af_ = 0;
+    plane_at_ = reinterpret_cast<const uint2*>(planes.plane0 + lane_first_);
     if (!raw_) {
       const uint32_t hdr = format::chunk_header_bytes(tiles_), counts = format::lane_counts_offset(tiles_);
       // Warp-uniform: nothing of a chunk with an impossible size is read.
@@ -142,9 +155,8 @@ class WarpChunkDecoder {
           for (uint32_t b = counts + 32 + lane; b < hdr; b += 32) bad_ |= stream[b] != 0;
           for (uint32_t b = hdr + 4 * total + lane; b < bytes; b += 32) bad_ |= stream[b] != 0;
           // Tile anchors and fraction bytes live in lanes; each tile fetches its own with a shuffle.
-          anchor_lo_ = lane < tiles_ ? stream[lane] : 0u;
-          anchor_hi_ = lane + 32 < tiles_ ? stream[lane + 32] : 0u;
-          frac_byte_ = lane < counts - tiles_ ? stream[tiles_ + lane] : 0u;
+          if (lane < tiles_) tile_af_ = TileAnchorFraction(stream, lane);
+          if (lane + 32 < tiles_) tile_af_ |= TileAnchorFraction(stream, lane + 32) << 16;
         }
       } else {
         bad_ = 1u;
@@ -155,9 +167,23 @@ class WarpChunkDecoder {
 
   /// Tiles in the chunk begun last.
   ZIPCOMM_DEVICE uint32_t tiles() const { return tiles_; }
+  /// Its first tiles that DecodeFastTile may decode (full tiles of a coded bf16 chunk; 0 otherwise).
+  ZIPCOMM_DEVICE uint32_t fast_tiles() const { return PACKED && !raw_ ? full_tiles_ : 0u; }
+  /// DecodeTile for t < fast_tiles(): 8 items.
+  ZIPCOMM_DEVICE void DecodeFastTile(uint32_t t, uint32_t (&x)[ITEMS]) {
+    if constexpr (PACKED) {
+      uint32_t w[ITEMS / 2];
+      FullTilePacked(t, w);
+      unpack_words(w, x);
+    }
+  }
 
   /// Decodes tile t (tiles come in order, 0 first) into x (raw element bits); returns the lane's item count.
   ZIPCOMM_DEVICE uint32_t DecodeTile(uint32_t t, uint32_t (&x)[ITEMS]) {
+    if (t < fast_tiles()) {
+      DecodeFastTile(t, x);
+      return ITEMS;
+    }
     const uint32_t cnt = raw_ ? RawTile(t, x) : CodedTile(t, x);
     check_acc_ = thread::ChunkCheck::add_items<D>(check_acc_, x, cnt);
     return cnt;
@@ -343,12 +369,97 @@ class WarpChunkDecoder {
     bad_ |= ((entry >> 7) & 0xFFu) >= a || ((entry >> 23) & 0xFFu) >= a;
   }
 
+  // a << 2 | f of tile k, from the chunk's anchor bytes and fraction bits.
+  ZIPCOMM_DEVICE uint32_t TileAnchorFraction(const uint8_t* stream, uint32_t k) const {
+    return uint32_t(stream[k]) << 2 | ((stream[tiles_ + k / 4] >> (2 * (k % 4))) & 3u);
+  }
+  // a << 2 | f of tile t (the same in every lane).
+  ZIPCOMM_DEVICE uint32_t AnchorFraction(uint32_t t) const {
+    return (__shfl_sync(FULL_MASK, tile_af_, t & 31) >> ((t & 32) >> 1)) & 0x3FFu;
+  }
+  ZIPCOMM_DEVICE static void unpack_words(const uint32_t (&w)[ITEMS / 2], uint32_t (&x)[ITEMS]) {
+#pragma unroll
+    for (int p = 0; p < ITEMS / 2; ++p) x[2 * p] = w[p] & 0xFFFFu, x[2 * p + 1] = w[p] >> 16;
+  }
+
+  // Byte permute with sign replication (PTX prmt: a selector nibble's bit 3 copies the byte's top bit).
+  ZIPCOMM_DEVICE static uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
+    return r;
+  }
+  // Both exponent fields of a pair in place: a - d, or 0 for a ZERO symbol (its flag is the half's top bit).
+  ZIPCOMM_DEVICE static uint32_t PackedExponents(uint32_t entry, uint32_t a2) {
+    return (a2 - entry) & ~prmt(entry, 0u, 0xBB99u) & Code::D_FIELDS;
+  }
+
+  // A full bf16 tile into w (element 2p in the low half of w[p]); the chunk check and the tile's anchor and
+  // fraction checked on the packed words.
+  ZIPCOMM_DEVICE void FullTilePacked(uint32_t t, uint32_t (&w)[ITEMS / 2]) {
+    const LanePlanes<D> planes = next_;
+    if (!format::has_low(D) && t + 1 < full_tiles_)
+      next_.p0 = __ldg(plane_at_ + (t + 1) * (format::TILE_ELEMS / 8));
+    else if (t + 1 < tiles_)
+      next_ = LoadPlanes(t + 1);
+    const uint32_t af = AnchorFraction(t), a = af >> 2, f = af & 3u;
+    uint32_t e[ITEMS / 2] = {};
+    if (a != 0) {
+      const uint32_t table_f = table_ + 4 * Code::WINDOWS * f;
+      const uint32_t hi = hi_, lo = lo_, avail = avail_, fetched = fetched_;
+      const uint32_t a2 = a << 7 | a << 23 | Code::FILL;
+      uint32_t flags = 0, dmax = 0;
+#pragma unroll
+      for (int p = 0; p < ITEMS / 2; ++p) {
+        if (p % 2 == 0) Refill();  // two pairs take at most 24 bits
+        const uint32_t entry = Lookup(table_f);
+        Consume(entry & Code::LEN_MASK);
+        flags |= entry;
+        dmax = __vmaxu2(dmax, entry & Code::D_FIELDS);
+        e[p] = PackedExponents(entry, a2) << PACKED_SHIFT;
+      }
+      if (__any_sync(FULL_MASK, flags & Code::SLOW)) {
+        hi_ = hi, lo_ = lo, avail_ = avail, fetched_ = fetched;
+        ahead_ = Load(fetched);
+        uint32_t exps[ITEMS];
+        GeneralTile(table_f, f, a, ITEMS, exps);
+#pragma unroll
+        for (int p = 0; p < ITEMS / 2; ++p) e[p] = exps[2 * p] | exps[2 * p + 1] << 16;
+      } else {
+        CheckD(dmax, a);
+      }
+    }
+    // Plane bytes 2p and 2p + 1 each fill both bytes of a half: its top bit is the sign, its low 7 bits the top
+    // of the mantissa.
+    const uint2 p0 = planes.p0;
+    const uint32_t spread[ITEMS / 2] = {prmt(p0.x, 0u, 0x1100u), prmt(p0.x, 0u, 0x3322u), prmt(p0.y, 0u, 0x1100u),
+                                        prmt(p0.y, 0u, 0x3322u)};
+    uint32_t low[ITEMS / 2] = {};
+    if constexpr (D == DType::fp16) {
+      if (planes.low[0] != 0) {  // the tile's three low bit-planes (zero at the narrow width)
+#pragma unroll
+        for (int p = 0; p < ITEMS / 2; ++p)
+          low[p] = bit_planes_item<3>(planes.low[0], 2 * p) | bit_planes_item<3>(planes.low[0], 2 * p + 1) << 16;
+      }
+    }
+    uint32_t mag = 0;
+#pragma unroll
+    for (int p = 0; p < ITEMS / 2; ++p) {
+      const uint32_t m = (spread[p] & 0x007F007Fu) << PACKED_SHIFT | e[p] | low[p];
+      w[p] = (spread[p] & 0x80008000u) | m;
+      mag = __vmaxu2(mag, m);
+      check_acc_ = thread::ChunkCheck::round(check_acc_, w[p]);
+    }
+    mag = __reduce_max_sync(FULL_MASK, max(mag & 0xFFFFu, mag >> 16));
+    // The stored anchor and fraction must describe the decoded tile: its largest magnitude's exponent and top
+    // two mantissa bits.
+    if ((mag >> (FB::MANT_BITS - 2)) != (a << 2 | f)) bad_ = 1u;
+  }
+
   ZIPCOMM_DEVICE uint32_t CodedTile(uint32_t t, uint32_t (&x)[ITEMS]) {
     const uint32_t cnt = lane_count(t);
     const LanePlanes<D> planes = next_;
     if (t + 1 < tiles_) next_ = LoadPlanes(t + 1);  // prefetch: the next tile's bits load while this one decodes
-    const uint32_t a = __shfl_sync(FULL_MASK, t < 32 ? anchor_lo_ : anchor_hi_, t & 31);
-    const uint32_t f = (__shfl_sync(FULL_MASK, frac_byte_, t >> 2) >> (2 * (t & 3))) & 3u;
+    const uint32_t af = AnchorFraction(t), a = af >> 2, f = af & 3u;
 
     uint32_t exps[ITEMS] = {};  // the items' exponent fields; all zero in a tile anchored at 0
     if (a != 0) {
@@ -409,7 +520,8 @@ class WarpChunkDecoder {
   bool raw_ = false;
   uint32_t bad_ = 0;
   uint32_t check_acc_ = 0, expected_check_ = 0;  // this lane's ChunkCheck word; the chunk's stored check
-  uint32_t anchor_lo_ = 0, anchor_hi_ = 0, frac_byte_ = 0;
+  uint32_t tile_af_ = 0;  // a << 2 | f of tile lane (low half) and of tile lane + 32 (high half)
+  const uint2* plane_at_ = nullptr;  // the lane's plane bytes of tile 0 (8 bytes, a tile every 256)
   uint32_t count_ = 0, fetched_ = 0;                // the lane's words: in its stream, taken so far
   uint32_t ahead_ = 0;                              // its word fetched_, loaded early
   uint32_t hi_ = 0, lo_ = 0, avail_ = 0;            // bit buffer, MSB first: avail_ valid bits

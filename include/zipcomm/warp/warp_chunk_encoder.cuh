@@ -27,6 +27,8 @@ struct ArrayTileSource {
   uint64_t first_tile = 0;
   uint32_t elems = 0;
   uint32_t issued = 0;  // tiles [issued - 2, issued) are in flight: tile t in ahead[t % 2]
+  uint32_t full_tiles = 0;            // tiles loaded as whole vectors (none when the array is unaligned)
+  const uint8_t* lane_at = nullptr;   // the lane's first item in the chunk
   LaneItemsPrefetch<D> ahead[2];
 
   ZIPCOMM_DEVICE ArrayTileSource(const void* array, const ReduceOp& op)
@@ -34,6 +36,9 @@ struct ArrayTileSource {
   ZIPCOMM_DEVICE void begin(uint64_t /*chunk*/, uint32_t chunk_elems, uint64_t chunk_first_tile) {
     elems = chunk_elems;
     first_tile = chunk_first_tile;
+    full_tiles = vector ? elems / format::TILE_ELEMS : 0u;
+    lane_at = static_cast<const uint8_t*>(in) +
+              (first_tile * format::TILE_ELEMS + lane_id() * ITEMS) * format::Traits<D>::ELEM_BYTES;
     issued = 0;
     Issue(0);
     Issue(1);
@@ -45,11 +50,12 @@ struct ArrayTileSource {
       Issue(t);
       Issue(t + 1);
     }
+    const bool full = t < full_tiles;  // loaded by IssueFull
     if (t % 2 == 0) {
-      ahead[0].Take(x);
+      full ? ahead[0].TakeFull(x) : ahead[0].Take(x);
       Issue(t + 2);
     } else {
-      ahead[1].Take(x);
+      full ? ahead[1].TakeFull(x) : ahead[1].Take(x);
       Issue(t + 2);
     }
     thread::pre_items<D>(pre_op, x);
@@ -58,6 +64,15 @@ struct ArrayTileSource {
 
  private:
   ZIPCOMM_DEVICE void Issue(uint32_t t) {  // tiles past the chunk load nothing (count 0)
+    if (t < full_tiles) {
+      const uint8_t* at = lane_at + t * (format::TILE_ELEMS * format::Traits<D>::ELEM_BYTES);
+      if (t % 2 == 0)  // constant indices: the prefetches stay in registers
+        ahead[0].IssueFull(at);
+      else
+        ahead[1].IssueFull(at);
+      issued = t + 1;
+      return;
+    }
     const uint32_t lane = lane_id();
     const uint32_t count = t < format::chunk_tiles(elems) ? format::lane_valid_count(elems, t, lane) : 0u;
     const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * ITEMS;
@@ -107,6 +122,8 @@ class WarpChunkEncoder {
   using FB = thread::FloatBits<D>;
   static constexpr uint32_t EXP_BITS = FB::EXP_BITS;
   static constexpr uint32_t LANE_WORDS = format::LANE_WORD_LIMIT;
+  // 16-bit full tiles are coded two elements per word: check, maximum, symbols (bf16: planes too) on packed pairs.
+  static constexpr bool PACKED = D == DType::bf16 || D == DType::fp16;
 
  public:
   struct TempStorage {
@@ -138,7 +155,25 @@ class WarpChunkEncoder {
         *reinterpret_cast<uint4*>(planes.widths + first_tile / 4) = make_uint4(0u, 0u, 0u, 0u);
     }
 
-    for (uint32_t t = 0; t < tiles; ++t) {
+    uint32_t t = 0;
+    if constexpr (PACKED) {
+      // Full tiles in a loop of their own, two per round: a loader that alternates between two prefetches
+      // (ArrayTileSource) then knows which one each tile takes.
+      uint8_t* plane0_at = planes.plane0 + first_tile * format::TILE_ELEMS + lane * ITEMS;
+#pragma unroll 2
+      for (; t < full_tiles; ++t) {
+        uint32_t x[ITEMS];
+        load(t, x);
+        if constexpr (format::has_low(D)) {  // fp16: planes and low bits by the per-item writer
+          const uint32_t code = low.code(t);
+          write_planes<D>(planes.plane0, planes.low + low.at, code, format::TILE_ELEMS,
+                          (first_tile + t) * format::TILE_ELEMS + lane * ITEMS, ITEMS, x);
+          low.at += format::low_tile_bytes(D, code, format::TILE_ELEMS);
+        }
+        check = FullTilePacked(t, x, plane0_at + t * format::TILE_ELEMS, check);
+      }
+    }
+    for (; t < tiles; ++t) {
       uint32_t x[ITEMS];
       load(t, x);  // loaders start the next tile's load before they return (ArrayTileSource, the decoders)
       const uint32_t cnt = t < full_tiles ? uint32_t(ITEMS) : format::lane_valid_count(elems, t, lane);
@@ -196,7 +231,7 @@ class WarpChunkEncoder {
         }
       }
     }
-    if (nacc_ > 0) Flush(true);  // the partial last word, zero-padded
+    if (nacc_ > 0) Flush();  // the partial last word, zero-padded
     __syncwarp();
 
     ChunkInfo info;
@@ -271,25 +306,103 @@ class WarpChunkEncoder {
     return e;
   }
 
-  // Appends an entry's bits (<= 22) after the nacc_ (< 32) bits held, MSB first, then moves a full word out.
+  // Appends an entry's bits (<= 22, right-aligned; the count in the top byte).
   ZIPCOMM_DEVICE void Append(uint32_t entry) {
-    const uint32_t len = entry >> Code::ENCODE_LEN_SHIFT;
-    const uint64_t bits = entry & ((1u << Code::ENCODE_LEN_SHIFT) - 1u);
-    acc_ |= bits << (64 - nacc_ - len);
-    nacc_ += len;
-    if (nacc_ >= 32) Flush(false);
+    Put(entry & ((1u << Code::ENCODE_LEN_SHIFT) - 1u), entry >> Code::ENCODE_LEN_SHIFT);
   }
-  ZIPCOMM_DEVICE void Flush(bool last) {
+  // Appends two entries; two codewords of at most 12 bits go in as one field.
+  ZIPCOMM_DEVICE void Append2(uint32_t e0, uint32_t e1) {
+    constexpr uint32_t LONG = 16u << Code::ENCODE_LEN_SHIFT;  // an escape pair's entry: 22 bits
+    static_assert(Code::MAX_LEN < 16, "codewords of their own stay below 16 bits");
+    if (((e0 | e1) & LONG) == 0) {
+      const uint32_t len1 = e1 >> Code::ENCODE_LEN_SHIFT;
+      Put((e0 & 0xFFFFu) << len1 | (e1 & 0xFFFFu), (e0 >> Code::ENCODE_LEN_SHIFT) + len1);
+    } else {
+      Append(e0);
+      Append(e1);
+    }
+  }
+  // Appends the len (1..24) low bits of v after the nacc_ (< 32) bits held, MSB first; a full word moves out.
+  ZIPCOMM_DEVICE void Put(uint32_t v, uint32_t len) {
+    const uint32_t left = v << (32 - len), total = nacc_ + len;
+    acc_ |= left >> nacc_;
+    if (total >= 32) {
+      Flush();
+      acc_ = __funnelshift_r(0u, left, nacc_);  // the bits that did not fit (nacc_ > 0 here)
+    }
+    nacc_ = total & 31u;
+  }
+  ZIPCOMM_DEVICE void Flush() {
     // Words past the lane limit are counted, not kept: the chunk is then stored raw.
-    if (words_ < LANE_WORDS) temp_.words[words_][(lane_id() + words_) & 31u] = uint32_t(acc_ >> 32);
+    if (words_ < LANE_WORDS) temp_.words[words_][(lane_id() + words_) & 31u] = acc_;
     ++words_;
-    acc_ <<= 32;
-    nacc_ = last ? 0u : nacc_ - 32;
+  }
+
+  ZIPCOMM_DEVICE static uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
+    return r;
+  }
+
+  // A full 16-bit tile (the lane's 8 items; bf16: plane0_at is where its 8 plane bytes go); returns the
+  // updated check.
+  ZIPCOMM_DEVICE uint32_t FullTilePacked(uint32_t t, const uint32_t (&x)[ITEMS], uint8_t* plane0_at, uint32_t check) {
+    const uint32_t lane = lane_id();
+    uint32_t w[ITEMS / 2];
+#pragma unroll
+    for (int p = 0; p < ITEMS / 2; ++p) w[p] = prmt(x[2 * p], x[2 * p + 1], 0x5410u);
+    if constexpr (D == DType::bf16) {
+      // Plane bytes: each element's low byte with its top bit replaced by the sign (its high byte's top bit).
+      *reinterpret_cast<uint2*>(plane0_at) =
+          make_uint2((prmt(w[0], w[1], 0x6420u) & 0x7F7F7F7Fu) | (prmt(w[0], w[1], 0x7531u) & 0x80808080u),
+                     (prmt(w[2], w[3], 0x6420u) & 0x7F7F7F7Fu) | (prmt(w[2], w[3], 0x7531u) & 0x80808080u));
+    }
+    uint32_t mag = 0;
+#pragma unroll
+    for (int p = 0; p < ITEMS / 2; ++p) {
+      check = thread::ChunkCheck::round(check, w[p]);
+      mag = __vmaxu2(mag, w[p] & 0x7FFF7FFFu);
+    }
+    mag = __reduce_max_sync(FULL_MASK, max(mag & 0xFFFFu, mag >> 16));
+    const uint32_t a = mag >> FB::MANT_BITS, f = thread::fraction_of<D>(mag);
+    if (lane == (t & 31u)) (t < 32 ? anchor_lo_ : anchor_hi_) = a;
+    if (lane == t / 4) frac_byte_ |= f << (2 * (t & 3u));
+    if (a == 0) return check;  // all exponents zero: nothing to code
+
+    // Symbols of both halves at once: d = a - e, ZERO (16) where e = 0; d >= 16 (an ESC) sends the tile to the
+    // per-item path.
+    const uint32_t a2 = a | a << 16;
+    constexpr uint32_t EXP_MASK = (1u << EXP_BITS) - 1u;
+    uint32_t s[ITEMS / 2], dmax = 0;
+#pragma unroll
+    for (int p = 0; p < ITEMS / 2; ++p) {
+      const uint32_t e2 = (w[p] >> FB::MANT_BITS) & (EXP_MASK | EXP_MASK << 16);
+      const uint32_t nonzero = prmt(e2 + 0x7FFF7FFFu, 0u, 0xBB99u);  // 0xFFFF in each half whose e != 0
+      const uint32_t d2 = (a2 - e2) & nonzero;
+      dmax = __vmaxu2(dmax, d2);
+      s[p] = d2 | (~nonzero & (Code::ZERO | Code::ZERO << 16));
+    }
+    const uint32_t table_f = table_ + 4 * Code::NUM_PAIRS * f;
+    if (!__any_sync(FULL_MASK, dmax & 0xFFF0FFF0u)) {
+#pragma unroll
+      for (int p = 0; p < ITEMS / 2; p += 2)
+        Append2(Entry(table_f, s[p] & 0xFFFFu, s[p] >> 16), Entry(table_f, s[p + 1] & 0xFFFFu, s[p + 1] >> 16));
+    } else {
+      // ESC symbols: their raw exponents follow the pair's codeword.
+#pragma unroll
+      for (int p = 0; p < ITEMS / 2; ++p) {
+        const uint32_t s0 = Code::symbol_of(FB::exponent(x[2 * p]), a), s1 = Code::symbol_of(FB::exponent(x[2 * p + 1]), a);
+        Append(Entry(table_f, s0, s1));
+        if (s0 == Code::ESC) Append(FB::exponent(x[2 * p]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
+        if (s1 == Code::ESC) Append(FB::exponent(x[2 * p + 1]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
+      }
+    }
+    return check;
   }
 
   TempStorage& temp_;
   uint32_t table_;  // shared-window address of the encode table
-  uint64_t acc_ = 0;  // the lane's pending bits, MSB first: nacc_ of them
+  uint32_t acc_ = 0;  // the lane's pending bits, MSB first: nacc_ of them
   uint32_t nacc_ = 0, words_ = 0;
   uint32_t anchor_lo_ = 0, anchor_hi_ = 0, frac_byte_ = 0;
 };

@@ -54,6 +54,12 @@ class WarpChunkDecodeReduce {
       if (t + 1 < dec.tiles())
         y_next.Issue(local, vector, lane_first + uint64_t(t + 1) * format::TILE_ELEMS,
                      format::lane_valid_count(elems, t + 1, lane_id()));
+      if (t < dec.fast_tiles()) {  // a constant count: the store is one vector
+        dec.DecodeFastTile(t, x);
+        thread::reduce_items<D>(op, x, y);
+        store_items_any<D>(out, vector, lane_first + uint64_t(t) * format::TILE_ELEMS, ITEMS, x);
+        continue;
+      }
       const uint32_t cnt = dec.DecodeTile(t, x);
       thread::reduce_items<D>(op, x, y);
       store_items_any<D>(out, vector, lane_first + uint64_t(t) * format::TILE_ELEMS, cnt, x);
@@ -87,7 +93,13 @@ class WarpChunkDecodeForward {
     forward.chunk = fwd_chunk;
     forward.planes = fwd_planes;
     dec.Begin(chunk, bytes, elems, first_tile, planes, check, &forward);  // copies the chunk's bytes on
-    for (uint32_t t = 0; t < dec.tiles(); ++t) {
+    uint32_t t = 0;
+    for (; t < dec.fast_tiles(); ++t) {  // a constant count: the store is one vector
+      uint32_t x[ITEMS];
+      dec.DecodeFastTile(t, x);
+      store_items_any<D>(out, vector, lane_first + uint64_t(t) * format::TILE_ELEMS, ITEMS, x);
+    }
+    for (; t < dec.tiles(); ++t) {
       uint32_t x[ITEMS];
       const uint32_t cnt = dec.DecodeTile(t, x);
       store_items_any<D>(out, vector, lane_first + uint64_t(t) * format::TILE_ELEMS, cnt, x);
