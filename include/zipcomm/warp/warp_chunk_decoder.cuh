@@ -17,6 +17,9 @@
 
 namespace zipcomm {
 namespace warp {
+namespace detail {
+static __device__ const uint32_t ZERO_WORD[1] = {0u};
+}  // namespace detail
 
 /// Where decode + forward copies a chunk: its exponent stream (16-byte aligned; nullptr: not copied) and
 /// its raw bits, into the forward stream's plane 0, width codes and the chunk's low part (plane0 nullptr: not
@@ -125,7 +128,8 @@ class WarpChunkDecoder {
     hi_ = lo_ = avail_ = 0;
     fetched_ = count_ = 0;
     ahead_ = 0;
-    words_ = nullptr;
+    words_ = detail::ZERO_WORD;  // what Load() reads of a lane without words or a chunk found corrupt
+    last_ = 0;
     tile_af_ = 0;
     plane_at_ = reinterpret_cast<const uint2*>(planes.plane0 + lane_first_);
     if (!raw_) {
@@ -148,7 +152,7 @@ class WarpChunkDecoder {
           bad_ = 1u;
           count_ = 0;
         } else {
-          words_ = reinterpret_cast<const uint32_t*>(stream + hdr) + start;
+          if (count_) words_ = reinterpret_cast<const uint32_t*>(stream + hdr) + start, last_ = count_ - 1;
           ahead_ = Load(0);
           // Zero: the fraction byte's unused bits, the header's padding and the padding after the streams.
           if (tiles_ % 4 && lane == 0) bad_ |= (stream[tiles_ + tiles_ / 4] >> (2 * (tiles_ % 4))) != 0;
@@ -283,15 +287,18 @@ class WarpChunkDecoder {
     return cnt;
   }
 
-  // Word k of the lane's stream; zeros past its end (Finish() rejects a stream whose codewords run into them).
-  ZIPCOMM_DEVICE uint32_t Load(uint32_t k) const { return k < count_ ? __ldg(words_ + k) : 0u; }
+  // Word k of the lane's stream, or (past its end) its last word, or (no words) the chunk's first: always a load
+  // straight into the register that keeps it, never a predicated one whose default the compiler would merge
+  // with a register copy that waits for the load. Word() zeroes what lies past the end.
+  ZIPCOMM_DEVICE uint32_t Load(uint32_t k) const { return __ldg(words_ + min(k, last_)); }
+  // The word loaded as word k, zero past the stream's end (Finish() rejects a stream whose codewords run into it).
+  ZIPCOMM_DEVICE uint32_t Word(uint32_t k, uint32_t loaded) const { return k < count_ ? loaded : 0u; }
 
   // Keeps at least 32 bits buffered: the lane's next word joins the buffer when fewer are held. Each word is
-  // loaded one refill ahead of its use (about a tile and a half of work); no register copies one in flight,
-  // which would wait for the load.
+  // loaded one refill ahead of its use (about a tile and a half of work).
   ZIPCOMM_DEVICE void Refill() {
     if (avail_ < 32) {
-      const uint32_t w = ahead_;
+      const uint32_t w = Word(fetched_, ahead_);
       ahead_ = Load(fetched_ + 1);
       ++fetched_;
       hi_ |= w >> avail_;
@@ -396,11 +403,7 @@ class WarpChunkDecoder {
   // A full bf16 tile into w (element 2p in the low half of w[p]); the chunk check and the tile's anchor and
   // fraction checked on the packed words.
   ZIPCOMM_DEVICE void FullTilePacked(uint32_t t, uint32_t (&w)[ITEMS / 2]) {
-    const LanePlanes<D> planes = next_;
-    if (!format::has_low(D) && t + 1 < full_tiles_)
-      next_.p0 = __ldg(plane_at_ + (t + 1) * (format::TILE_ELEMS / 8));
-    else if (t + 1 < tiles_)
-      next_ = LoadPlanes(t + 1);
+    const LanePlanes<D>& planes = next_;  // loaded while the previous tile decoded
     const uint32_t af = AnchorFraction(t), a = af >> 2, f = af & 3u;
     uint32_t e[ITEMS / 2] = {};
     if (a != 0) {
@@ -449,6 +452,12 @@ class WarpChunkDecoder {
       mag = __vmaxu2(mag, m);
       check_acc_ = thread::ChunkCheck::round(check_acc_, w[p]);
     }
+    // The next tile's planes load into the registers just read: loaded earlier, they would need a copy at the
+    // end of the tile, which waits for the load.
+    if (!format::has_low(D) && t + 1 < full_tiles_)
+      next_.p0 = __ldg(plane_at_ + (t + 1) * (format::TILE_ELEMS / 8));
+    else if (t + 1 < tiles_)
+      next_ = LoadPlanes(t + 1);
     mag = __reduce_max_sync(FULL_MASK, max(mag & 0xFFFFu, mag >> 16));
     // The stored anchor and fraction must describe the decoded tile: its largest magnitude's exponent and top
     // two mantissa bits.
@@ -511,7 +520,7 @@ class WarpChunkDecoder {
  private:
   uint32_t table_;  // shared-window address of the decode table
   const uint8_t* stream_ = nullptr;
-  const uint32_t* words_ = nullptr;  // this lane's stream
+  const uint32_t* words_ = nullptr;  // this lane's stream (detail::ZERO_WORD when it has none)
   const uint8_t* plane0_ = nullptr;
   const uint8_t* low_ = nullptr;  // the chunk's low part
   LowCursor low_cursor_{};        // its width codes; where the next tile to load starts
@@ -523,6 +532,7 @@ class WarpChunkDecoder {
   uint32_t tile_af_ = 0;  // a << 2 | f of tile lane (low half) and of tile lane + 32 (high half)
   const uint2* plane_at_ = nullptr;  // the lane's plane bytes of tile 0 (8 bytes, a tile every 256)
   uint32_t count_ = 0, fetched_ = 0;                // the lane's words: in its stream, taken so far
+  uint32_t last_ = 0;                               // index of the last word Load() reads
   uint32_t ahead_ = 0;                              // its word fetched_, loaded early
   uint32_t hi_ = 0, lo_ = 0, avail_ = 0;            // bit buffer, MSB first: avail_ valid bits
   LanePlanes<D> next_{};                            // the next tile's planes (prefetched)

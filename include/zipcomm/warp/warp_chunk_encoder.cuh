@@ -45,6 +45,25 @@ struct ArrayTileSource {
   }
   /// Two tiles ahead, each in its own registers: a register copy of a load in flight would wait for it.
   ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[ITEMS]) {
+    if (t + 2 == issued && t + 2 < full_tiles) {  // the steady state: whole vectors in order
+      const uint8_t* at = lane_at + (t + 2) * (format::TILE_ELEMS * format::Traits<D>::ELEM_BYTES);
+      if (t % 2 == 0) {
+        ahead[0].TakeFull(x);
+        ahead[0].IssueFull(at);
+      } else {
+        ahead[1].TakeFull(x);
+        ahead[1].IssueFull(at);
+      }
+      issued = t + 3;
+    } else {
+      TakeSlow(t, x);
+    }
+    thread::pre_items<D>(pre_op, x);
+  }
+  ZIPCOMM_DEVICE Status status() const { return Status::ok; }
+
+ private:
+  ZIPCOMM_DEVICE void TakeSlow(uint32_t t, uint32_t (&x)[ITEMS]) {
     if (t + 2 != issued) {  // out of order (a raw chunk's second pass starts again at 0)
       issued = t;
       Issue(t);
@@ -58,11 +77,7 @@ struct ArrayTileSource {
       full ? ahead[1].TakeFull(x) : ahead[1].Take(x);
       Issue(t + 2);
     }
-    thread::pre_items<D>(pre_op, x);
   }
-  ZIPCOMM_DEVICE Status status() const { return Status::ok; }
-
- private:
   ZIPCOMM_DEVICE void Issue(uint32_t t) {  // tiles past the chunk load nothing (count 0)
     if (t < full_tiles) {
       const uint8_t* at = lane_at + t * (format::TILE_ELEMS * format::Traits<D>::ELEM_BYTES);
