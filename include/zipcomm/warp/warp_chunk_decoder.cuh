@@ -171,7 +171,7 @@ class WarpChunkDecoder {
 
   /// Tiles in the chunk begun last.
   ZIPCOMM_DEVICE uint32_t tiles() const { return tiles_; }
-  /// Its first tiles that DecodeFastTile may decode (full tiles of a coded bf16 chunk; 0 otherwise).
+  /// Its first tiles that DecodeFastTile may decode (the full tiles of a coded bf16 or fp16 chunk; else 0).
   ZIPCOMM_DEVICE uint32_t fast_tiles() const { return PACKED && !raw_ ? full_tiles_ : 0u; }
   /// DecodeTile for t < fast_tiles(): 8 items.
   ZIPCOMM_DEVICE void DecodeFastTile(uint32_t t, uint32_t (&x)[ITEMS]) {
@@ -287,7 +287,7 @@ class WarpChunkDecoder {
     return cnt;
   }
 
-  // Word k of the lane's stream, or (past its end) its last word, or (no words) the chunk's first: always a load
+  // Word k of the lane's stream, or (past its end) its last word, or (no words) detail::ZERO_WORD: always a load
   // straight into the register that keeps it, never a predicated one whose default the compiler would merge
   // with a register copy that waits for the load. Word() zeroes what lies past the end.
   ZIPCOMM_DEVICE uint32_t Load(uint32_t k) const { return __ldg(words_ + min(k, last_)); }
@@ -400,7 +400,7 @@ class WarpChunkDecoder {
     return (a2 - entry) & ~prmt(entry, 0u, 0xBB99u) & Code::D_FIELDS;
   }
 
-  // A full bf16 tile into w (element 2p in the low half of w[p]); the chunk check and the tile's anchor and
+  // A full 16-bit tile into w (element 2p in the low half of w[p]); the chunk check and the tile's anchor and
   // fraction checked on the packed words.
   ZIPCOMM_DEVICE void FullTilePacked(uint32_t t, uint32_t (&w)[ITEMS / 2]) {
     const LanePlanes<D>& planes = next_;  // loaded while the previous tile decoded
