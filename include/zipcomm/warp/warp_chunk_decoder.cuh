@@ -428,7 +428,8 @@ class WarpChunkDecoder {
 #pragma unroll
         for (int p = 0; p < ITEMS / 2; ++p) e[p] = exps[2 * p] | exps[2 * p + 1] << 16;
       } else {
-        CheckD(dmax, a);
+        // Both d fields below the anchor: a - 1 - d borrows from the guard bit above its field otherwise.
+        bad_ |= ((a2 - 0x00800080u - dmax) & 0x80008000u) != 0x80008000u;
       }
     }
     // Plane bytes 2p and 2p + 1 each fill both bytes of a half: its top bit is the sign, its low 7 bits the top
