@@ -337,7 +337,7 @@ class WarpChunkEncoder {
       Append(e1);
     }
   }
-  // Appends the len (1..24) low bits of v after the nacc_ (< 32) bits held, MSB first; a full word moves out.
+  // Appends the len (1..31) low bits of v after the nacc_ (< 32) bits held, MSB first; a full word moves out.
   ZIPCOMM_DEVICE void Put(uint32_t v, uint32_t len) {
     const uint32_t left = v << (32 - len), total = nacc_ + len;
     acc_ |= left >> nacc_;
