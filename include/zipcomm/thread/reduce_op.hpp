@@ -218,6 +218,30 @@ ZIPCOMM_HOST_DEVICE uint32_t reduce_combine(ReduceOpId id, uint32_t acc, uint32_
   }
 }
 
+/// The sums of two pairs of 16-bit elements, each pair packed in a word (first element in the low half): the
+/// bits of reduce_combine's sum on each half (fp32 add, one conversion rounding both results to nearest even).
+template <DType D>
+ZIPCOMM_HOST_DEVICE uint32_t sum_pairs(uint32_t a, uint32_t b) {
+  static_assert(D == DType::bf16 || D == DType::fp16, "two elements per word: 16-bit dtypes");
+#if defined(__CUDA_ARCH__)
+  if constexpr (D == DType::bf16) {
+    // A bf16 in the high half of a word is its fp32 value; one in the low half, shifted up.
+    const float lo = __fadd_rn(__uint_as_float(a << 16), __uint_as_float(b << 16));
+    const float hi = __fadd_rn(__uint_as_float(a & 0xFFFF0000u), __uint_as_float(b & 0xFFFF0000u));
+    const __nv_bfloat162 r = __floats2bfloat162_rn(lo, hi);
+    return uint32_t(__bfloat16_as_ushort(r.x)) | uint32_t(__bfloat16_as_ushort(r.y)) << 16;
+  } else {
+    const float2 fa = __half22float2(*reinterpret_cast<const __half2*>(&a));
+    const float2 fb = __half22float2(*reinterpret_cast<const __half2*>(&b));
+    const __half2 r = __floats2half2_rn(__fadd_rn(fa.x, fb.x), __fadd_rn(fa.y, fb.y));
+    return uint32_t(__half_as_ushort(r.x)) | uint32_t(__half_as_ushort(r.y)) << 16;
+  }
+#else
+  return reduce_combine<D>(ReduceOpId::sum, a & 0xFFFFu, b & 0xFFFFu) |
+         reduce_combine<D>(ReduceOpId::sum, a >> 16, b >> 16) << 16;
+#endif
+}
+
 /// acc[i] = combine(acc[i], pre(local[i])) for N items; the operator is chosen once, outside the item loop.
 template <DType D, int N>
 ZIPCOMM_HOST_DEVICE void reduce_items(const ReduceOp& op, uint32_t (&acc)[N], const uint32_t (&local)[N]) {

@@ -168,6 +168,13 @@ class LaneItemsPrefetch {
     else
       load_items_any<D>(src_, vector_, first_, count_, x);
   }
+  /// Whether the items in flight are a full lane's vector (TakeWords may take them).
+  ZIPCOMM_DEVICE bool full() const { return vector_ && count_ == ITEMS; }
+  /// 16-bit items of a full lane as loaded: two per word, the first in the low half.
+  ZIPCOMM_DEVICE void TakeWords(uint32_t (&w)[ITEMS / 2]) const {
+    static_assert(EB == 2, "two items per word: 16-bit dtypes");
+    w[0] = raw_[0].x, w[1] = raw_[0].y, w[2] = raw_[0].z, w[3] = raw_[0].w;
+  }
   /// Take() after IssueFull().
   ZIPCOMM_DEVICE void TakeFull(uint32_t (&x)[ITEMS]) const {
     if constexpr (EB == 1) {

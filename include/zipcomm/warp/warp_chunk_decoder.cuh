@@ -173,6 +173,10 @@ class WarpChunkDecoder {
   ZIPCOMM_DEVICE uint32_t tiles() const { return tiles_; }
   /// Its first tiles that DecodeFastTile may decode (the full tiles of a coded bf16 or fp16 chunk; else 0).
   ZIPCOMM_DEVICE uint32_t fast_tiles() const { return PACKED && !raw_ ? full_tiles_ : 0u; }
+  /// DecodeFastTile with the items two per word, the first in the low half (16-bit dtypes).
+  ZIPCOMM_DEVICE void DecodeFastWords(uint32_t t, uint32_t (&w)[ITEMS / 2]) {
+    if constexpr (PACKED) FullTilePacked(t, w);
+  }
   /// DecodeTile for t < fast_tiles(): 8 items.
   ZIPCOMM_DEVICE void DecodeFastTile(uint32_t t, uint32_t (&x)[ITEMS]) {
     if constexpr (PACKED) {

@@ -50,10 +50,28 @@ class WarpChunkDecodeReduce {
     y_next.Issue(local, vector, lane_first, format::lane_valid_count(elems, 0, lane_id()));
     for (uint32_t t = 0; t < dec.tiles(); ++t) {
       uint32_t x[ITEMS], y[ITEMS];
-      y_next.Take(y);
+      // A sum of 16-bit tiles on whole words: two elements per conversion, stored as decoded.
+      bool words = false;
+      uint32_t yw[ITEMS / 2];
+      if constexpr (format::Traits<D>::ELEM_BYTES == 2) {
+        words = op.id == ReduceOpId::sum && vector && t < dec.fast_tiles() && y_next.full();
+        if (words) y_next.TakeWords(yw);
+      }
+      if (!words) y_next.Take(y);
       if (t + 1 < dec.tiles())
         y_next.Issue(local, vector, lane_first + uint64_t(t + 1) * format::TILE_ELEMS,
                      format::lane_valid_count(elems, t + 1, lane_id()));
+      if constexpr (format::Traits<D>::ELEM_BYTES == 2) {
+        if (words) {
+          uint32_t w[ITEMS / 2];
+          dec.DecodeFastWords(t, w);
+#pragma unroll
+          for (int p = 0; p < ITEMS / 2; ++p) w[p] = thread::sum_pairs<D>(w[p], yw[p]);
+          *reinterpret_cast<uint4*>(static_cast<uint8_t*>(out) + (lane_first + uint64_t(t) * format::TILE_ELEMS) * 2) =
+              make_uint4(w[0], w[1], w[2], w[3]);
+          continue;
+        }
+      }
       if (t < dec.fast_tiles()) {  // a constant count: the store is one vector
         dec.DecodeFastTile(t, x);
         thread::reduce_items<D>(op, x, y);
@@ -143,10 +161,29 @@ class ReducedTileSource {
       load_local(0);
     }
     uint32_t y[ITEMS];
-    y_next_.Take(y);
+    bool words = false;  // a sum of 16-bit tiles on whole words, as in WarpChunkDecodeReduce
+    uint32_t yw[ITEMS / 2];
+    if constexpr (format::Traits<D>::ELEM_BYTES == 2) {
+      words = op_.id == ReduceOpId::sum && t < dec_.fast_tiles() && y_next_.full();
+      if (words) y_next_.TakeWords(yw);
+    }
+    if (!words) y_next_.Take(y);
     if (t + 1 < dec_.tiles()) load_local(t + 1);  // loads while tile t decodes
-    dec_.DecodeTile(t, x);
-    thread::reduce_items<D>(op_, x, y);
+    if constexpr (format::Traits<D>::ELEM_BYTES == 2) {
+      if (words) {
+        uint32_t w[ITEMS / 2];
+        dec_.DecodeFastWords(t, w);
+#pragma unroll
+        for (int p = 0; p < ITEMS / 2; ++p) {
+          w[p] = thread::sum_pairs<D>(w[p], yw[p]);
+          x[2 * p] = w[p] & 0xFFFFu, x[2 * p + 1] = w[p] >> 16;
+        }
+      }
+    }
+    if (!words) {
+      dec_.DecodeTile(t, x);
+      thread::reduce_items<D>(op_, x, y);
+    }
     if (passes_ == 1 && t + 1 == dec_.tiles()) status_ = dec_.Finish();
   }
 
