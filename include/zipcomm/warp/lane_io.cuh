@@ -16,6 +16,14 @@ constexpr uint32_t FULL_MASK = 0xFFFFFFFFu;
 constexpr int ITEMS = format::ITEMS_PER_LANE;
 
 ZIPCOMM_DEVICE uint32_t lane_id() { return threadIdx.x & 31u; }
+
+/// PTX prmt: byte n of the result is byte (selector nibble n & 7) of {b, a}; a nibble's bit 3 replicates that
+/// byte's top bit instead (__byte_perm ignores it), which turns per-half flag bits into masks in one instruction.
+ZIPCOMM_DEVICE uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
+  return r;
+}
 ZIPCOMM_DEVICE uint32_t lanemask_lt() { return (1u << lane_id()) - 1u; }
 
 /// The 8 one-byte items of two words (fp8), first item in the low byte of lo.

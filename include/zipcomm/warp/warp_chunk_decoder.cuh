@@ -393,12 +393,6 @@ class WarpChunkDecoder {
     for (int p = 0; p < ITEMS / 2; ++p) x[2 * p] = w[p] & 0xFFFFu, x[2 * p + 1] = w[p] >> 16;
   }
 
-  // Byte permute with sign replication (PTX prmt: a selector nibble's bit 3 copies the byte's top bit).
-  ZIPCOMM_DEVICE static uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
-    uint32_t r;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
-    return r;
-  }
   // Both exponent fields of a pair in place: a - d, or 0 for a ZERO symbol (its flag is the half's top bit).
   ZIPCOMM_DEVICE static uint32_t PackedExponents(uint32_t entry, uint32_t a2) {
     return (a2 - entry) & ~prmt(entry, 0u, 0xBB99u) & Code::D_FIELDS;

@@ -353,12 +353,6 @@ class WarpChunkEncoder {
     ++words_;
   }
 
-  ZIPCOMM_DEVICE static uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
-    uint32_t r;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
-    return r;
-  }
-
   // A full 16-bit tile (the lane's 8 items; bf16: plane0_at is where its 8 plane bytes go); returns the
   // updated check.
   ZIPCOMM_DEVICE uint32_t FullTilePacked(uint32_t t, const uint32_t (&x)[ITEMS], uint8_t* plane0_at, uint32_t check) {
