@@ -26,14 +26,20 @@ LMAX, THRESH, ZERO_FLOOR = 12, 1e-6, 2.0 ** -7
 TRAINING = ["llama_grads.bf16", "llama_acts.bf16", "llama_weights.bf16"]
 
 
-def pair_counts(bits):
+def tile_symbols(bits):
+    """Per 256-element tile of bf16 bits (a trailing partial tile dropped): the elements' symbols (tiles x 256),
+    the tile anchors a and fraction buckets f."""
     n = bits.size // TILE * TILE
     b = bits[:n].astype(np.int64)
     e = ((b >> 7) & 0xFF).reshape(-1, TILE)
     mag = (b & 0x7FFF).reshape(-1, TILE).max(axis=1)
     a, f = mag >> 7, (mag >> 5) & 3
     d = a[:, None] - e
-    s = np.where(e == 0, ZERO, np.where(d < NUM_D, d, ESC))
+    return np.where(e == 0, ZERO, np.where(d < NUM_D, d, ESC)), a, f
+
+
+def pair_counts(bits):
+    s, a, f = tile_symbols(bits)
     pc = np.zeros((4, NSYM, NSYM))
     for ff in range(4):
         ss = s[(f == ff) & (a != 0)].reshape(-1, 2)

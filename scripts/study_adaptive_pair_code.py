@@ -24,13 +24,7 @@ ESC_PAYLOAD_BITS = 10  # an escaped pair's two symbols as 5-bit ids
 
 def tile_pairs(bits):
     """Per 256-element tile with a nonzero anchor: its fraction bucket f and its 128 pair ids (s0 * 18 + s1)."""
-    n = bits.size // dpc.TILE * dpc.TILE
-    b = bits[:n].astype(np.int64)
-    e = ((b >> 7) & 0xFF).reshape(-1, dpc.TILE)
-    mag = (b & 0x7FFF).reshape(-1, dpc.TILE).max(axis=1)
-    a, f = mag >> 7, (mag >> 5) & 3
-    d = a[:, None] - e
-    s = np.where(e == 0, dpc.ZERO, np.where(d < dpc.NUM_D, d, dpc.ESC))
+    s, a, f = dpc.tile_symbols(bits)
     pairs = s[:, 0::2] * dpc.NSYM + s[:, 1::2]
     return f, pairs, a != 0
 

@@ -27,15 +27,10 @@ FILES = ["llama_grads.bf16", "llama_acts.bf16", "llama_weights.bf16"]
 
 def symbols(bits, joint):
     """Per tile: symbols (joint: (d, top bit) as 2d + m for d < 16, then ZERO, ESC), anchors, fractions."""
-    n = bits.size // dpc.TILE * dpc.TILE
-    b = bits[:n].astype(np.int64).reshape(-1, dpc.TILE)
-    e = (b >> 7) & 0xFF
-    mag = (b & 0x7FFF).max(axis=1)
-    a, f = mag >> 7, (mag >> 5) & 3
-    d = a[:, None] - e
-    s = np.where(e == 0, dpc.ZERO, np.where(d < dpc.NUM_D, d, dpc.ESC))
+    s, a, f = dpc.tile_symbols(bits)
     if joint:
-        m = (b >> 6) & 1
+        n = bits.size // dpc.TILE * dpc.TILE
+        m = (bits[:n].astype(np.int64).reshape(s.shape) >> 6) & 1
         s = np.where(s < dpc.NUM_D, 2 * s + m, np.where(s == dpc.ZERO, 32, 33))
     return s, a, f
 
