@@ -5,7 +5,8 @@
 // "spinner" kernel (one block, as an engine's reader would be) on a non-blocking stream of its own that spins
 // until the host releases it or SPIN_S seconds pass, runs the operation, and times it: an operation that
 // takes about SPIN_S waited for the spinner (blocked); one that returns at once did not. The P2P links'
-// transfer() + wait() are among the operations (both host link modes, coded and raw).
+// transfer() + wait() are among the operations (both host link modes, coded and raw; PeerLink on one GPU with
+// grids of several sizes).
 // Usage: zipcomm_probe_concurrent [--spin-s 3]     (prints a table; exits 1 when a link operation blocked)
 #include <cuda_runtime.h>
 
@@ -97,6 +98,19 @@ int main(int argc, char** argv) {
     if (!have[m]) std::printf("(%s mode not available here)\n", mode_names[m]);
   }
 
+  // PeerLink on one GPU: its sender and receiver grids wait on each other, so both must be resident beside the
+  // spinner. Grids of every SM (the default), every SM but one, and half of them.
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int peer_blocks[5] = {0, sms - 1, sms / 2, 0, 0};  // the last two: the raw transfer, coded + raw
+  PeerLink<DType::bf16> peers[5];
+  for (int k = 0; k < 5; ++k) {
+    P2POptions o;
+    o.sender_blocks = o.receiver_blocks = peer_blocks[k];
+    o.timeout_ns = uint64_t(spin_s * 0.4e9);  // a starved transfer reports timeout before the spinner ends
+    CK(peers[k].init(0, 0, o));
+  }
+
   struct Op {
     std::string name;
     bool library;
@@ -175,6 +189,21 @@ int main(int argc, char** argv) {
                      return ok(links[m].transfer_raw(src, dst, 2048, work)) && links[m].wait() == Status::ok;
                    }});
   }
+
+  for (int k = 0; k < 3; ++k) {
+    const std::string grid = peer_blocks[k] ? std::to_string(peer_blocks[k]) + " blocks" : "default grids";
+    ops.push_back({"PeerLink one GPU, " + grid + ": transfer_coded 32 MiB + wait", true, [&, k] {
+                     return ok(peers[k].transfer_coded(src, dst, n, work, work)) && peers[k].wait() == Status::ok;
+                   }});
+  }
+  ops.push_back({"PeerLink one GPU: transfer_raw 32 MiB + wait", true, [&] {
+                   return ok(peers[3].transfer_raw(src, dst, n, work, work)) && peers[3].wait() == Status::ok;
+                 }});
+  // A weight sync's order: a coded transfer, a raw one queued behind it, then one wait.
+  ops.push_back({"PeerLink one GPU: transfer_coded + transfer_raw, one wait", true, [&] {
+                   return ok(peers[4].transfer_coded(src, dst, n, work, work)) &&
+                          ok(peers[4].transfer_raw(src, dst, n, work, work)) && peers[4].wait() == Status::ok;
+                 }});
 
   std::printf("spinner: one block on a non-blocking stream for up to %.1f s; an operation taking about that long "
               "waited for it\n",

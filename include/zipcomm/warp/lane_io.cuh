@@ -24,6 +24,10 @@ ZIPCOMM_DEVICE uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
   return r;
 }
+/// Brings the line holding p into L1 without a register: a load waits for every load of its scoreboard issued
+/// before it, so a register prefetch is only as early as the latest load; a line in L1 makes the late one cheap.
+ZIPCOMM_DEVICE void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
 ZIPCOMM_DEVICE uint32_t lanemask_lt() { return (1u << lane_id()) - 1u; }
 
 /// The 8 one-byte items of two words (fp8), first item in the low byte of lo.
@@ -171,7 +175,7 @@ class LaneItemsPrefetch {
   }
   /// The items whose load Issue() started.
   ZIPCOMM_DEVICE void Take(uint32_t (&x)[ITEMS]) const {
-    if (vector_ && count_ == ITEMS)
+    if (full())
       TakeFull(x);
     else
       load_items_any<D>(src_, vector_, first_, count_, x);

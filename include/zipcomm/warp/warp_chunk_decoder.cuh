@@ -65,6 +65,7 @@ class WarpChunkDecoder {
   // pair assembles in a few instructions.
   static constexpr bool PACKED = D == DType::bf16 || D == DType::fp16;
   static constexpr uint32_t PACKED_SHIFT = PACKED ? FB::MANT_BITS - 7 : 0;  // bf16 0, fp16 3
+  static constexpr uint32_t PLANES_AHEAD = 4;  // bf16 decode 981 -> 1,020 GB/s (H100); 8 ahead: 908
 
  public:
   ZIPCOMM_DEVICE explicit WarpChunkDecoder(const PairDecodeTable& table)
@@ -453,6 +454,8 @@ class WarpChunkDecoder {
     }
     // The next tile's planes load into the registers just read: loaded earlier, they would need a copy at the
     // end of the tile, which waits for the load.
+    // The planes of tile t + PLANES_AHEAD go to L1 now (the load above waits for the latest word load too).
+    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(plane_at_ + (t + PLANES_AHEAD) * (format::TILE_ELEMS / 8));
     if (!format::has_low(D) && t + 1 < full_tiles_)
       next_.p0 = __ldg(plane_at_ + (t + 1) * (format::TILE_ELEMS / 8));
     else if (t + 1 < tiles_)

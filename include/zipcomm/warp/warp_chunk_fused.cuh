@@ -23,6 +23,31 @@
 namespace zipcomm {
 namespace warp {
 
+namespace detail {
+
+/// A 16-bit sum on whole words (thread::sum_pairs: two elements per conversion) for a fast tile whose local
+/// operand arrived as a full vector. take_sum_words takes the operand's words when tile t qualifies (before the
+/// next tile's load is issued into the same registers); decode_sum_words then decodes and adds.
+template <DType D, class Dec>
+ZIPCOMM_DEVICE bool take_sum_words(const ReduceOp& op, const Dec& dec, uint32_t t, const LaneItemsPrefetch<D>& y,
+                                   uint32_t (&yw)[ITEMS / 2]) {
+  if constexpr (format::Traits<D>::ELEM_BYTES == 2) {
+    if (op.id == ReduceOpId::sum && t < dec.fast_tiles() && y.full()) {
+      y.TakeWords(yw);
+      return true;
+    }
+  }
+  return false;
+}
+template <DType D, class Dec>
+ZIPCOMM_DEVICE void decode_sum_words(Dec& dec, uint32_t t, const uint32_t (&yw)[ITEMS / 2], uint32_t (&w)[ITEMS / 2]) {
+  dec.DecodeFastWords(t, w);
+#pragma unroll
+  for (int p = 0; p < ITEMS / 2; ++p) w[p] = thread::sum_pairs<D>(w[p], yw[p]);
+}
+
+}  // namespace detail
+
 /// \brief Decode + reduce: out[i] = combine(decoded[i], pre(local[i])) for one chunk.
 /// \code
 /// using Fused = zipcomm::warp::WarpChunkDecodeReduce<zipcomm::DType::bf16>;
@@ -50,13 +75,8 @@ class WarpChunkDecodeReduce {
     y_next.Issue(local, vector, lane_first, format::lane_valid_count(elems, 0, lane_id()));
     for (uint32_t t = 0; t < dec.tiles(); ++t) {
       uint32_t x[ITEMS], y[ITEMS];
-      // A sum of 16-bit tiles on whole words: two elements per conversion, stored as decoded.
-      bool words = false;
       uint32_t yw[ITEMS / 2];
-      if constexpr (format::Traits<D>::ELEM_BYTES == 2) {
-        words = op.id == ReduceOpId::sum && vector && t < dec.fast_tiles() && y_next.full();
-        if (words) y_next.TakeWords(yw);
-      }
+      const bool words = vector && detail::take_sum_words<D>(op, dec, t, y_next, yw);  // stored as decoded
       if (!words) y_next.Take(y);
       if (t + 1 < dec.tiles())
         y_next.Issue(local, vector, lane_first + uint64_t(t + 1) * format::TILE_ELEMS,
@@ -64,9 +84,7 @@ class WarpChunkDecodeReduce {
       if constexpr (format::Traits<D>::ELEM_BYTES == 2) {
         if (words) {
           uint32_t w[ITEMS / 2];
-          dec.DecodeFastWords(t, w);
-#pragma unroll
-          for (int p = 0; p < ITEMS / 2; ++p) w[p] = thread::sum_pairs<D>(w[p], yw[p]);
+          detail::decode_sum_words<D>(dec, t, yw, w);
           *reinterpret_cast<uint4*>(static_cast<uint8_t*>(out) + (lane_first + uint64_t(t) * format::TILE_ELEMS) * 2) =
               make_uint4(w[0], w[1], w[2], w[3]);
           continue;
@@ -161,23 +179,16 @@ class ReducedTileSource {
       load_local(0);
     }
     uint32_t y[ITEMS];
-    bool words = false;  // a sum of 16-bit tiles on whole words, as in WarpChunkDecodeReduce
     uint32_t yw[ITEMS / 2];
-    if constexpr (format::Traits<D>::ELEM_BYTES == 2) {
-      words = op_.id == ReduceOpId::sum && t < dec_.fast_tiles() && y_next_.full();
-      if (words) y_next_.TakeWords(yw);
-    }
+    const bool words = detail::take_sum_words<D>(op_, dec_, t, y_next_, yw);
     if (!words) y_next_.Take(y);
     if (t + 1 < dec_.tiles()) load_local(t + 1);  // loads while tile t decodes
     if constexpr (format::Traits<D>::ELEM_BYTES == 2) {
       if (words) {
         uint32_t w[ITEMS / 2];
-        dec_.DecodeFastWords(t, w);
+        detail::decode_sum_words<D>(dec_, t, yw, w);
 #pragma unroll
-        for (int p = 0; p < ITEMS / 2; ++p) {
-          w[p] = thread::sum_pairs<D>(w[p], yw[p]);
-          x[2 * p] = w[p] & 0xFFFFu, x[2 * p + 1] = w[p] >> 16;
-        }
+        for (int p = 0; p < ITEMS / 2; ++p) x[2 * p] = w[p] & 0xFFFFu, x[2 * p + 1] = w[p] >> 16;
       }
     }
     if (!words) {
