@@ -452,10 +452,10 @@ class WarpChunkDecoder {
       mag = __vmaxu2(mag, m);
       check_acc_ = thread::ChunkCheck::round(check_acc_, w[p]);
     }
+    // The planes of tile t + PLANES_AHEAD go to L1 now (the load below waits for the latest word load too).
+    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(plane_at_ + (t + PLANES_AHEAD) * (format::TILE_ELEMS / 8));
     // The next tile's planes load into the registers just read: loaded earlier, they would need a copy at the
     // end of the tile, which waits for the load.
-    // The planes of tile t + PLANES_AHEAD go to L1 now (the load above waits for the latest word load too).
-    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(plane_at_ + (t + PLANES_AHEAD) * (format::TILE_ELEMS / 8));
     if (!format::has_low(D) && t + 1 < full_tiles_)
       next_.p0 = __ldg(plane_at_ + (t + 1) * (format::TILE_ELEMS / 8));
     else if (t + 1 < tiles_)

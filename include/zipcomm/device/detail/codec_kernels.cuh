@@ -271,8 +271,8 @@ __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_kernel(De
   auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
     const uint64_t first_tile = c * format::CHUNK_TILES;
     constexpr uint32_t TILE_BYTES = format::TILE_ELEMS * format::Traits<D>::ELEM_BYTES;
-    uint8_t* lane_out = static_cast<uint8_t*>(args.out) +
-                        (first_tile * format::TILE_ELEMS + warp::lane_id() * warp::ITEMS) * format::Traits<D>::ELEM_BYTES;
+    const uint64_t lane_first = first_tile * format::TILE_ELEMS + warp::lane_id() * warp::ITEMS;
+    uint8_t* lane_out = static_cast<uint8_t*>(args.out) + lane_first * format::Traits<D>::ELEM_BYTES;
     auto sink = [&](uint32_t t, const uint32_t (&x)[warp::ITEMS], uint32_t cnt) {
       warp::store_items_any<D>(lane_out + t * TILE_BYTES, vector, 0, cnt, x);
     };
