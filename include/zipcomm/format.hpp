@@ -1,4 +1,4 @@
-// zipcomm wire format v4: constants, header and layout arithmetic (docs/FORMAT.md is the specification).
+// zipcomm wire format v5: constants, header and layout arithmetic (docs/FORMAT.md is the specification).
 // Everything here is constexpr/host-device so host reference code and device kernels agree by construction.
 #pragma once
 
@@ -36,7 +36,7 @@ ZIPCOMM_HOST_DEVICE constexpr bool comm_dtype_supported(DType d) {
 namespace format {
 
 constexpr uint32_t MAGIC = 0x4D43505Au;  // bytes "ZPCM" in memory order
-constexpr uint8_t VERSION = 4;  // v4: low mantissa bits dropped per tile where zero (v1-v3 streams are refused)
+constexpr uint8_t VERSION = 5;  // v5: lane streams interleaved by word (v1-v4 streams are refused)
 constexpr uint32_t HEADER_BYTES = 64;
 
 constexpr int LANES = 32;                  // lane streams per chunk (one warp)
@@ -224,6 +224,12 @@ ZIPCOMM_HOST_DEVICE uint32_t lane_counts_offset(uint32_t tiles) { return static_
 /// The chunk header: anchors, fractions, lane word counts, zero padding to 16 bytes; the lane streams follow.
 ZIPCOMM_HOST_DEVICE uint32_t chunk_header_bytes(uint32_t tiles) {
   return static_cast<uint32_t>(align_up(lane_counts_offset(tiles) + LANES, ALIGN));
+}
+/// Where word r of lane `lane` sits among a coded chunk's words (section 10.3): the first m words of every lane
+/// (m = the smallest lane word count) interleaved, word r of lane l at 32 r + l, so a warp's loads of a round share
+/// cache lines; then each lane's words past m, lane after lane (`tail_before`: those of the lanes before it).
+ZIPCOMM_HOST_DEVICE constexpr uint32_t lane_word_index(uint32_t r, uint32_t lane, uint32_t m, uint32_t tail_before) {
+  return r < m ? r * LANES + lane : m * (LANES - 1) + tail_before + r;
 }
 /// Size of a chunk stored raw: exponents packed LSB-first, EXP_BITS each, padded to 16 bytes.
 ZIPCOMM_HOST_DEVICE uint32_t raw_chunk_bytes(DType d, uint32_t elems) {

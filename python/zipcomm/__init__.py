@@ -2,7 +2,7 @@
 
 A thin client of the zipcomm C++ library (header-only, include/zipcomm): the host reference codec for arrays
 in host memory, the device-wide GPU codec for arrays on a CUDA device (when the package was built with nvcc).
-Both write the same bytes: wire format v4 (docs/FORMAT.md). Every decoded bit equals the input bit (NaN
+Both write the same bytes: wire format v5 (docs/FORMAT.md). Every decoded bit equals the input bit (NaN
 payloads, infinities, subnormals and -0 included).
 
 Arrays are taken through DLPack: NumPy, torch, CuPy and other DLPack arrays, with no dependency on any of them
@@ -13,7 +13,7 @@ as their bytes (a uint8 view), so they work whether or not the torch version exp
 
     >>> import numpy as np, zipcomm
     >>> x = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
-    >>> buf = zipcomm.compress(x)                  # numpy uint8 array: one wire format v4 stream
+    >>> buf = zipcomm.compress(x)                  # numpy uint8 array: one wire format v5 stream
     >>> y = zipcomm.decompress(buf)                # 1-D float32, bit-identical to x.ravel()
     >>> zipcomm.info(buf)["elements"]
     100000
@@ -110,8 +110,8 @@ _STATUS_HELP = """
     (docs/FORMAT.md, section 14)."""
 
 _FORMAT_HELP = """
-    Wire format v4 (docs/FORMAT.md): one self-contained stream per array, little-endian:
-        [0, 64)            header: magic "ZPCM", version 4, dtype (1 bf16, 2 fp16, 3 fp32, 4 fp8_e4m3,
+    Wire format v5 (docs/FORMAT.md): one self-contained stream per array, little-endian:
+        [0, 64)            header: magic "ZPCM", version 5, dtype (1 bf16, 2 fp16, 3 fp32, 4 fp8_e4m3,
                            5 fp8_e5m2), code (3 pair), chunk_log2 14, element count, total bytes, section
                            offsets, FNV-1a check
         plane0             stored raw: one byte per element, the sign and the top 7 mantissa bits; fp8: the
@@ -218,7 +218,7 @@ def _framework(x: Any) -> str:
 
 def compress(x: Any, code: str = "pair", *, dtype: Any = None, stream: Any = None, out: Any = None,
              check: bool = False) -> Any:
-    """Compresses an array of bf16, fp16, fp32 or fp8 elements, losslessly, into one wire format v4 stream.
+    """Compresses an array of bf16, fp16, fp32 or fp8 elements, losslessly, into one wire format v5 stream.
 
     Args:
         x: a C-contiguous array of any shape (its elements are taken in row-major order; the shape is not
@@ -228,7 +228,7 @@ def compress(x: Any, code: str = "pair", *, dtype: Any = None, stream: Any = Non
             uint8/int8 with "fp8_e4m3" or "fp8_e5m2", uint16/int16 with "bf16" or "fp16", uint32/int32 with
             "fp32". A non-contiguous array raises ValueError (pass a contiguous copy: numpy.ascontiguousarray(x),
             x.contiguous()); another dtype raises TypeError naming it.
-        code: the exponent code: "pair", the only one (format v4).
+        code: the exponent code: "pair", the only one (format v5).
         dtype: what the elements are when x holds bit patterns: "bf16", "fp16", "fp32", "fp8_e4m3" (OCP E4M3FN:
             no infinities, NaN S.1111.111), "fp8_e5m2" (or a NumPy/torch dtype). For a float array it may be
             given and must agree.
@@ -270,7 +270,7 @@ compress.__doc__ += _FORMAT_HELP + "\n" + _STATUS_HELP  # type: ignore[operator]
 
 
 def decompress(buf: Any, out: Any = None, *, dtype: Any = None, stream: Any = None, check: bool = False) -> Any:
-    """Decompresses one wire format v4 stream, checking all of it (every chunk's check of its elements).
+    """Decompresses one wire format v5 stream, checking all of it (every chunk's check of its elements).
 
     Args:
         buf: the stream: a uint8 array (host or CUDA), bytes, bytearray or memoryview. Bytes after the

@@ -1,4 +1,4 @@
-// Wire format v4: layout arithmetic, chunk layout helpers, header make/validate, header integrity, older
+// Wire format v5: layout arithmetic, chunk layout helpers, header make/validate, header integrity, older
 // versions refused.
 #include "test_util.hpp"
 
@@ -166,7 +166,7 @@ TEST_CASE("header make/validate", "[format]") {
     Header h = format::make_header(d, c, n, total, low);
     REQUIRE(h.magic == format::MAGIC);
     REQUIRE(std::memcmp(&h.magic, "ZPCM", 4) == 0);
-    REQUIRE(h.version == 4);
+    REQUIRE(h.version == 5);
     REQUIRE(h.code == 3);
     REQUIRE(h.chunk_log2 == 14);
     REQUIRE(h.num_elements == n);
@@ -200,9 +200,9 @@ TEST_CASE("header make/validate", "[format]") {
     b.magic ^= 1u << (rng() % 32);
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     b = h;
-    b.version = uint8_t(h.version + 1 + rng() % 255);  // v1 to v3 among them
+    b.version = uint8_t(h.version + 1 + rng() % 255);  // v1 to v4 among them
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::unsupported_version);
-    for (uint8_t v : {0, 1, 2, 3, 5, 255}) {
+    for (uint8_t v : {0, 1, 2, 3, 4, 6, 255}) {
       b.version = v;
       REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::unsupported_version);
     }
@@ -279,13 +279,13 @@ TEST_CASE("every single-bit flip in a valid header is rejected", "[format]") {
   }
 }
 
-TEST_CASE("streams of format v1 to v3 are refused as unsupported_version", "[format]") {
+TEST_CASE("streams of format v1 to v4 are refused as unsupported_version", "[format]") {
   ZT_RNG("old versions refused");
   for (DType d : zt::kDTypes) {
     const zt::Tensor t = zt::gaussian(d, 40000, rng);
     const auto s = zt::compress_ok(CodeId::pair, t);
     // v1 to v3 had the same magic and header check; v1 and v2 streams carried code 1 (gaussian) or 2 (window3).
-    for (uint8_t version : {1, 2, 3})
+    for (uint8_t version : {1, 2, 3, 4})
       for (uint8_t code : {1, 2, 3}) {
         INFO("dtype " << dtype_name(d) << " version " << int(version) << " code " << int(code));
         std::vector<uint8_t> old = s;

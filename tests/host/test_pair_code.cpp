@@ -338,22 +338,27 @@ SpecChunk spec_encode(DType d, const uint32_t* bits, uint32_t elems, Tweak tweak
     out.max_lane = std::max(out.max_lane, lane.words());
   }
   // anchors, fractions (four per byte, tile 4q + r in bits 2r, 2r + 1), 32 lane word counts, zero padding to
-  // 16 bytes, the lane streams (lane 0 first; 32-bit little-endian words, bits taken from the most significant
-  // one down), zero padding to 16 bytes.
+  // 16 bytes, the lane words (32-bit little-endian, bits taken from the most significant one down): with m the
+  // smallest lane word count, word w < m of lane l at word 32 w + l, then the words from m on, lane 0's first;
+  // zero padding to 16 bytes.
   const uint32_t counts = tiles + (tiles + 3) / 4, hdr = (counts + 32 + 15) / 16 * 16;
   out.coded.assign((hdr + 4 * out.words + 15) / 16 * 16, 0);
   for (uint32_t k = 0; k < tiles; ++k) {
     out.coded[k] = uint8_t(anchor[k]);
     out.coded[tiles + k / 4] |= uint8_t(frac[k] << (2 * (k % 4)));
   }
-  uint32_t at = hdr;
+  uint32_t m = lanes[0].words();
+  for (const BitLane& lane : lanes) m = std::min(m, lane.words());
+  uint32_t tail = hdr + 4 * 32 * m;  // where the next word past m goes
   for (uint32_t l = 0; l < 32; ++l) {
     out.coded[counts + l] = uint8_t(std::min(lanes[l].words(), 255u));  // past 64 only to be refused
     std::vector<uint8_t> b = lanes[l].bits;
     b.resize(lanes[l].words() * 32, 0);
-    for (uint32_t w = 0; w < lanes[l].words(); ++w, at += 4) {
+    for (uint32_t w = 0; w < lanes[l].words(); ++w) {
       uint32_t v = 0;
       for (uint32_t i = 0; i < 32; ++i) v = v << 1 | b[w * 32 + i];
+      uint32_t at = hdr + 4 * (32 * w + l);
+      if (w >= m) at = tail, tail += 4;
       for (uint32_t byte = 0; byte < 4; ++byte) out.coded[at + byte] = uint8_t(v >> (8 * byte));
     }
   }

@@ -2,7 +2,7 @@
 // tests/data, see tests/data/README.md): bit-exact round trip and compression-ratio bounds (stream bytes / raw
 // bytes, all metadata included).
 //
-// Bounds are the measured ratio (format v4, pair code) + 0.002. Full-file figures for reference: grads bf16
+// Bounds are the measured ratio (format v5, pair code) + 0.002. Full-file figures for reference: grads bf16
 // 0.6642, acts bf16 0.6684, weights bf16 0.6686, fp16 scaled grads 0.6813, fp32 grads 0.3276; fp8_e4m3 grads
 // 0.8275, acts 0.8378, weights 0.8355; fp8_e5m2 grads 0.7035, acts 0.7130, weights 0.7105.
 #include "test_util.hpp"

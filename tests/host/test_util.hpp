@@ -63,7 +63,7 @@ inline uint32_t mant_mask(DType d) { return (1u << mant_bits(d)) - 1; }
 /// whose mantissa 7 is NaN).
 inline uint32_t exp_all_ones(DType d) { return max_exponent(d) << mant_bits(d); }
 inline uint32_t exponent_of(DType d, uint32_t b) { return (b >> mant_bits(d)) & max_exponent(d); }
-constexpr CodeId kCodes[1] = {CodeId::pair};  // the codes of format v4 (one)
+constexpr CodeId kCodes[1] = {CodeId::pair};  // the codes of format v5 (one)
 
 // ---- element conversion -------------------------------------------------------------------------------------
 inline uint32_t f32_bits(float x) {

@@ -14,12 +14,12 @@ import zipcomm
 from conftest import REPO, read_data
 
 # The worked example of docs/FORMAT.md: the first 40000 elements of tests/data/llama_weights.bf16, pair code,
-# format v4 (version 4; the header's offsets: table, low section, exponent section).
+# format v5 (version 5; the header's offsets: table, low section, exponent section).
 WORKED_EXAMPLE_HEADER = bytes.fromhex(
-    "5a 50 43 4d 04 01 03 0e  40 9c 00 00 00 00 00 00"
+    "5a 50 43 4d 05 01 03 0e  40 9c 00 00 00 00 00 00"
     "80 d1 00 00 00 00 00 00  80 9c 00 00 00 00 00 00"
     "b0 9c 00 00 00 00 00 00  b0 9c 00 00 00 00 00 00"
-    "2e 8e 85 95 00 00 00 00  00 00 00 00 00 00 00 00"
+    "8b 9a c3 8b 00 00 00 00  00 00 00 00 00 00 00 00"
 )
 
 
@@ -38,10 +38,10 @@ def test_format_md_worked_example() -> None:
     assert bytes(buf[:64]) == WORKED_EXAMPLE_HEADER
     info = zipcomm.info(buf)
     assert info == {
-        "version": 4, "dtype": "bf16", "code": "pair", "elements": 40000, "original_bytes": 80000,
+        "version": 5, "dtype": "bf16", "code": "pair", "elements": 40000, "original_bytes": 80000,
         "compressed_bytes": 53632, "ratio": 53632 / 80000, "chunks": 3, "raw_chunks": 0,
         "chunk_elements": 16384, "table_offset": 40064, "low_offset": 40112, "exp_offset": 40112,
-        "header_check": 0x95858E2E, "buffer_bytes": 53632,
+        "header_check": 0x8BC39A8B, "buffer_bytes": 53632,
     }
     # bf16: no width codes and no low table; the checks follow the chunk table, the low section is empty.
     assert u64s(buf, info["table_offset"], 3) == [5504, 11008, 13520]
@@ -63,7 +63,7 @@ def test_format_md_worked_example_width_codes() -> None:
     buf = zipcomm.compress(x, dtype="fp32")
     info = zipcomm.info(buf)
     assert (len(buf), info["version"], info["table_offset"], info["low_offset"], info["exp_offset"],
-            info["header_check"]) == (44000, 4, 32864, 32912, 32912, 0x1587523A)
+            info["header_check"]) == (44000, 5, 32864, 32912, 32912, 0x2A0B3847)
     assert bytes(buf[32832:32864]) == b"\xaa" * 32  # 128 width codes, 2 each
     table = info["table_offset"]
     assert u64s(buf, table, 2) == [5536, 11088]  # chunk table

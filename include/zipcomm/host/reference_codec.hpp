@@ -1,4 +1,4 @@
-// Host reference encoder and decoder for wire format v4 (plain C++; no CUDA needed).
+// Host reference encoder and decoder for wire format v5 (plain C++; no CUDA needed).
 //
 // It codes one lane's stream at a time, element by element, so it writes exactly the bytes the device code
 // writes. Tests use it as the oracle, and it lets a CPU read what a GPU wrote.
@@ -77,17 +77,18 @@ struct LaneBitWriter {
   }
 };
 
-/// Reads one lane's stream; reading past its words fails.
+/// Reads one lane's stream (its words where format::lane_word_index puts them); reading past its words fails.
 struct LaneBitReader {
-  const uint8_t* words = nullptr;
+  const uint8_t* words = nullptr;  // the chunk's words
+  uint32_t lane = 0, interleaved = 0, tail_before = 0;
   uint32_t count = 0;
   uint64_t pos = 0;
+  uint32_t word(uint64_t r) const { return get_u32(words + 4 * format::lane_word_index(uint32_t(r), lane, interleaved, tail_before)); }
   bool read(uint32_t len, uint32_t& value) {
     value = 0;
     for (uint32_t b = 0; b < len; ++b, ++pos) {
       if (pos >= uint64_t(count) * 32) return false;
-      const uint32_t w = get_u32(words + 4 * (pos >> 5));
-      value = value << 1 | ((w >> (31 - (pos & 31))) & 1u);
+      value = value << 1 | ((word(pos >> 5) >> (31 - (pos & 31))) & 1u);
     }
     return true;
   }
@@ -95,7 +96,7 @@ struct LaneBitReader {
   uint32_t peek(uint32_t len) const {
     uint32_t value = 0;
     for (uint64_t p = pos; p < pos + len; ++p) {
-      const uint32_t bit = p < uint64_t(count) * 32 ? (get_u32(words + 4 * (p >> 5)) >> (31 - (p & 31))) & 1u : 0u;
+      const uint32_t bit = p < uint64_t(count) * 32 ? (word(p >> 5) >> (31 - (p & 31))) & 1u : 0u;
       value = value << 1 | bit;
     }
     return value;
@@ -143,10 +144,13 @@ inline uint32_t encode_chunk(const uint32_t* bits, uint32_t elems, uint8_t* out)
     out[t] = anchors[t];
     out[tiles + t / 4] |= uint8_t(fracs[t] << (2 * (t % 4)));
   }
-  uint32_t at = hdr;
+  uint32_t interleaved = max_lane, tail_before = 0;  // the smallest lane word count
+  for (const LaneBitWriter& w : lanes) interleaved = w.words.size() < interleaved ? uint32_t(w.words.size()) : interleaved;
   for (uint32_t l = 0; l < format::LANES; ++l) {
     out[format::lane_counts_offset(tiles) + l] = uint8_t(lanes[l].words.size());
-    for (uint32_t w : lanes[l].words) put_u32(out + at, w), at += 4;
+    for (uint32_t r = 0; r < lanes[l].words.size(); ++r)
+      put_u32(out + hdr + 4 * format::lane_word_index(r, l, interleaved, tail_before), lanes[l].words[r]);
+    tail_before += uint32_t(lanes[l].words.size()) - interleaved;
   }
   return bytes;
 }
@@ -175,14 +179,21 @@ inline Status decode_chunk(const uint8_t* in, uint32_t bytes, uint32_t elems, ui
   if (tiles % 4 && (in[tiles + tiles / 4] >> (2 * (tiles % 4)))) return Status::corrupt_stream;
   for (uint32_t b = counts + format::LANES; b < hdr; ++b)
     if (in[b]) return Status::corrupt_stream;
-  uint32_t words = 0;
-  LaneBitReader lanes[format::LANES];
+  uint32_t words = 0, interleaved = format::LANE_WORD_LIMIT;
   for (uint32_t l = 0; l < format::LANES; ++l) {
     const uint32_t n = in[counts + l];
     if (n > format::LANE_WORD_LIMIT) return Status::corrupt_stream;
-    lanes[l].words = in + hdr + 4 * words;
-    lanes[l].count = n;
     words += n;
+    interleaved = n < interleaved ? n : interleaved;
+  }
+  LaneBitReader lanes[format::LANES];
+  for (uint32_t l = 0, tail_before = 0; l < format::LANES; ++l) {
+    lanes[l].words = in + hdr;
+    lanes[l].lane = l;
+    lanes[l].interleaved = interleaved;
+    lanes[l].tail_before = tail_before;
+    lanes[l].count = in[counts + l];
+    tail_before += lanes[l].count - interleaved;
   }
   if (format::coded_chunk_bytes(tiles, words) != bytes) return Status::corrupt_stream;
   for (uint32_t b = hdr + 4 * words; b < bytes; ++b)

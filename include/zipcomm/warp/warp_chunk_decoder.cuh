@@ -130,7 +130,7 @@ class WarpChunkDecoder {
     fetched_ = count_ = 0;
     ahead_ = 0;
     words_ = detail::ZERO_WORD;  // what Load() reads of a lane without words or a chunk found corrupt
-    last_ = 0;
+    last_ = interleaved_ = tail_at_ = 0;
     tile_af_ = 0;
     plane_at_ = reinterpret_cast<const uint2*>(planes.plane0 + lane_first_);
     if (!raw_) {
@@ -139,21 +139,27 @@ class WarpChunkDecoder {
       const bool size_bad = bytes > raw_bytes || bytes < hdr || bytes % format::ALIGN;
       if (!size_bad) {
         count_ = stream[counts + lane];
-        uint32_t start = count_;
+        const uint32_t total = __reduce_add_sync(FULL_MASK, count_);
+        const uint32_t interleaved = __reduce_min_sync(FULL_MASK, count_), rest = count_ - interleaved;
+        uint32_t tail_before = rest;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
-          const uint32_t v = __shfl_up_sync(FULL_MASK, start, o);
-          if (lane >= uint32_t(o)) start += v;
+          const uint32_t v = __shfl_up_sync(FULL_MASK, tail_before, o);
+          if (lane >= uint32_t(o)) tail_before += v;
         }
-        const uint32_t total = __shfl_sync(FULL_MASK, start, 31);
-        start -= count_;
+        tail_before -= rest;
         const bool counts_bad = __any_sync(FULL_MASK, count_ > format::LANE_WORD_LIMIT) ||
                                 format::coded_chunk_bytes(tiles_, total) != bytes;
         if (counts_bad) {
           bad_ = 1u;
           count_ = 0;
         } else {
-          if (count_) words_ = reinterpret_cast<const uint32_t*>(stream + hdr) + start, last_ = count_ - 1;
+          if (count_) {
+            words_ = reinterpret_cast<const uint32_t*>(stream + hdr);
+            last_ = count_ - 1;
+            interleaved_ = interleaved;
+            tail_at_ = format::lane_word_index(interleaved, lane, interleaved, tail_before) - interleaved;
+          }
           ahead_ = Load(0);
           // Zero: the fraction byte's unused bits, the header's padding and the padding after the streams.
           if (tiles_ % 4 && lane == 0) bad_ |= (stream[tiles_ + tiles_ / 4] >> (2 * (tiles_ % 4))) != 0;
@@ -295,7 +301,10 @@ class WarpChunkDecoder {
   // Word k of the lane's stream, or (past its end) its last word, or (no words) detail::ZERO_WORD: always a load
   // straight into the register that keeps it, never a predicated one whose default the compiler would merge
   // with a register copy that waits for the load. Word() zeroes what lies past the end.
-  ZIPCOMM_DEVICE uint32_t Load(uint32_t k) const { return __ldg(words_ + min(k, last_)); }
+  ZIPCOMM_DEVICE uint32_t Load(uint32_t k) const {
+    k = min(k, last_);
+    return __ldg(words_ + (k < interleaved_ ? k * format::LANES + lane_id() : tail_at_ + k));
+  }
   // The word loaded as word k, zero past the stream's end (Finish() rejects a stream whose codewords run into it).
   ZIPCOMM_DEVICE uint32_t Word(uint32_t k, uint32_t loaded) const { return k < count_ ? loaded : 0u; }
 
@@ -522,7 +531,7 @@ class WarpChunkDecoder {
  private:
   uint32_t table_;  // shared-window address of the decode table
   const uint8_t* stream_ = nullptr;
-  const uint32_t* words_ = nullptr;  // this lane's stream (detail::ZERO_WORD when it has none)
+  const uint32_t* words_ = nullptr;  // the chunk's words (detail::ZERO_WORD when this lane has none)
   const uint8_t* plane0_ = nullptr;
   const uint8_t* low_ = nullptr;  // the chunk's low part
   LowCursor low_cursor_{};        // its width codes; where the next tile to load starts
@@ -535,6 +544,7 @@ class WarpChunkDecoder {
   const uint2* plane_at_ = nullptr;  // the lane's plane bytes of tile 0 (8 bytes, a tile every 256)
   uint32_t count_ = 0, fetched_ = 0;                // the lane's words: in its stream, taken so far
   uint32_t last_ = 0;                               // index of the last word Load() reads
+  uint32_t interleaved_ = 0, tail_at_ = 0;          // where its words are (format::lane_word_index)
   uint32_t ahead_ = 0;                              // its word fetched_, loaded early
   uint32_t hi_ = 0, lo_ = 0, avail_ = 0;            // bit buffer, MSB first: avail_ valid bits
   LanePlanes<D> next_{};                            // the next tile's planes (prefetched)
