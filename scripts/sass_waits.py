@@ -14,6 +14,7 @@ Usage:
 """
 import argparse
 import re
+import signal
 import sys
 
 INSTRUCTION = re.compile(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*/\* (0x[0-9a-f]{16}) \*/")
@@ -36,6 +37,7 @@ def parse(lines):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet under head
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sass", help="output of cuobjdump -sass (or - for stdin)")
     ap.add_argument("--from", dest="lo", type=lambda s: int(s, 16), default=0)
