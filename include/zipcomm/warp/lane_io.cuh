@@ -30,6 +30,23 @@ ZIPCOMM_DEVICE void prefetch_l1(const void* p) { asm volatile("prefetch.global.L
 
 ZIPCOMM_DEVICE uint32_t lanemask_lt() { return (1u << lane_id()) - 1u; }
 
+/// Where a lane's `count` words sit among its coded chunk's words (format::lane_word_index): the warp's smallest
+/// count (its words interleaved) and the words past it of the lanes before this one. All 32 lanes call it.
+struct LaneWordPlace {
+  uint32_t interleaved;
+  uint32_t tail_before;
+};
+ZIPCOMM_DEVICE LaneWordPlace lane_word_place(uint32_t count) {
+  const uint32_t interleaved = __reduce_min_sync(FULL_MASK, count), rest = count - interleaved;
+  uint32_t sum = rest;  // inclusive, then exclusive
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t v = __shfl_up_sync(FULL_MASK, sum, o);
+    if (lane_id() >= uint32_t(o)) sum += v;
+  }
+  return {interleaved, sum - rest};
+}
+
 /// The 8 one-byte items of two words (fp8), first item in the low byte of lo.
 ZIPCOMM_DEVICE void unpack_bytes(uint32_t lo, uint32_t hi, uint32_t (&x)[ITEMS]) {
 #pragma unroll

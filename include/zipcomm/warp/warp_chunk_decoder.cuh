@@ -140,14 +140,7 @@ class WarpChunkDecoder {
       if (!size_bad) {
         count_ = stream[counts + lane];
         const uint32_t total = __reduce_add_sync(FULL_MASK, count_);
-        const uint32_t interleaved = __reduce_min_sync(FULL_MASK, count_), rest = count_ - interleaved;
-        uint32_t tail_before = rest;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const uint32_t v = __shfl_up_sync(FULL_MASK, tail_before, o);
-          if (lane >= uint32_t(o)) tail_before += v;
-        }
-        tail_before -= rest;
+        const LaneWordPlace place = lane_word_place(count_);
         const bool counts_bad = __any_sync(FULL_MASK, count_ > format::LANE_WORD_LIMIT) ||
                                 format::coded_chunk_bytes(tiles_, total) != bytes;
         if (counts_bad) {
@@ -157,8 +150,9 @@ class WarpChunkDecoder {
           if (count_) {
             words_ = reinterpret_cast<const uint32_t*>(stream + hdr);
             last_ = count_ - 1;
-            interleaved_ = interleaved;
-            tail_at_ = format::lane_word_index(interleaved, lane, interleaved, tail_before) - interleaved;
+            interleaved_ = place.interleaved;
+            tail_at_ = format::lane_word_index(place.interleaved, lane, place.interleaved, place.tail_before) -
+                       place.interleaved;
           }
           ahead_ = Load(0);
           // Zero: the fraction byte's unused bits, the header's padding and the padding after the streams.

@@ -278,20 +278,15 @@ class WarpChunkEncoder {
       }
       // The words (format::lane_word_index): the first `interleaved` of every lane round by round, one store of
       // 128 bytes per round; then each lane's rest, lane after lane, by warp-wide copies.
-      const uint32_t interleaved = __reduce_min_sync(FULL_MASK, words_), rest = words_ - interleaved;
-      uint32_t tail_before = rest;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const uint32_t v = __shfl_up_sync(FULL_MASK, tail_before, o);
-        if (lane >= uint32_t(o)) tail_before += v;
-      }
-      tail_before -= rest;  // exclusive
+      const LaneWordPlace place = lane_word_place(words_);
+      const uint32_t interleaved = place.interleaved, rest = words_ - interleaved;
       uint32_t* out = reinterpret_cast<uint32_t*>(dst + hdr);
       for (uint32_t r = 0; r < interleaved; ++r) out[r * format::LANES + lane] = temp_.words[r][(lane + r) & 31u];
       uint32_t* tails = out + interleaved * format::LANES;
       for (uint32_t l = 0; l < format::LANES; ++l) {
-        const uint32_t n = __shfl_sync(FULL_MASK, rest, l), s = __shfl_sync(FULL_MASK, tail_before, l);
-        for (uint32_t k = lane; k < n; k += 32) tails[s + k] = temp_.words[interleaved + k][(l + interleaved + k) & 31u];
+        const uint32_t n = __shfl_sync(FULL_MASK, rest, l), s = __shfl_sync(FULL_MASK, place.tail_before, l);
+        for (uint32_t k = lane; k < n; k += 32)
+          tails[s + k] = temp_.words[interleaved + k][(l + interleaved + k) & 31u];
       }
       const uint32_t end = hdr + 4 * info.words;
       for (uint32_t b = end + lane; b < info.bytes; b += 32) dst[b] = 0;
