@@ -126,9 +126,9 @@ class WarpChunkDecoder {
         }
       }
     }
-    hi_ = lo_ = avail_ = 0;
+    hi_ = mid_ = lo_ = avail_ = 0;
     fetched_ = count_ = 0;
-    ahead_ = 0;
+    ahead_ = after_ = 0;
     words_ = detail::ZERO_WORD;  // what Load() reads of a lane without words or a chunk found corrupt
     last_ = interleaved_ = tail_at_ = 0;
     tile_af_ = 0;
@@ -155,6 +155,7 @@ class WarpChunkDecoder {
                        place.interleaved;
           }
           ahead_ = Load(0);
+          after_ = Load(1);
           // Zero: the fraction byte's unused bits, the header's padding and the padding after the streams.
           if (tiles_ % 4 && lane == 0) bad_ |= (stream[tiles_ + tiles_ / 4] >> (2 * (tiles_ % 4))) != 0;
           for (uint32_t b = counts + 32 + lane; b < hdr; b += 32) bad_ |= stream[b] != 0;
@@ -203,7 +204,7 @@ class WarpChunkDecoder {
     if (!raw_ && !bad_) {
       // The lane read exactly its words, and what it fetched past its last codeword is zero.
       const uint32_t consumed = 32 * fetched_ - avail_;
-      bad_ |= (consumed + 31) / 32 != count_ || (hi_ | lo_) != 0;
+      bad_ |= (consumed + 31) / 32 != count_ || (hi_ | mid_ | lo_) != 0;
     }
     __syncwarp();
     if (__any_sync(FULL_MASK, bad_)) return Status::corrupt_stream;
@@ -302,20 +303,39 @@ class WarpChunkDecoder {
   // The word loaded as word k, zero past the stream's end (Finish() rejects a stream whose codewords run into it).
   ZIPCOMM_DEVICE uint32_t Word(uint32_t k, uint32_t loaded) const { return k < count_ ? loaded : 0u; }
 
-  // Keeps at least 32 bits buffered: the lane's next word joins the buffer when fewer are held. Each word is
-  // loaded one refill ahead of its use (about a tile and a half of work).
+  // Word w into the buffer behind its avail_ (< 64) bits.
+  ZIPCOMM_DEVICE void Place(uint32_t w) {
+    const uint32_t s = avail_ & 31u, top = w >> s, rest = __funnelshift_r(0u, w, s);  // rest: w << (32 - s)
+    if (avail_ < 32) hi_ |= top, mid_ |= rest;
+    else mid_ |= top, lo_ |= rest;
+    avail_ += 32;
+  }
+  // Keeps at least 32 bits buffered (the general path: a field of up to 31 bits, or a pair): the lane's next
+  // word joins the buffer when fewer are held.
   ZIPCOMM_DEVICE void Refill() {
     if (avail_ < 32) {
-      const uint32_t w = Word(fetched_, ahead_);
-      ahead_ = Load(fetched_ + 1);
+      Place(Word(fetched_, ahead_));
+      ahead_ = after_;
+      after_ = Load(fetched_ + 2);
       ++fetched_;
-      hi_ |= w >> avail_;
-      lo_ |= __funnelshift_r(0u, w, avail_);  // w << (32 - avail), nothing when avail = 0
-      avail_ += 32;
     }
   }
+  // Keeps at least 48 bits buffered (a full tile's four pairs), once per tile: one or two words join. Both were
+  // loaded at least a tile before, and the words loaded here are read a tile later: the check of the next tile
+  // does not wait for them (a select waits for its operands' loads even when predicated off).
+  ZIPCOMM_DEVICE void RefillTile() {
+    const bool one = avail_ < 48, two = avail_ < 16;
+    const uint32_t w0 = Word(fetched_, ahead_), w1 = Word(fetched_ + 1, after_);
+    if (one) Place(w0);
+    if (two) Place(w1);
+    if (two) ahead_ = Load(fetched_ + 2);
+    else if (one) ahead_ = after_;
+    if (one) after_ = Load(fetched_ + (two ? 3u : 2u));
+    fetched_ += uint32_t(one) + uint32_t(two);
+  }
   ZIPCOMM_DEVICE void Consume(uint32_t n) {  // n <= 31, n <= avail_
-    hi_ = __funnelshift_l(lo_, hi_, n);
+    hi_ = __funnelshift_l(mid_, hi_, n);
+    mid_ = __funnelshift_l(lo_, mid_, n);
     lo_ <<= n;
     avail_ -= n;
   }
@@ -410,12 +430,12 @@ class WarpChunkDecoder {
     uint32_t e[ITEMS / 2] = {};
     if (a != 0) {
       const uint32_t table_f = table_ + 4 * Code::WINDOWS * f;
-      const uint32_t hi = hi_, lo = lo_, avail = avail_, fetched = fetched_;
+      const uint32_t hi = hi_, mid = mid_, lo = lo_, avail = avail_, fetched = fetched_;
       const uint32_t a2 = a << 7 | a << 23 | Code::FILL;
       uint32_t flags = 0, dmax = 0;
 #pragma unroll
       for (int p = 0; p < ITEMS / 2; ++p) {
-        if (p % 2 == 0) Refill();  // two pairs take at most 24 bits
+        if (p == 0) RefillTile();  // four pairs take at most 48 bits
         const uint32_t entry = Lookup(table_f);
         Consume(entry & Code::LEN_MASK);
         flags |= entry;
@@ -423,8 +443,8 @@ class WarpChunkDecoder {
         e[p] = PackedExponents(entry, a2) << PACKED_SHIFT;
       }
       if (__any_sync(FULL_MASK, flags & Code::SLOW)) {
-        hi_ = hi, lo_ = lo, avail_ = avail, fetched_ = fetched;
-        ahead_ = Load(fetched);
+        hi_ = hi, mid_ = mid, lo_ = lo, avail_ = avail, fetched_ = fetched;
+        ahead_ = Load(fetched), after_ = Load(fetched + 1);
         uint32_t exps[ITEMS];
         GeneralTile(table_f, f, a, ITEMS, exps);
 #pragma unroll
@@ -480,14 +500,14 @@ class WarpChunkDecoder {
       const uint32_t table_f = table_ + 4 * Code::WINDOWS * f;
       bool general = t >= full_tiles_;
       if (!general) {
-        // Fast path: two refills, four lookups; a tile where a lane met an escape or an ESC symbol is decoded
+        // Fast path: one refill, four lookups; a tile where a lane met an escape or an ESC symbol is decoded
         // again on the general path from the same state.
-        const uint32_t hi = hi_, lo = lo_, avail = avail_, fetched = fetched_;
+        const uint32_t hi = hi_, mid = mid_, lo = lo_, avail = avail_, fetched = fetched_;
         const uint32_t a2 = a << 7 | a << 23 | Code::FILL;
         uint32_t flags = 0, dmax = 0;
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
-          if (p % 2 == 0) Refill();  // two pairs take at most 24 bits
+          if (p == 0) RefillTile();  // four pairs take at most 48 bits
           const uint32_t entry = Lookup(table_f);
           Consume(entry & Code::LEN_MASK);
           flags |= entry;
@@ -496,8 +516,8 @@ class WarpChunkDecoder {
         }
         general = __any_sync(FULL_MASK, flags & Code::SLOW);
         if (general) {
-          hi_ = hi, lo_ = lo, avail_ = avail, fetched_ = fetched;
-          ahead_ = Load(fetched);  // loaded again rather than kept: a copy would wait for the load
+          hi_ = hi, mid_ = mid, lo_ = lo, avail_ = avail, fetched_ = fetched;
+          ahead_ = Load(fetched), after_ = Load(fetched + 1);  // loaded again: a copy would wait for the loads
         } else {
           CheckD(dmax, a);
         }
@@ -539,8 +559,8 @@ class WarpChunkDecoder {
   uint32_t count_ = 0, fetched_ = 0;                // the lane's words: in its stream, taken so far
   uint32_t last_ = 0;                               // index of the last word Load() reads
   uint32_t interleaved_ = 0, tail_at_ = 0;          // where its words are (format::lane_word_index)
-  uint32_t ahead_ = 0;                              // its word fetched_, loaded early
-  uint32_t hi_ = 0, lo_ = 0, avail_ = 0;            // bit buffer, MSB first: avail_ valid bits
+  uint32_t ahead_ = 0, after_ = 0;                  // its words fetched_ and fetched_ + 1, loaded early
+  uint32_t hi_ = 0, mid_ = 0, lo_ = 0, avail_ = 0;  // 96-bit buffer, MSB first: avail_ (< 80) valid bits
   LanePlanes<D> next_{};                            // the next tile's planes (prefetched)
 };
 
