@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cub/warp/warp_scan.cuh>
 
 #include "../format.hpp"
 #include "../thread/float_bits.hpp"
@@ -37,14 +38,12 @@ struct LaneWordPlace {
   uint32_t tail_before;
 };
 ZIPCOMM_DEVICE LaneWordPlace lane_word_place(uint32_t count) {
-  const uint32_t interleaved = __reduce_min_sync(FULL_MASK, count), rest = count - interleaved;
-  uint32_t sum = rest;  // inclusive, then exclusive
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t v = __shfl_up_sync(FULL_MASK, sum, o);
-    if (lane_id() >= uint32_t(o)) sum += v;
-  }
-  return {interleaved, sum - rest};
+  using Scan = cub::WarpScan<uint32_t>;
+  typename Scan::TempStorage unused;  // a whole warp's scan runs on shuffles and keeps nothing there
+  const uint32_t interleaved = __reduce_min_sync(FULL_MASK, count);
+  uint32_t tail_before;
+  Scan(unused).ExclusiveSum(count - interleaved, tail_before);
+  return {interleaved, tail_before};
 }
 
 /// The 8 one-byte items of two words (fp8), first item in the low byte of lo.
