@@ -61,16 +61,18 @@ struct SmTarget {
   std::string suffix() const { return partition ? ", " + std::to_string(sms) + " SMs" : ""; }
 };
 
-/// `text` as a JSON string literal.
-constexpr int BLOCK_WARPS = 8;
+// The user kernels below. Decode as the device decoder runs: two blocks of 16 warps per SM (two 64 KB tables leave
+// L1 room for the lanes' words), at most 64 registers.
+constexpr int ENCODE_WARPS = 8;
+constexpr int DECODE_WARPS = 16, DECODE_MIN_BLOCKS = 2;
 
 // Block-level primitives in a user kernel: each block owns consecutive slices of SLICE elements and turns
 // each into a self-contained stream (as a collective's step would).
 template <DType D>
-__global__ void __launch_bounds__(BLOCK_WARPS * 32) block_encode_kernel(const uint8_t* in, uint64_t n, uint64_t slice,
+__global__ void __launch_bounds__(ENCODE_WARPS * 32) block_encode_kernel(const uint8_t* in, uint64_t n, uint64_t slice,
                                                                        uint8_t* out, uint64_t slot_bytes,
                                                                        uint64_t* sizes) {
-  using Enc = block::BlockStreamEncoder<D, BLOCK_WARPS>;
+  using Enc = block::BlockStreamEncoder<D, ENCODE_WARPS>;
   extern __shared__ __align__(16) unsigned char smem[];
   auto cta = cg::this_thread_block();
   Enc enc(*reinterpret_cast<typename Enc::TempStorage*>(smem));
@@ -84,10 +86,10 @@ __global__ void __launch_bounds__(BLOCK_WARPS * 32) block_encode_kernel(const ui
 }
 
 template <DType D>
-__global__ void __launch_bounds__(BLOCK_WARPS * 32) block_decode_kernel(const uint8_t* comp, uint64_t n, uint64_t slice,
-                                                                       uint64_t slot_bytes, const uint64_t* sizes,
-                                                                       uint8_t* out, Status* status) {
-  using Dec = block::BlockStreamDecoder<D, BLOCK_WARPS>;
+__global__ void __launch_bounds__(DECODE_WARPS * 32, DECODE_MIN_BLOCKS)
+    block_decode_kernel(const uint8_t* comp, uint64_t n, uint64_t slice, uint64_t slot_bytes, const uint64_t* sizes,
+                        uint8_t* out, Status* status) {
+  using Dec = block::BlockStreamDecoder<D, DECODE_WARPS>;
   extern __shared__ __align__(16) unsigned char smem[];
   auto cta = cg::this_thread_block();
   Dec dec(*reinterpret_cast<typename Dec::TempStorage*>(smem));
@@ -175,16 +177,16 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
     void *d_slots, *d_sizes;
     CK(cudaMalloc(&d_slots, slot * slices));
     CK(cudaMalloc(&d_sizes, 8 * slices));
-    using Enc = block::BlockStreamEncoder<D, BLOCK_WARPS>;
-    using Dec = block::BlockStreamDecoder<D, BLOCK_WARPS>;
+    using Enc = block::BlockStreamEncoder<D, ENCODE_WARPS>;
+    using Dec = block::BlockStreamDecoder<D, DECODE_WARPS>;
     CK(cudaFuncSetAttribute(block_encode_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             int(sizeof(typename Enc::TempStorage))));
     CK(cudaFuncSetAttribute(block_decode_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             int(sizeof(typename Dec::TempStorage))));
     int per_sm_e = 0, per_sm_d = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_e, block_encode_kernel<D>, BLOCK_WARPS * 32,
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_e, block_encode_kernel<D>, ENCODE_WARPS * 32,
                                                      sizeof(typename Enc::TempStorage)));
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_d, block_decode_kernel<D>, BLOCK_WARPS * 32,
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_d, block_decode_kernel<D>, DECODE_WARPS * 32,
                                                      sizeof(typename Dec::TempStorage)));
     std::vector<uint64_t> sizes(slices);
     uint64_t whole_gpu_total = 0;
@@ -194,7 +196,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
       const int grid_e = int(std::min<uint64_t>(slices, uint64_t(t.sms) * per_sm_e));
       const int grid_d = int(std::min<uint64_t>(slices, uint64_t(t.sms) * per_sm_d));
       const double benc_ms = bench::median_ms(reps, t.stream, [&] {
-        block_encode_kernel<D><<<grid_e, BLOCK_WARPS * 32, sizeof(typename Enc::TempStorage), t.stream>>>(
+        block_encode_kernel<D><<<grid_e, ENCODE_WARPS * 32, sizeof(typename Enc::TempStorage), t.stream>>>(
             static_cast<const uint8_t*>(d_in), n, slice, static_cast<uint8_t*>(d_slots), slot,
             static_cast<uint64_t*>(d_sizes));
       });
@@ -202,7 +204,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
       CK(cudaMemsetAsync(d_status, 0, 4, t.stream));
       CK(cudaMemsetAsync(d_back, 0xA5, n * eb, t.stream));
       const double bdec_ms = bench::median_ms(reps, t.stream, [&] {
-        block_decode_kernel<D><<<grid_d, BLOCK_WARPS * 32, sizeof(typename Dec::TempStorage), t.stream>>>(
+        block_decode_kernel<D><<<grid_d, DECODE_WARPS * 32, sizeof(typename Dec::TempStorage), t.stream>>>(
             static_cast<const uint8_t*>(d_slots), n, slice, slot, static_cast<const uint64_t*>(d_sizes),
             static_cast<uint8_t*>(d_back), d_status);
       });
