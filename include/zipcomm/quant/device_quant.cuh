@@ -28,6 +28,7 @@ struct QuantPolicy {
   static constexpr int WARPS = 8;
   static constexpr int THREADS = WARPS * 32;
   static constexpr int MIN_BLOCKS = 3;
+  static constexpr int FUSED_MIN_BLOCKS = 2;  // dequantize + reduce / forward: 80 registers spilled 32-48 bytes at 3
 };
 
 struct QuantizeArgs {
@@ -91,20 +92,42 @@ __global__ void __launch_bounds__(QuantPolicy::THREADS, QuantPolicy::MIN_BLOCKS)
 enum class ReceiveStep { dequantize, reduce, forward };
 
 /// Dequantize + forward: tile t's warp also copies the message's t-th share of 16-byte vectors on, so the grid
-/// sweeps the message once and each decode's reads hit the lines the copy just brought into L2.
-ZIPCOMM_DEVICE void forward_share(const DequantizeArgs& a, const Layout& l, uint64_t tiles, uint64_t t) {
-  const uint64_t vecs = l.total_bytes / 16, share = format::div_up(vecs, tiles ? tiles : 1);
-  const uint64_t end = (t + 1) * share < vecs ? (t + 1) * share : vecs;
-  for (uint64_t i = t * share + warp::lane_id(); i < end; i += 32)
-    reinterpret_cast<uint4*>(a.fwd)[i] = __ldg(reinterpret_cast<const uint4*>(a.msg) + i);
-}
+/// sweeps the message once and each decode's reads hit the lines the copy just brought into L2. The share is
+/// loaded before the tile is reconstructed and stored after, so its loads wait beside the tile's work.
+struct ForwardShare {
+  static constexpr uint32_t VECS = 4;  // per lane: a tile's share is at most 80 vectors (8-bit codes, groups of 32)
+  uint4 v[VECS];
+  uint64_t begin = 0, end = 0;
+
+  ZIPCOMM_DEVICE ForwardShare(const DequantizeArgs& a, const Layout& l, uint64_t tiles, uint64_t t) {
+    const uint64_t vecs = l.total_bytes / 16, share = format::div_up(vecs, tiles ? tiles : 1);
+    begin = t * share < vecs ? t * share : vecs;
+    end = begin + share < vecs ? begin + share : vecs;
+    const uint4* in = reinterpret_cast<const uint4*>(a.msg);
+#pragma unroll
+    for (uint32_t k = 0; k < VECS; ++k) {
+      const uint64_t i = begin + k * 32 + warp::lane_id();
+      if (i < end) v[k] = __ldg(in + i);
+    }
+  }
+  ZIPCOMM_DEVICE void Store(const DequantizeArgs& a) const {
+    uint4* out = reinterpret_cast<uint4*>(a.fwd);
+#pragma unroll
+    for (uint32_t k = 0; k < VECS; ++k) {
+      const uint64_t i = begin + k * 32 + warp::lane_id();
+      if (i < end) out[i] = v[k];
+    }
+    const uint4* in = reinterpret_cast<const uint4*>(a.msg);  // a share longer than VECS vectors a lane
+    for (uint64_t i = begin + VECS * 32 + warp::lane_id(); i < end; i += 32) out[i] = __ldg(in + i);
+  }
+};
 
 template <DType O, ReceiveStep STEP>
 __device__ __forceinline__ void dequantize_tiles(const DequantizeArgs& a, const Layout& l, DType msg_dtype) {
   const uint64_t first = global_warp(), warps = grid_warps();
   const uint64_t tiles = format::div_up(l.n, warp::WarpGroupDequantizer::TILE_ELEMS);
   if constexpr (STEP == ReceiveStep::forward)
-    if (tiles == 0 && first == 0) forward_share(a, l, 0, 0);  // a message of no element: its header
+    if (tiles == 0 && first == 0) ForwardShare(a, l, 0, 0).Store(a);  // a message of no element: its header
   if (first >= tiles) return;
   __shared__ warp::WarpGroupDequantizer::TempStorage temp[QuantPolicy::WARPS];
   const warp::WarpGroupDequantizer dq(temp[threadIdx.x / 32], l, msg_dtype, a.msg);
@@ -114,12 +137,16 @@ __device__ __forceinline__ void dequantize_tiles(const DequantizeArgs& a, const 
   for (uint64_t t = first; t < tiles; t += warps) {
     warp::LaneCodes ahead = codes;
     if (t + warps < tiles) ahead = dq.Load(t + warps);
-    if constexpr (STEP == ReceiveStep::forward) forward_share(a, l, tiles, t);
     Status s;
-    if constexpr (STEP == ReceiveStep::reduce)
+    if constexpr (STEP == ReceiveStep::reduce) {
       s = dq.DequantizeReduce<O>(codes, a.out, aligned, a.local, a.op);
-    else
+    } else if constexpr (STEP == ReceiveStep::forward) {
+      const ForwardShare share(a, l, tiles, t);
       s = dq.Dequantize<O>(codes, a.out, aligned);
+      share.Store(a);
+    } else {
+      s = dq.Dequantize<O>(codes, a.out, aligned);
+    }
     if (s != Status::ok) st = Status::corrupt_stream;
     codes = ahead;
   }
@@ -129,7 +156,9 @@ __device__ __forceinline__ void dequantize_tiles(const DequantizeArgs& a, const 
 /// Every warp checks the header (and the destination's size) before it reads anything else: a message that
 /// fails is read no further, and nothing is written.
 template <DType O, ReceiveStep STEP>
-__global__ void __launch_bounds__(QuantPolicy::THREADS, QuantPolicy::MIN_BLOCKS) dequantize_kernel(DequantizeArgs a) {
+__global__ void __launch_bounds__(QuantPolicy::THREADS, STEP == ReceiveStep::dequantize ? QuantPolicy::MIN_BLOCKS
+                                                                                        : QuantPolicy::FUSED_MIN_BLOCKS)
+    dequantize_kernel(DequantizeArgs a) {
   Header h{};
   Status hs = a.msg_bytes < HEADER_BYTES ? Status::corrupt_stream : Status::ok;
   if (hs == Status::ok) {
