@@ -5,8 +5,9 @@
 # Usage: bash scripts/gpu-check.sh [full|quick|nosan|san|p2p|codec|quant|python]
 # (full: everything; quick: no sanitizers, 64 MiB benches; nosan: no sanitizers, full-size benches; san: build
 # and the sanitizers only, for a second run;
-# p2p: only the P2P targets: the [p2p] GPU tests, the P2P examples, a short stress run and bench_p2p (stream mode
-# and its copy-mode fallback), no sanitizers - a short run for a change confined to the P2P links; codec: the codec
+# p2p: only the P2P targets: the [p2p] GPU tests (some also first in a process of their own), the P2P examples, a
+# short stress run and bench_p2p (stream mode and its copy-mode fallback), no sanitizers - a short run for a change
+# confined to the P2P links; codec: the codec
 # targets: every GPU test but [p2p], memcheck on the codec, block and fused tests, bench and bench_fused
 # (ZIPCOMM_BENCHES="codec fused ring" adds bench_ring) - a short run for a change to the codec; quant: the
 # quantization tier: the [quant] GPU tests, memcheck on them, and bench_quant; python: the Python package built
@@ -67,8 +68,8 @@ log "build ok in $(( $(date +%s) - t0 )) s"
 
 GPU_TESTS=$BUILD/tests/gpu/zipcomm_gpu_tests
 if [ "$MODE" = p2p ]; then
-  ctest --test-dir $BUILD --output-on-failure -R 'zipcomm_p2p_pipeline|zipcomm_rl_weight_sync' > "$OUT/ctest.log" 2>&1
-  log "ctest (P2P examples) rc=$?: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
+  ctest --test-dir $BUILD --output-on-failure -R 'zipcomm_p2p_pipeline|zipcomm_rl_weight_sync|gpu_first_' > "$OUT/ctest.log" 2>&1
+  log "ctest (P2P examples, tests first in a process) rc=$?: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
   $GPU_TESTS "[p2p]" --durations yes > "$OUT/gpu_tests.log" 2>&1
   log "gpu tests [p2p] rc=$?: $(tail -3 "$OUT/gpu_tests.log" | tr '\n' ' ')"
   ZIPCOMM_BENCHES=p2p

@@ -85,6 +85,10 @@ class P2PSender {
   cudaError_t launch(const FramePlan& plan, const void* in, const FrameRingView& ring, const SendLaunch& p,
                      cudaStream_t stream);
   SideControl* control() const { return state_.get<SideControl>(control_offset()); }
+  /// Enqueues the copy of the control words (status, abort) to `to` (device memory or mapped pinned memory).
+  cudaError_t copy_control(void* to, cudaStream_t stream) const {
+    return side_words_(to, control(), sizeof(SideControl), stream);
+  }
   /// [EXPS_BUDGET_CLASSES] device words: per budget class, the most coded section-B bytes per 1024 elements a
   /// frame of the last launch needed (classes as the launch's extras.exps_budget tells them apart).
   const uint32_t* exps_need() const { return state_.get<uint32_t>(need_offset()); }
@@ -111,6 +115,9 @@ class P2PSender {
   int device_ = 0, blocks_ = 0;
   uint32_t slots_ = 0, tag_ = 0;
   uint64_t scratch_bytes_ = 0;
+  // The kernels through the stubs init() configured and loaded (see p2p_detail::SideWordsKernel).
+  void (*kernel_)(SendArgs) = p2p_send_kernel<D, Code>;
+  p2p_detail::SideWordsKernel side_words_;
 };
 
 /// Receiver end on one GPU: device state for p2p_recv_kernel and its launches. `lanes` independent item
@@ -131,6 +138,10 @@ class P2PReceiver {
   cudaError_t launch(const FramePlan& plan, void* out, const FrameRingView& ring, const RecvLaunch& p,
                      cudaStream_t stream);
   SideControl* control() const { return state_.get<SideControl>(state_words() * 8); }
+  /// Enqueues the copy of the control words (status, abort) to `to` (device memory or mapped pinned memory).
+  cudaError_t copy_control(void* to, cudaStream_t stream) const {
+    return side_words_(to, control(), sizeof(SideControl), stream);
+  }
   cudaError_t reset() {
     p2p_detail::DeviceGuard g(device_);
     cudaError_t e = cudaMemset(state_.get(), 0, state_words() * 8 + sizeof(SideControl));
@@ -151,6 +162,9 @@ class P2PReceiver {
   p2p_detail::Memory state_;
   int device_ = 0, blocks_ = 0;
   uint32_t slots_ = 0, lanes_ = 1, tag_ = 0;
+  // The kernels through the stubs init() configured and loaded (see p2p_detail::SideWordsKernel).
+  void (*kernel_)(RecvArgs) = p2p_recv_kernel<D, Code>;
+  p2p_detail::SideWordsKernel side_words_;
 };
 
 }  // namespace comm

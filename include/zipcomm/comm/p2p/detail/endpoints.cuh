@@ -45,12 +45,12 @@ cudaError_t P2PSender<D, Code>::init(int device, uint32_t slots, const PipelineS
   if (e != cudaSuccess) return e;
   blocks_ = blocks > 0 ? blocks : sms;
   scratch_bytes_ = format::align_up(item_plane_bytes(D, largest_item_elems(shape)), 16);
-  e = cudaFuncSetAttribute(p2p_send_kernel<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes()));
+  e = cudaFuncSetAttribute(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes()));
   // All of L1/shared as shared memory: a sender's and a receiver's block must fit on one SM together (they
   // wait on each other), which the carveout picked for one kernel alone need not leave room for.
   if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(p2p_send_kernel<D, Code>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  if (e == cudaSuccess) e = p2p_detail::load_side_words_kernel();
+    e = cudaFuncSetAttribute(kernel_, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  if (e == cudaSuccess) e = side_words_.load();
   if (e != cudaSuccess) return e;
   e = state_.device(device, state_bytes());
   if (e != cudaSuccess) return e;
@@ -67,7 +67,7 @@ cudaError_t P2PSender<D, Code>::launch(const FramePlan& plan, const void* in, co
   // need): the sender is idle between launches, and each stream operation before the kernel delays the
   // transfer's first frame by a few microseconds (it was 4 + 2 per frame). By a kernel, not a memset (see
   // p2p_side_words_kernel).
-  cudaError_t e = p2p_detail::side_words(state_.get(), nullptr, cleared_bytes(), stream);
+  cudaError_t e = side_words_(state_.get(), nullptr, cleared_bytes(), stream);
   if (e != cudaSuccess || f0 >= f1) return e;
   SendArgs a;
   p2p_detail::fill_shared_args(a, plan, ring, p, next_tag(), control());
@@ -82,7 +82,7 @@ cudaError_t P2PSender<D, Code>::launch(const FramePlan& plan, const void* in, co
   a.exps_need = state_.get<uint32_t>(need_offset());
   a.first_frame_planes_first = p.extras.first_frame_planes_first;
   const int grid = p2p_detail::launch_grid(plan, f0, f1, blocks_);
-  p2p_send_kernel<D, Code><<<grid, P2PPolicy::THREADS, smem_bytes(), stream>>>(a);
+  kernel_<<<grid, P2PPolicy::THREADS, smem_bytes(), stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -97,12 +97,12 @@ cudaError_t P2PReceiver<D, Code>::init(int device, uint32_t slots, int blocks, u
   cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return e;
   blocks_ = blocks > 0 ? blocks : sms;
-  e = cudaFuncSetAttribute(p2p_recv_kernel<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes()));
+  e = cudaFuncSetAttribute(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes()));
   // All of L1/shared as shared memory: a sender's and a receiver's block must fit on one SM together (they
   // wait on each other), which the carveout picked for one kernel alone need not leave room for.
   if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(p2p_recv_kernel<D, Code>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  if (e == cudaSuccess) e = p2p_detail::load_side_words_kernel();
+    e = cudaFuncSetAttribute(kernel_, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  if (e == cudaSuccess) e = side_words_.load();
   if (e != cudaSuccess) return e;
   return state_.device(device, state_words() * 8 + sizeof(SideControl));
 }
@@ -116,8 +116,8 @@ cudaError_t P2PReceiver<D, Code>::launch(const FramePlan& plan, void* out, const
   if (lanes_ == 1 && f0 < f1) {  // one launch at a time: one clear of the whole state (and the control words,
                                  // which follow it), not 3 + 2 per frame (each delays the kernel); by a kernel
                                  // (p2p_side_words_kernel)
-    cudaError_t e = p2p_detail::side_words(state_.get(), nullptr,
-                                           state_words() * 8 + (p.reset_control ? sizeof(SideControl) : 0), stream);
+    cudaError_t e =
+        side_words_(state_.get(), nullptr, state_words() * 8 + (p.reset_control ? sizeof(SideControl) : 0), stream);
     if (e != cudaSuccess) return e;
     return launch_kernel(plan, out, ring, p, stream);
   }
@@ -152,7 +152,7 @@ cudaError_t P2PReceiver<D, Code>::launch_kernel(const FramePlan& plan, void* out
   a.done_value = p.done_value;
   a.item_trace = p.extras.item_trace;
   const int grid = p2p_detail::launch_grid(plan, f0, f1, p.max_blocks > 0 ? std::min(p.max_blocks, blocks_) : blocks_);
-  p2p_recv_kernel<D, Code><<<grid, P2PPolicy::THREADS, smem_bytes(), stream>>>(a);
+  kernel_<<<grid, P2PPolicy::THREADS, smem_bytes(), stream>>>(a);
   return cudaGetLastError();
 }
 

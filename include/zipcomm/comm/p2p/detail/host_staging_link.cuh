@@ -372,9 +372,9 @@ cudaError_t HostStagingLink<D, Code>::finish(cudaStream_t stream, cudaError_t e,
   // By kernels, not copies: a copy queued behind a batch's busy copy streams waited for them to run dry, and the
   // next message's launch behind it (p2p_side_words_kernel).
   if (f == cudaSuccess)
-    f = p2p_detail::side_words(log_.device_alias(&host[0]), sender_.control(), sizeof(SideControl), send_stream());
+    f = sender_.copy_control(log_.device_alias(&host[0]), send_stream());
   if (f == cudaSuccess)
-    f = p2p_detail::side_words(log_.device_alias(&host[1]), receiver_.control(), sizeof(SideControl), recv_stream());
+    f = receiver_.copy_control(log_.device_alias(&host[1]), recv_stream());
   if (f == cudaSuccess && join) f = hand_over(stream);
   return e != cudaSuccess ? e : f;
 }

@@ -235,13 +235,13 @@ cudaError_t PeerLink<D, Code>::move_many(const P2PMessage* msgs, size_t count, c
     e = sender_.launch(plan, m.src, send_view, sp, streams_[0]);
     if (e == cudaSuccess) {
       p2p_detail::DeviceGuard g(send_dev_);
-      e = p2p_detail::side_words(log_.device_alias(&rec[0]), sender_.control(), sizeof(SideControl), streams_[0]);
+      e = sender_.copy_control(log_.device_alias(&rec[0]), streams_[0]);
     }
     if (e == cudaSuccess)
       e = receiver_.launch(plan, m.dst, send_view, rp, streams_[1]);
     if (e == cudaSuccess) {
       p2p_detail::DeviceGuard g(recv_dev_);
-      e = p2p_detail::side_words(log_.device_alias(&rec[1]), receiver_.control(), sizeof(SideControl), streams_[1]);
+      e = receiver_.copy_control(log_.device_alias(&rec[1]), streams_[1]);
     }
   }
   // The callers' streams wait for whatever was enqueued, also when the batch stopped early.

@@ -33,20 +33,29 @@ __global__ void p2p_side_words_kernel(Word* to, const Word* from, uint32_t words
 }
 
 namespace p2p_detail {
-/// Enqueues p2p_side_words_kernel on `stream` (words == 0: nothing).
-inline cudaError_t side_words(void* to, const void* from, size_t bytes, cudaStream_t stream) {
-  if (bytes == 0) return cudaSuccess;
-  if (bytes % 8 || bytes / 8 > UINT32_MAX) return cudaErrorInvalidValue;
-  p2p_side_words_kernel<uint64_t>
-      <<<1, 32, 0, stream>>>(static_cast<uint64_t*>(to), static_cast<const uint64_t*>(from), uint32_t(bytes / 8));
-  return cudaGetLastError();
-}
-/// Loads p2p_side_words_kernel now (lazy loading would load it at its first launch, and a load waits for every
-/// kernel running on the GPU, e.g. another program's persistent kernels).
-inline cudaError_t load_side_words_kernel() {
-  cudaFuncAttributes fa;
-  return cudaFuncGetAttributes(&fa, p2p_side_words_kernel<uint64_t>);
-}
+/// p2p_side_words_kernel through the one host stub this object holds. nvcc gives each translation unit its own
+/// stub, and so its own kernel, for a __global__ template (`-static-global-template-stub`, on by default since
+/// CUDA 13): a kernel loaded through one stub is not the one another stub launches.
+class SideWordsKernel {
+ public:
+  /// Loads the kernel now (lazy loading would load it at its first launch, and a load waits for every kernel
+  /// running on the GPU, e.g. another program's persistent kernels).
+  cudaError_t load() const {
+    cudaFuncAttributes fa;
+    return cudaFuncGetAttributes(&fa, kernel_);
+  }
+  /// Enqueues the copy of `bytes` (a multiple of 8; 0: nothing) from `from` (null: zeroes) to `to` on `stream`.
+  cudaError_t operator()(void* to, const void* from, size_t bytes, cudaStream_t stream) const {
+    if (bytes == 0) return cudaSuccess;
+    if (bytes % 8 || bytes / 8 > UINT32_MAX) return cudaErrorInvalidValue;
+    kernel_<<<1, 32, 0, stream>>>(static_cast<uint64_t*>(to), static_cast<const uint64_t*>(from),
+                                  uint32_t(bytes / 8));
+    return cudaGetLastError();
+  }
+
+ private:
+  void (*kernel_)(uint64_t*, const uint64_t*, uint32_t) = p2p_side_words_kernel<uint64_t>;
+};
 }  // namespace p2p_detail
 
 }  // namespace comm

@@ -4,6 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
+#include <set>
+#include <utility>
 
 #include "../allreduce.cuh"
 
@@ -11,16 +14,17 @@ namespace zipcomm {
 namespace comm {
 
 namespace detail {
-/// cudaFuncSetAttribute once per device and kernel (it is per function and device; cheap, but not free).
-template <DType D, bool COMPRESSED>
-inline cudaError_t ring_prepare_kernel(int device) {
-  static std::atomic<uint64_t> done{0};
-  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
-  if (bit && (done.load() & bit)) return cudaSuccess;
-  const cudaError_t e =
-      cudaFuncSetAttribute(ring_allreduce_kernel<D, COMPRESSED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(ring_smem_bytes<D, COMPRESSED>()));
-  if (e == cudaSuccess && bit) done.fetch_or(bit);
+/// Sets `kernel`'s dynamic shared memory limit on `device`, once per stub and device (it is per function and
+/// device; cheap, but not free). The stub is the key: nvcc gives each translation unit its own stub, and so its own
+/// kernel, for a __global__ template (`-static-global-template-stub`, on by default since CUDA 13), and an
+/// attribute set through one stub does not reach another's kernel.
+inline cudaError_t prepare_kernel_once(const void* kernel, int device, size_t smem) {
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> done;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (done.count({kernel, device})) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (e == cudaSuccess) done.insert({kernel, device});
   return e;
 }
 }  // namespace detail
@@ -29,12 +33,13 @@ inline cudaError_t ring_prepare_kernel(int device) {
 template <DType D, bool COMPRESSED>
 inline cudaError_t ring_resident_blocks(int& blocks) {
   blocks = 0;
+  const auto kernel = ring_allreduce_kernel<D, COMPRESSED>;  // one stub for the attribute and the query
   int device = 0, per_sm = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = detail::ring_prepare_kernel<D, COMPRESSED>(device);
   if (e == cudaSuccess)
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ring_allreduce_kernel<D, COMPRESSED>, RING_THREADS,
-                                                      ring_smem_bytes<D, COMPRESSED>());
+    e = detail::prepare_kernel_once(reinterpret_cast<const void*>(kernel), device, ring_smem_bytes<D, COMPRESSED>());
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, RING_THREADS, ring_smem_bytes<D, COMPRESSED>());
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e == cudaSuccess) blocks = per_sm * sms;
   return e;
@@ -45,14 +50,14 @@ inline cudaError_t ring_resident_blocks(int& blocks) {
 template <DType D, bool COMPRESSED>
 inline cudaError_t ring_launch_pass(const RingLaunch& a, cudaStream_t stream) {
   if (!ring_launch_valid(a, D)) return cudaErrorInvalidValue;
+  const void* kernel = reinterpret_cast<const void*>(ring_allreduce_kernel<D, COMPRESSED>);  // one stub for both
   int device = 0;
   cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = detail::ring_prepare_kernel<D, COMPRESSED>(device);
+  if (e == cudaSuccess) e = detail::prepare_kernel_once(kernel, device, ring_smem_bytes<D, COMPRESSED>());
   if (e != cudaSuccess) return e;
   RingLaunch args = a;
   void* params[] = {&args};
-  return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&ring_allreduce_kernel<D, COMPRESSED>),
-                                     dim3(unsigned(a.num_ranks * a.part.channels)), dim3(RING_THREADS), params,
+  return cudaLaunchCooperativeKernel(kernel, dim3(unsigned(a.num_ranks * a.part.channels)), dim3(RING_THREADS), params,
                                      ring_smem_bytes<D, COMPRESSED>(), stream);
 }
 
