@@ -1,7 +1,7 @@
-// One bounded wait for the whole library: the P2P kernels, the ring allreduce and the stream holder all poll a
-// word another agent writes (a peer GPU, the host, another block) through poll_bounded / bounded_wait, with one
-// time unit (ns, read from %globaltimer) and one default bound. A wait ends when its check says so, when an
-// optional abort word becomes nonzero, or when the bound passes (Status::timeout).
+// One bounded wait for the whole library: the P2P kernels, the ring allreduce, the stream holder and the look-back
+// (look_back.cuh) all poll a word another agent writes (a peer GPU, the host, another warp) through poll_bounded /
+// bounded_wait, with one time unit (ns, read from %globaltimer) and one default bound. A wait ends when its check
+// says so, when an optional abort word becomes nonzero, or when the bound passes (Status::timeout).
 #pragma once
 
 #include <cstdint>

@@ -16,6 +16,7 @@
 
 #include "../../config.hpp"
 #include "../../detail/bounded_wait.cuh"
+#include "../../detail/look_back.cuh"
 #include "../../format.hpp"
 #include "../../thread/pair_code.hpp"
 #include "../../thread/reduce_op.hpp"
@@ -47,11 +48,13 @@ struct EncodeSmem {
   typename warp::WarpChunkEncoder<D, Code>::TempStorage warp[WARPS];
 };
 
-// Look-back status word of a chunk: flag in the top 2 bits, a byte count below.
+// Look-back status word of a chunk: flag in the top 2 bits (detail::LookBackFlag), a byte count below.
 constexpr uint64_t FLAG_AGGREGATE = 1ull << 62;
 constexpr uint64_t FLAG_INCLUSIVE = 2ull << 62;
 constexpr uint64_t VALUE_MASK = (1ull << 62) - 1;
-constexpr uint64_t SPIN_LIMIT = 1ull << 26;  // ~20 s of polling (256 ns sleeps): only a broken GPU would hit it
+// Bound of a look-back wait: predecessors are running warps of the same kernel, so only a broken GPU (or a
+// sanitizer's slowest run) comes near it.
+constexpr uint64_t LOOK_BACK_TIMEOUT_NS = 30000000000ull;
 
 struct CompressArgs {
   const void* in;
@@ -72,36 +75,18 @@ ZIPCOMM_DEVICE uint64_t next_chunk(unsigned long long* counter) {
   return __shfl_sync(warp::FULL_MASK, c, 0);
 }
 
-/// Exclusive prefix of chunk sizes before chunk c (decoupled look-back, 32 predecessors per round).
+/// Exclusive prefix of chunk sizes before chunk c (the library's decoupled look-back over the chunk states).
 ZIPCOMM_DEVICE uint64_t look_back(uint64_t* state, uint64_t c, bool& timed_out) {
-  const uint32_t lane = warp::lane_id();
+  zipcomm::detail::WaitBound bound;
+  bound.timeout_ns = LOOK_BACK_TIMEOUT_NS;
+  auto read = [&](uint64_t i) {
+    const uint64_t v = cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(state[i]).load(cuda::memory_order_relaxed);
+    return zipcomm::detail::LookBackEntry{zipcomm::detail::LookBackFlag(v >> 62), v & VALUE_MASK};
+  };
   uint64_t exclusive = 0;
-  int64_t window_end = int64_t(c);
-  while (window_end > 0) {
-    const int64_t idx = window_end - 1 - lane;
-    uint64_t s = FLAG_INCLUSIVE;  // before chunk 0: an inclusive prefix of 0
-    if (idx >= 0) {
-      cuda::atomic_ref<uint64_t, cuda::thread_scope_device> ref(state[idx]);
-      uint64_t spins = 0;
-      while (((s = ref.load(cuda::memory_order_relaxed)) >> 62) == 0) {
-        if (++spins > SPIN_LIMIT) {
-          timed_out = true;
-          s = FLAG_INCLUSIVE;
-          break;
-        }
-        __nanosleep(256);  // a predecessor still coding: long enough to leave its SM's schedulers to others
-      }
-    }
-    const uint32_t inclusive = __ballot_sync(warp::FULL_MASK, (s >> 62) == 2);
-    if (inclusive) {
-      const uint32_t k = __ffs(inclusive) - 1;  // nearest predecessor with a full prefix
-      exclusive += zipcomm::detail::warp_sum(lane <= k ? (s & VALUE_MASK) : 0);
-      break;
-    }
-    exclusive += zipcomm::detail::warp_sum(s & VALUE_MASK);
-    window_end -= 32;
-  }
-  timed_out = __any_sync(warp::FULL_MASK, timed_out);
+  // 256 ns sleeps: a predecessor still coding leaves its SM's schedulers to the others.
+  const Status s = zipcomm::detail::warp_look_back(c, read, bound, zipcomm::detail::FixedSleep{256}, exclusive);
+  timed_out = s != Status::ok;
   return exclusive;
 }
 
@@ -202,7 +187,8 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) low_widths_kernel(Compre
       low.at += format::low_tile_bytes(D, code, format::tile_valid_count(elems, t));
     }
     if (lane == 0)
-      *reinterpret_cast<uint4*>(args.out + L.widths_offset + c * 16) = make_uint4(low.codes[0], low.codes[1], low.codes[2], low.codes[3]);
+      *reinterpret_cast<uint4*>(args.out + L.widths_offset + c * 16) =
+          make_uint4(low.codes[0], low.codes[1], low.codes[2], low.codes[3]);
     if (lane == 0) low_table[c] = low.at;
   }
 }

@@ -13,6 +13,7 @@
 #include "../../../warp/lane_io.cuh"
 #include "../../../warp/warp_chunk_decoder.cuh"
 #include "../../../detail/bounded_wait.cuh"
+#include "../../../detail/look_back.cuh"
 #include "../kernel_args.cuh"
 #include "../protocol.cuh"
 
@@ -124,50 +125,30 @@ ZIPCOMM_DEVICE uint64_t lb_pack(uint64_t seq, uint64_t flag, uint32_t bytes) {
 }
 
 /// Chunk placement inside a frame: the byte offset of item j's chunk = the sum of the chunk sizes of items
-/// 0..j-1 (decoupled look-back, 32 predecessors per round). Items of a frame are taken in order, so every
-/// item waited for is held by a running warp.
+/// 0..j-1 (the library's decoupled look-back over the frame's entries). Items of a frame are taken in order, so
+/// every item waited for is held by a running warp.
 ZIPCOMM_DEVICE Status look_back(uint64_t* entries, uint32_t j, uint64_t seq, uint32_t bytes, const SideControl* ctl,
                                 uint64_t timeout_ns, uint32_t& exclusive_out) {
-  const uint32_t lane = warp::lane_id();
   const uint64_t tag = (seq + 1) & 0x3FFFFFFFull;
   zipcomm::detail::WaitBound bound;
   bound.timeout_ns = timeout_ns;
   bound.abort = &ctl->abort;
-  if (lane == 0)
+  if (warp::lane_id() == 0)
     cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(entries[j])
         .store(lb_pack(seq, j == 0 ? LB_INCLUSIVE : LB_AGGREGATE, bytes), cuda::memory_order_relaxed);
+  auto read = [&](uint64_t i) {  // an entry of an earlier frame in this slot reads as not published
+    const uint64_t e =
+        cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(entries[i]).load(cuda::memory_order_relaxed);
+    const uint32_t flag = (e >> 34) == tag ? uint32_t((e >> 32) & 3u) : 0u;
+    return zipcomm::detail::LookBackEntry{zipcomm::detail::LookBackFlag(flag), e & 0xFFFFFFFFu};
+  };
   uint64_t exclusive = 0;
-  int64_t window_end = j;
-  uint32_t failed = 0;
-  while (window_end > 0 && !failed) {
-    const int64_t idx = window_end - 1 - int64_t(lane);
-    uint64_t e = lb_pack(seq, LB_INCLUSIVE, 0);  // before item 0: an inclusive sum of 0
-    if (idx >= 0) {
-      cuda::atomic_ref<uint64_t, cuda::thread_scope_device> ref(entries[idx]);
-      auto published = [&] {
-        e = ref.load(cuda::memory_order_relaxed);
-        return zipcomm::detail::WaitStep{(e >> 34) == tag && ((e >> 32) & 3u) != 0, Status::ok};
-      };
-      if (zipcomm::detail::poll_bounded(published, bound, zipcomm::detail::FixedSleep{64}) != Status::ok) {
-        failed = 1;
-        e = lb_pack(seq, LB_INCLUSIVE, 0);
-      }
-    }
-    failed = __any_sync(warp::FULL_MASK, failed);
-    const uint32_t inclusive = __ballot_sync(warp::FULL_MASK, ((e >> 32) & 3u) == LB_INCLUSIVE);
-    if (inclusive) {
-      const uint32_t k = __ffs(inclusive) - 1;  // nearest predecessor that knows its full prefix
-      exclusive += zipcomm::detail::warp_sum(lane <= k ? (e & 0xFFFFFFFFu) : 0);
-      break;
-    }
-    exclusive += zipcomm::detail::warp_sum(e & 0xFFFFFFFFu);
-    window_end -= 32;
-  }
-  if (lane == 0 && !failed && j > 0)
+  const Status s = zipcomm::detail::warp_look_back(j, read, bound, zipcomm::detail::FixedSleep{64}, exclusive);
+  if (warp::lane_id() == 0 && s == Status::ok && j > 0)
     cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(entries[j])
         .store(lb_pack(seq, LB_INCLUSIVE, uint32_t(exclusive + bytes)), cuda::memory_order_relaxed);
   exclusive_out = uint32_t(exclusive);
-  return failed ? Status::timeout : Status::ok;
+  return s == Status::ok ? Status::ok : Status::timeout;
 }
 
 /// Copies `bytes` bytes with the warp; 16-byte accesses when both ends allow. VOLATILE_SRC: the source is
