@@ -61,10 +61,10 @@ struct SmTarget {
   std::string suffix() const { return partition ? ", " + std::to_string(sms) + " SMs" : ""; }
 };
 
-// Warps per block of the user kernels below. Decode: 16, one block per SM (a 256 Ki-element slice is 16 chunks):
-// 833-853 GB/s against 811-833 with 8-warp blocks, three per SM (H100); two 16-warp blocks spill at 64 registers.
+// Warps per block of the user kernels below, and decode blocks per SM (a 256 Ki-element slice is 16 chunks).
 constexpr int ENCODE_WARPS = 8;
 constexpr int DECODE_WARPS = 16;
+constexpr int DECODE_BLOCKS_PER_SM = 2;
 
 // Block-level primitives in a user kernel: each block owns consecutive slices of SLICE elements and turns
 // each into a self-contained stream (as a collective's step would).
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(ENCODE_WARPS * 32) block_encode_kernel(const u
 }
 
 template <DType D>
-__global__ void __launch_bounds__(DECODE_WARPS * 32)
+__global__ void __launch_bounds__(DECODE_WARPS * 32, DECODE_BLOCKS_PER_SM)
     block_decode_kernel(const uint8_t* comp, uint64_t n, uint64_t slice, uint64_t slot_bytes, const uint64_t* sizes,
                         uint8_t* out, Status* status) {
   using Dec = block::BlockStreamDecoder<D, DECODE_WARPS>;

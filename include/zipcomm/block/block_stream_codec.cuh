@@ -124,8 +124,11 @@ class BlockStreamEncoder {
 /// \code
 /// using Dec = zipcomm::block::BlockStreamDecoder<zipcomm::DType::bf16, 8>;
 /// extern __shared__ Dec::TempStorage temp;     // 64 KB: dynamic shared memory
-/// zipcomm::Status s = Dec(temp).Decode(cta, d_in, in_bytes, max_elems, sink);
+/// Dec dec(temp);                               // one object for all the streams this block decodes
+/// for (...) zipcomm::Status s = dec.Decode(cta, d_in, in_bytes, max_elems, sink);
 /// \endcode
+/// The decode table is loaded into temp by the object's first Decode and kept for its later ones: use temp for
+/// something else only after the object's last Decode (a new object loads the table again).
 template <DType D, int WARPS, class Code = thread::PairCode>
 class BlockStreamDecoder {
   using WarpDec = warp::WarpChunkDecoder<D, Code>;
@@ -133,6 +136,9 @@ class BlockStreamDecoder {
  public:
   struct TempStorage {
     warp::PairDecodeTable table;
+    // The stream being decoded, opened by one thread: warps read it per chunk, so its offsets take no registers
+    // across the chunk loop (at 64 registers, 16 warps x 2 blocks per SM, they would spill).
+    format::StreamView view;
     uint32_t status;
   };
 
@@ -156,41 +162,45 @@ class BlockStreamDecoder {
   ZIPCOMM_DEVICE Status Decode(Group& group, const uint8_t* in, uint64_t in_bytes, uint64_t max_elems, Sink& sink) {
     const uint32_t warp_id = uint32_t(group.thread_rank()) / 32;
     const uint32_t lane = warp::lane_id();
-    if (group.thread_rank() == 0) temp_.status = 0;
-    warp::LoadPairTable(temp_.table, group);  // syncs the group
-    uint64_t n = 0;
-    Status st = ReadHeader(in, in_bytes, max_elems, n);
-    if (st == Status::ok) {
-      format::StreamView view;
-      view.open(in, in_bytes, D, Code::ID);  // ok: ReadHeader checked it
-      WarpDec dec(temp_.table);
-      for (uint64_t c = warp_id; c < view.layout.num_chunks; c += WARPS) {
-        const uint8_t *chunk, *low;
-        uint32_t bytes, low_bytes;
-        const uint32_t elems = format::chunk_elems(n, c);
-        Status s = Status::ok;
-        if (!view.chunk(D, c, chunk, bytes) || !view.chunk_low(D, c, low, low_bytes)) {
-          s = Status::corrupt_stream;
-        } else {
-          const uint64_t first_tile = c * format::CHUNK_TILES;
-          auto chunk_sink = [&](uint32_t t, const uint32_t (&x)[warp::ITEMS], uint32_t cnt) {
-            sink(first_tile + t, x, cnt);
-          };
-          s = dec.Decode(chunk, bytes, elems, first_tile, view.chunk_planes(D, c), view.check(c), chunk_sink);
-        }
-        if (s != Status::ok && lane == 0) atomicCAS(&temp_.status, 0u, uint32_t(s));
-      }
-    } else if (group.thread_rank() == 0) {
+    if (group.thread_rank() == 0) {
+      uint64_t n = 0;
+      Status st = ReadHeader(in, in_bytes, max_elems, n);
+      if (st == Status::ok) temp_.view.open(in, in_bytes, D, Code::ID);  // ok: ReadHeader checked it
+      if (st != Status::ok) temp_.view.layout.num_chunks = 0;             // no chunk is read
       temp_.status = uint32_t(st);
+    }
+    if (!table_loaded_)
+      warp::LoadPairTable(temp_.table, group);  // syncs the group
+    else
+      group.sync();
+    table_loaded_ = true;
+    const format::StreamView& view = temp_.view;
+    WarpDec dec(temp_.table);
+    for (uint64_t c = warp_id; c < view.layout.num_chunks; c += WARPS) {
+      const uint8_t *chunk, *low;
+      uint32_t bytes, low_bytes;
+      const uint32_t elems = format::chunk_elems(view.layout.n, c);
+      Status s = Status::ok;
+      if (!view.chunk(D, c, chunk, bytes) || !view.chunk_low(D, c, low, low_bytes)) {
+        s = Status::corrupt_stream;
+      } else {
+        const uint64_t first_tile = c * format::CHUNK_TILES;
+        auto chunk_sink = [&](uint32_t t, const uint32_t (&x)[warp::ITEMS], uint32_t cnt) {
+          sink(first_tile + t, x, cnt);
+        };
+        s = dec.Decode(chunk, bytes, elems, first_tile, view.chunk_planes(D, c), view.check(c), chunk_sink);
+      }
+      if (s != Status::ok && lane == 0) atomicCAS(&temp_.status, 0u, uint32_t(s));
     }
     group.sync();
     const Status result = static_cast<Status>(temp_.status);
-    group.sync();  // temp may be reused by the caller after this
+    group.sync();  // status and view are rewritten by the next Decode; temp may be reused after the last one
     return result;
   }
 
  private:
   TempStorage& temp_;
+  bool table_loaded_ = false;
 };
 
 }  // namespace block
