@@ -5,12 +5,15 @@
 # Needs ncu and a GPU; the clocks are left as they are (--clock-control none). Output under $OUT (or
 # /tmp/zipcomm-out): ncu_<kernel>.txt with the raw metrics, and a summary line per kernel.
 # Env: ZIPCOMM_PROFILE_BENCH (the bench binary in BUILD_DIR/bench, zipcomm_bench), ZIPCOMM_PROFILE_KERNELS
-# (compress_kernel decompress_kernel), ZIPCOMM_PROFILE_TAG (appended to the file names and summary lines).
+# (compress_kernel decompress_kernel), ZIPCOMM_PROFILE_TAG (appended to the file names and summary lines),
+# ZIPCOMM_PROFILE_MIB (the call's size, 256).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/zipcomm-out}
 BUILD=${1:-build-gpu-check}
-MIB=64  # 32 Mi bf16 elements: several times the L2, short under the profiler's replays
+# 128 Mi bf16 elements, 8,192 chunks: at 64 MiB (2,048 chunks) the decoder's 4,224 warps outnumber the chunks and
+# ncu saw half the occupancy the kernels reach on large calls
+MIB=${ZIPCOMM_PROFILE_MIB:-256}
 BENCH=${ZIPCOMM_PROFILE_BENCH:-zipcomm_bench}
 TAG=${ZIPCOMM_PROFILE_TAG:-}
 mkdir -p "$OUT"
