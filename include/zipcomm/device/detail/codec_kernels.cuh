@@ -48,10 +48,11 @@ struct EncodeSmem {
   typename warp::WarpChunkEncoder<D, Code>::TempStorage warp[WARPS];
 };
 
-// Look-back status word of a chunk: flag in the top 2 bits (detail::LookBackFlag), a byte count below.
-constexpr uint64_t FLAG_AGGREGATE = 1ull << 62;
-constexpr uint64_t FLAG_INCLUSIVE = 2ull << 62;
-constexpr uint64_t VALUE_MASK = (1ull << 62) - 1;
+// Look-back status word of a chunk: its detail::LookBackFlag in the top 2 bits, a byte count below.
+constexpr uint32_t FLAG_SHIFT = 62;
+constexpr uint64_t FLAG_AGGREGATE = uint64_t(zipcomm::detail::LookBackFlag::aggregate) << FLAG_SHIFT;
+constexpr uint64_t FLAG_INCLUSIVE = uint64_t(zipcomm::detail::LookBackFlag::inclusive) << FLAG_SHIFT;
+constexpr uint64_t VALUE_MASK = (1ull << FLAG_SHIFT) - 1;
 // Bound of a look-back wait: predecessors are running warps of the same kernel, so only a broken GPU (or a
 // sanitizer's slowest run) comes near it.
 constexpr uint64_t LOOK_BACK_TIMEOUT_NS = 30000000000ull;
@@ -81,7 +82,7 @@ ZIPCOMM_DEVICE uint64_t look_back(uint64_t* state, uint64_t c, bool& timed_out) 
   bound.timeout_ns = LOOK_BACK_TIMEOUT_NS;
   auto read = [&](uint64_t i) {
     const uint64_t v = cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(state[i]).load(cuda::memory_order_relaxed);
-    return zipcomm::detail::LookBackEntry{zipcomm::detail::LookBackFlag(v >> 62), v & VALUE_MASK};
+    return zipcomm::detail::LookBackEntry{zipcomm::detail::LookBackFlag(v >> FLAG_SHIFT), v & VALUE_MASK};
   };
   uint64_t exclusive = 0;
   // 256 ns sleeps: a predecessor still coding leaves its SM's schedulers to the others.
