@@ -132,3 +132,108 @@ TEMPLATE_TEST_CASE("block stream encoder/decoder inside a user kernel match the 
     return v;
   });
 }
+
+namespace {
+/// One block and one decoder object decode `count` streams in turn (the table is loaded by the first Decode only),
+/// each into out + i * out_stride; status[i] is what Decode returned.
+__global__ void decode_in_turn(const uint8_t* const* streams, const uint64_t* bytes, int count, uint64_t max_elems,
+                               uint8_t* out, uint64_t out_stride, Status* status) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  auto cta = cg::this_thread_block();
+  Dec<DType::bf16> dec(*reinterpret_cast<Dec<DType::bf16>::TempStorage*>(smem));
+  for (int i = 0; i < count; ++i) {
+    uint8_t* dst = out + i * out_stride;
+    auto sink = [&](uint64_t tile, const uint32_t (&x)[8], uint32_t cnt) {
+      warp::store_items<DType::bf16, false>(dst, tile * format::TILE_ELEMS + (threadIdx.x % 32) * 8, cnt, x);
+    };
+    const Status s = dec.Decode(cta, streams[i], bytes[i], max_elems, sink);
+    if (cta.thread_rank() == 0) status[i] = s;
+  }
+}
+}  // namespace
+
+// A decoder object keeps the table and the stream's view across Decode calls: a stream that fails (corrupt words,
+// a wrong check, truncated, a foreign header, too many elements) must leave nothing behind for the next one.
+TEST_CASE("block stream decoder decodes good streams after bad ones with one object", "[gpu][block]") {
+  constexpr DType D = DType::bf16;
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const uint64_t n = 3 * format::CHUNK_ELEMS + 77;
+  auto compress = [](const std::vector<uint8_t>& raw, uint64_t elems) {
+    std::vector<uint8_t> c(format::max_compressed_bytes(D, elems));
+    uint64_t bytes = 0;
+    REQUIRE(host::compress(D, CodeId::pair, raw.data(), elems, c.data(), c.size(), &bytes) == Status::ok);
+    c.resize(bytes);
+    return c;
+  };
+  const std::vector<uint8_t> raw_a = gpu_test::gaussian_bytes(D, n, 0.02f, rng);
+  const std::vector<uint8_t> raw_b = gpu_test::gaussian_bytes(D, n, 1.0f, rng);
+  const std::vector<uint8_t> a = compress(raw_a, n), b = compress(raw_b, n);
+  const std::vector<uint8_t> larger = compress(gpu_test::gaussian_bytes(D, n + 1000, 0.02f, rng), n + 1000);
+  format::StreamView view;
+  REQUIRE(view.open(a.data(), a.size(), D, CodeId::pair) == Status::ok);
+
+  std::vector<uint8_t> words = a;  // a bit of chunk 0's first lane word
+  words[view.layout.exp_offset + format::chunk_header_bytes(format::CHUNK_TILES)] ^= 0x10;
+  std::vector<uint8_t> check = a;  // chunk 1's stored check
+  check[view.layout.check_offset + 4] ^= 0x01;
+  const std::vector<uint8_t> foreign(a.size(), 0);
+  struct Case {
+    const std::vector<uint8_t>* stream;
+    uint64_t bytes;
+    const std::vector<uint8_t>* expect;  // decoded bytes when the status must be ok
+    Status status;                       // the status Decode must return, unless any_error
+    bool any_error;                      // any status but ok will do
+  };
+  const std::vector<Case> cases = {
+      {&a, a.size(), &raw_a, Status::ok, false},
+      {&words, words.size(), nullptr, Status::ok, true},
+      {&b, b.size(), &raw_b, Status::ok, false},
+      {&check, check.size(), nullptr, Status::checksum_mismatch, false},
+      {&a, a.size() - 1, nullptr, Status::ok, true},
+      {&a, a.size(), &raw_a, Status::ok, false},
+      {&foreign, foreign.size(), nullptr, Status::ok, true},
+      {&larger, larger.size(), nullptr, Status::buffer_too_small, false},
+      {&b, b.size(), &raw_b, Status::ok, false},
+  };
+  const int count = int(cases.size());
+  uint64_t total = 0;
+  std::vector<uint64_t> offsets, bytes;
+  for (const Case& c : cases) {
+    offsets.push_back(total);
+    bytes.push_back(c.bytes);
+    total += format::align_up(c.stream->size(), 16);
+  }
+  const uint64_t stride = 2 * n;
+  DeviceBuffer d_streams(total), d_ptrs(8 * count), d_bytes(8 * count), d_out(stride * count), d_status(4 * count);
+  std::vector<const uint8_t*> ptrs;
+  for (int i = 0; i < count; ++i) {
+    CUDA_OK(cudaMemcpy(d_streams.as(offsets[i]), cases[i].stream->data(), cases[i].stream->size(),
+                       cudaMemcpyHostToDevice));
+    ptrs.push_back(d_streams.as(offsets[i]));
+  }
+  CUDA_OK(cudaMemcpy(d_ptrs.ptr, ptrs.data(), d_ptrs.bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_bytes.ptr, bytes.data(), d_bytes.bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(d_out.ptr, 0xA5, d_out.bytes));
+  const int smem = int(sizeof(Dec<D>::TempStorage));
+  CUDA_OK(cudaFuncSetAttribute(decode_in_turn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  decode_in_turn<<<1, WARPS * 32, smem>>>(d_ptrs.as<const uint8_t*>(), d_bytes.as<uint64_t>(), count, n, d_out.as(),
+                                          stride, d_status.as<Status>());
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<Status> status(count);
+  std::vector<uint8_t> out(d_out.bytes);
+  CUDA_OK(cudaMemcpy(status.data(), d_status.ptr, d_status.bytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(out.data(), d_out.ptr, out.size(), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < count; ++i) {
+    CAPTURE(i, status_string(status[i]));
+    if (cases[i].any_error) {
+      CHECK(status[i] != Status::ok);
+    } else {
+      CHECK(status[i] == cases[i].status);
+    }
+    if (cases[i].expect)
+      CHECK(std::equal(cases[i].expect->begin(), cases[i].expect->end(), out.begin() + i * stride));
+  }
+}

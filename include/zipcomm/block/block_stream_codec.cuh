@@ -144,18 +144,10 @@ class BlockStreamDecoder {
 
   ZIPCOMM_DEVICE explicit BlockStreamDecoder(TempStorage& temp) : temp_(temp) {}
 
-  /// Reads and checks the header; on success n is the element count.
+  /// Reads and checks the header and the gaps between the stream's sections; on success n is the element count.
   ZIPCOMM_DEVICE static Status ReadHeader(const uint8_t* in, uint64_t in_bytes, uint64_t max_elems, uint64_t& n) {
-    n = 0;
-    if (in_bytes < format::HEADER_BYTES) return Status::corrupt_stream;
-    const format::Header h = *reinterpret_cast<const format::Header*>(in);
-    Status s = format::validate_header(h, in_bytes);
-    if (s == Status::ok && (h.dtype != uint8_t(D) || h.code != uint8_t(Code::ID))) s = Status::bad_header;
-    if (s == Status::ok && h.num_elements > max_elems) s = Status::buffer_too_small;
     format::StreamView view;
-    if (s == Status::ok) s = view.open(in, in_bytes, D, Code::ID);  // the gaps between sections
-    if (s == Status::ok) n = h.num_elements;
-    return s;
+    return Open(in, in_bytes, max_elems, view, n);
   }
 
   template <class Group, class Sink>
@@ -164,9 +156,8 @@ class BlockStreamDecoder {
     const uint32_t lane = warp::lane_id();
     if (group.thread_rank() == 0) {
       uint64_t n = 0;
-      Status st = ReadHeader(in, in_bytes, max_elems, n);
-      if (st == Status::ok) temp_.view.open(in, in_bytes, D, Code::ID);  // ok: ReadHeader checked it
-      if (st != Status::ok) temp_.view.layout.num_chunks = 0;             // no chunk is read
+      const Status st = Open(in, in_bytes, max_elems, temp_.view, n);
+      if (st != Status::ok) temp_.view.layout.num_chunks = 0;  // no chunk is read
       temp_.status = uint32_t(st);
     }
     if (!table_loaded_)
@@ -199,6 +190,15 @@ class BlockStreamDecoder {
   }
 
  private:
+  ZIPCOMM_DEVICE static Status Open(const uint8_t* in, uint64_t in_bytes, uint64_t max_elems, format::StreamView& view,
+                                    uint64_t& n) {
+    n = 0;
+    Status s = view.open(in, in_bytes, D, Code::ID);
+    if (s == Status::ok && view.layout.n > max_elems) s = Status::buffer_too_small;
+    if (s == Status::ok) n = view.layout.n;
+    return s;
+  }
+
   TempStorage& temp_;
   bool table_loaded_ = false;
 };
