@@ -69,11 +69,15 @@ inline uint32_t store_raw_chunk(const uint32_t* bits, uint32_t elems, uint8_t* o
 struct LaneBitWriter {
   std::vector<uint32_t> words;
   uint64_t nbits = 0;
+  /// Appends the len (0..32) low bits of value, MSB first.
   void push(uint32_t value, uint32_t len) {
-    for (int b = int(len) - 1; b >= 0; --b, ++nbits) {
-      if ((nbits & 31) == 0) words.push_back(0);
-      if ((value >> b) & 1u) words.back() |= 1u << (31 - (nbits & 31));
-    }
+    if (len == 0) return;
+    const uint32_t used = uint32_t(nbits & 31);
+    const uint64_t bits = uint64_t(value) << (64 - len);  // left-aligned; bits above len fall off
+    if (used == 0) words.push_back(0);
+    words.back() |= uint32_t(bits >> (32 + used));
+    if (used + len > 32) words.push_back(uint32_t((bits << (32 - used)) >> 32));
+    nbits += len;
   }
 };
 
@@ -86,20 +90,21 @@ struct LaneBitReader {
   uint32_t word(uint64_t r) const { return get_u32(words + 4 * format::lane_word_index(uint32_t(r), lane, interleaved, tail_before)); }
   bool read(uint32_t len, uint32_t& value) {
     value = 0;
-    for (uint32_t b = 0; b < len; ++b, ++pos) {
-      if (pos >= uint64_t(count) * 32) return false;
-      value = value << 1 | ((word(pos >> 5) >> (31 - (pos & 31))) & 1u);
-    }
+    if (pos + len > uint64_t(count) * 32) return false;
+    value = bits_at(pos, len);
+    pos += len;
     return true;
   }
   /// The next `len` bits without consuming them (zeros past the end).
-  uint32_t peek(uint32_t len) const {
-    uint32_t value = 0;
-    for (uint64_t p = pos; p < pos + len; ++p) {
-      const uint32_t bit = p < uint64_t(count) * 32 ? (word(p >> 5) >> (31 - (p & 31))) & 1u : 0u;
-      value = value << 1 | bit;
-    }
-    return value;
+  uint32_t peek(uint32_t len) const { return bits_at(pos, len); }
+
+ private:
+  // len (0..32) bits from bit p on, MSB first; zeros past the lane's words.
+  uint32_t bits_at(uint64_t p, uint32_t len) const {
+    if (len == 0) return 0;
+    const uint64_t r = p >> 5;
+    const uint64_t hi = r < count ? word(r) : 0u, lo = r + 1 < count ? word(r + 1) : 0u;
+    return uint32_t(((hi << 32 | lo) << (p & 31)) >> (64 - len));
   }
 };
 
