@@ -87,7 +87,9 @@ struct LaneBitReader {
   uint32_t lane = 0, interleaved = 0, tail_before = 0;
   uint32_t count = 0;
   uint64_t pos = 0;
-  uint32_t word(uint64_t r) const { return get_u32(words + 4 * format::lane_word_index(uint32_t(r), lane, interleaved, tail_before)); }
+  uint32_t word(uint64_t r) const {
+    return get_u32(words + 4 * format::lane_word_index(uint32_t(r), lane, interleaved, tail_before));
+  }
   bool read(uint32_t len, uint32_t& value) {
     value = 0;
     if (pos + len > uint64_t(count) * 32) return false;
