@@ -4,7 +4,8 @@
 // Throughput counts UNCOMPRESSED bytes per second: original bytes over the median time of --reps stream-ordered
 // calls after 3 warm-ups (CUDA events). Each data set is a real sample tiled to --mib MiB (the codec keeps no
 // dictionary, so repetition does not help it; 256 MiB is > 4x L2).
-// Usage: zipcomm_bench [--data DIR] [--mib 256] [--reps 20] [--json FILE] [--sms N[,M...]]
+// Usage: zipcomm_bench [--data DIR] [--mib 256] [--reps 20] [--json FILE] [--sms N[,M...]] [--chunk-log2 N]
+//                      [--chunk-sweep]
 //
 // --sms 16,32 repeats every row (device-wide, block-level, nvCOMP) confined to 16 and then 32 SMs, as a
 // communication kernel's share of the GPU, and reports GB/s per SM. The library's API is unchanged: a CUDA green
@@ -51,6 +52,13 @@ struct Row {
   int sms;         // SMs the operation could use (the whole GPU's, or its partition's)
   bool partition;  // confined to an SM partition (--sms)
 };
+
+void write_row_json(std::ostream& o, const Row& r) {
+  o << "{\"library\": \"" << r.library << "\", \"data\": \"" << r.data << "\", \"dtype\": \"" << r.dtype
+    << "\", \"operation\": \"" << r.what << "\", \"mib\": " << r.mib << ", \"sms\": " << (r.partition ? r.sms : 0)
+    << ", \"ratio\": " << r.ratio << ", \"gbps\": " << r.gbps << ", \"gbps_per_sm\": " << r.gbps / r.sms
+    << ", \"roof_pct\": " << r.roof_pct << "}";
+}
 
 /// Where the timed operations run: the whole GPU (legacy stream) or an SM partition's stream.
 struct SmTarget {
@@ -104,13 +112,46 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DECODE_BLOCKS_PER_SM)
   }
 }
 
+/// Median times of a device compress and decompress of d_in[0, n) in chunks of 2^chunk_log2, and the stream's
+/// size; exits unless the status is ok and the round trip gives `host` back.
+struct DeviceTiming {
+  double enc_ms, dec_ms;
+  uint64_t bytes;
+};
+template <DType D, class Code>
+DeviceTiming time_device_codec(const std::string& name, const std::vector<uint8_t>& host, const void* d_in, uint64_t n,
+                               void* d_out, uint64_t cap, void* d_back, void* d_temp, size_t temp_bytes,
+                               size_t dtemp_bytes, uint64_t* d_bytes, Status* d_status, uint32_t chunk_log2, int reps,
+                               cudaStream_t stream) {
+  const uint64_t eb = format::elem_bytes(D);
+  DeviceTiming r{};
+  r.enc_ms = bench::median_ms(reps, stream, [&] {
+    CK(device::compress<D, Code>(d_temp, temp_bytes, d_in, n, d_out, cap, d_bytes, d_status, stream, chunk_log2));
+  });
+  Status st;
+  CK(cudaMemcpy(&r.bytes, d_bytes, 8, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
+  if (st != Status::ok) std::fprintf(stderr, "%s: compress status %s\n", name.c_str(), status_string(st)), std::exit(1);
+  // Overwritten first, so that an earlier run's output cannot pass for this one's.
+  CK(cudaMemsetAsync(d_back, 0xA5, n * eb, stream));
+  r.dec_ms = bench::median_ms(reps, stream, [&] {
+    CK(device::decompress<D, Code>(d_temp, dtemp_bytes, d_out, r.bytes, d_back, n, d_status, stream));
+  });
+  std::vector<uint8_t> back(n * eb);
+  CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(back.data(), d_back, n * eb, cudaMemcpyDeviceToHost));
+  if (st != Status::ok || back != host) std::fprintf(stderr, "%s: round trip FAILED\n", name.c_str()), std::exit(1);
+  return r;
+}
+
 template <DType D, class Code>
 void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, uint64_t mib, int reps,
-                   const std::vector<SmTarget>& targets, std::vector<Row>& rows) {
+                   const std::vector<SmTarget>& targets, uint32_t chunk_log2, std::vector<Row>& rows) {
   const uint64_t eb = format::elem_bytes(D);
   const uint64_t n = mib * 1024 * 1024 / eb;
   const std::vector<uint8_t> host = bench::tiled_sample(sample, n * eb, eb);
-  const uint64_t cap = format::max_compressed_bytes(D, n);
+  if (chunk_log2 == format::CHUNK_LOG2_AUTO) chunk_log2 = format::default_chunk_log2(n);
+  const uint64_t cap = format::max_compressed_bytes(D, n, chunk_log2);
   void *d_in, *d_out, *d_back, *d_temp;
   uint64_t* d_bytes;
   Status* d_status;
@@ -121,7 +162,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   d_status = reinterpret_cast<Status*>(d_bytes + 1);
   CK(cudaMemcpy(d_in, host.data(), n * eb, cudaMemcpyHostToDevice));
   size_t temp_bytes = 0, dtemp_bytes = 0;
-  CK(device::compress<D, Code>(nullptr, temp_bytes, d_in, n, d_out, cap, d_bytes, d_status));
+  CK(device::compress<D, Code>(nullptr, temp_bytes, d_in, n, d_out, cap, d_bytes, d_status, 0, chunk_log2));
   CK(device::decompress<D, Code>(nullptr, dtemp_bytes, d_out, cap, d_back, n, d_status));
   CK(cudaMalloc(&d_temp, std::max(temp_bytes, dtemp_bytes)));
   // The setup ran on the legacy stream, which a partition's non-blocking stream does not wait for.
@@ -136,39 +177,26 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
     rows.push_back({name, dt, what + t.suffix(), double(mib), ratio, gbps, 100.0 * gbps / roof, library, t.sms,
                     t.partition});
   };
-  std::vector<uint8_t> back(n * eb);
   uint64_t bytes = 0;  // the stream's size: every grid must produce the same stream
   double ratio = 0;
+  const std::string chunks = chunk_log2 == format::default_chunk_log2(n) ? "" : ", " + std::to_string(1u << chunk_log2)
+                                                                                       + "-element chunks";
   for (const SmTarget& t : targets) {
-    const double enc_ms = bench::median_ms(reps, t.stream, [&] {
-      CK(device::compress<D, Code>(d_temp, temp_bytes, d_in, n, d_out, cap, d_bytes, d_status, t.stream));
-    });
-    uint64_t t_bytes = 0;
-    Status st;
-    CK(cudaMemcpy(&t_bytes, d_bytes, 8, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
-    if (st != Status::ok) std::fprintf(stderr, "compress status %s\n", status_string(st)), std::exit(1);
-    if (bytes != 0 && t_bytes != bytes)
+    const DeviceTiming timing = time_device_codec<D, Code>(name + t.suffix(), host, d_in, n, d_out, cap, d_back, d_temp,
+                                                        temp_bytes, dtemp_bytes, d_bytes, d_status, chunk_log2, reps,
+                                                        t.stream);
+    if (bytes != 0 && timing.bytes != bytes)
       std::fprintf(stderr, "%s%s: %llu compressed bytes, %llu on the whole GPU\n", name.c_str(), t.suffix().c_str(),
-                   (unsigned long long)t_bytes, (unsigned long long)bytes),
+                   (unsigned long long)timing.bytes, (unsigned long long)bytes),
           std::exit(1);
-    bytes = t_bytes;
-    // Overwritten first, so that an earlier grid's output cannot pass for this one's.
-    CK(cudaMemsetAsync(d_back, 0xA5, n * eb, t.stream));
-    const double dec_ms = bench::median_ms(reps, t.stream, [&] {
-      CK(device::decompress<D, Code>(d_temp, dtemp_bytes, d_out, bytes, d_back, n, d_status, t.stream));
-    });
-    CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(back.data(), d_back, n * eb, cudaMemcpyDeviceToHost));
-    if (st != Status::ok || back != host)
-      std::fprintf(stderr, "%s%s: round trip FAILED\n", name.c_str(), t.suffix().c_str()), std::exit(1);
-
+    bytes = timing.bytes;
     ratio = double(bytes) / double(n * eb);
-    const double enc_gbps = n * eb / enc_ms / 1e6, dec_gbps = n * eb / dec_ms / 1e6;
-    add_row(t, "device encode (" + code + ")", ratio, enc_gbps, ratio, "zipcomm");
-    add_row(t, "device decode (" + code + ")", ratio, dec_gbps, ratio, "zipcomm");
+    const double enc_gbps = n * eb / timing.enc_ms / 1e6, dec_gbps = n * eb / timing.dec_ms / 1e6;
+    add_row(t, "device encode (" + code + chunks + ")", ratio, enc_gbps, ratio, "zipcomm");
+    add_row(t, "device decode (" + code + chunks + ")", ratio, dec_gbps, ratio, "zipcomm");
   }
 
+  std::vector<uint8_t> back(n * eb);
   {
     // Block-level primitives in a user kernel, 256 Ki-element slices (a ring step's share of a large
     // message), one self-contained stream each.
@@ -253,6 +281,66 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   CK(cudaFree(d_temp));
 }
 
+/// --chunk-sweep: device encode and decode of bf16 gradients against the message size, in each chunk size (the
+/// figures behind format::default_chunk_log2). One row per size, chunk size and direction.
+void chunk_sweep(const std::vector<uint8_t>& sample, int reps, int sms, std::vector<Row>& rows) {
+  constexpr DType D = DType::bf16;
+  using Code = thread::PairCode;
+  const uint64_t sizes_mib[] = {4, 8, 16, 32, 64, 128, 256, 512, 1024};
+  const uint64_t n_max = (sizes_mib[8] << 20) / 2;
+  const uint64_t cap_max = format::max_compressed_bytes(D, n_max, format::MIN_CHUNK_LOG2);
+  void *d_in, *d_out, *d_back, *d_temp;
+  uint64_t* d_bytes;
+  CK(cudaMalloc(&d_in, n_max * 2));
+  CK(cudaMalloc(&d_back, n_max * 2));
+  CK(cudaMalloc(&d_out, cap_max));
+  CK(cudaMalloc(&d_bytes, 64));
+  Status* d_status = reinterpret_cast<Status*>(d_bytes + 1);
+  size_t temp_max = 0, dtemp_bytes = 0;
+  CK(device::compress<D, Code>(nullptr, temp_max, d_in, n_max, d_out, cap_max, d_bytes, d_status, 0,
+                               format::MIN_CHUNK_LOG2));
+  CK(device::decompress<D, Code>(nullptr, dtemp_bytes, d_out, cap_max, d_back, n_max, d_status));
+  CK(cudaMalloc(&d_temp, std::max(temp_max, dtemp_bytes)));
+  for (uint64_t mib : sizes_mib) {
+    const uint64_t n = (mib << 20) / 2;
+    const std::vector<uint8_t> host = bench::tiled_sample(sample, n * 2, 2);
+    CK(cudaMemcpy(d_in, host.data(), n * 2, cudaMemcpyHostToDevice));
+    const double copy_tbps = bench::copy_roofline_tbps(n * 2, reps);
+    for (uint32_t log2 = format::MIN_CHUNK_LOG2; log2 <= format::MAX_CHUNK_LOG2; ++log2) {
+      const uint64_t cap = format::max_compressed_bytes(D, n, log2);
+      size_t temp_bytes = 0;
+      CK(device::compress<D, Code>(nullptr, temp_bytes, d_in, n, d_out, cap, d_bytes, d_status, 0, log2));
+      const std::string what = ", " + std::to_string(1u << log2) + "-element chunks" +
+                               (log2 == format::default_chunk_log2(n) ? ", default)" : ")");
+      const DeviceTiming t = time_device_codec<D, Code>("chunk sweep" + what, host, d_in, n, d_out, cap, d_back,
+                                                        d_temp, temp_bytes, dtemp_bytes, d_bytes, d_status, log2, reps,
+                                                        0);
+      const double ratio = double(t.bytes) / double(n * 2), roof = copy_tbps * 1e3 / (1.0 + ratio);
+      const double enc = n * 2 / t.enc_ms / 1e6, dec = n * 2 / t.dec_ms / 1e6;
+      rows.push_back({"llama_grads", "bf16", "device encode (pair" + what, double(mib), ratio, enc, 100 * enc / roof,
+                      "zipcomm", sms, false});
+      rows.push_back({"llama_grads", "bf16", "device decode (pair" + what, double(mib), ratio, dec, 100 * dec / roof,
+                      "zipcomm", sms, false});
+    }
+  }
+  CK(cudaFree(d_in));
+  CK(cudaFree(d_back));
+  CK(cudaFree(d_out));
+  CK(cudaFree(d_temp));
+  CK(cudaFree(d_bytes));
+  std::printf("\nchunk sweep: bf16 gradients, device encode / decode GB/s (ratio) by message and chunk size, median "
+              "of %d\n%-9s", reps, "message");
+  for (uint32_t log2 = format::MIN_CHUNK_LOG2; log2 <= format::MAX_CHUNK_LOG2; ++log2)
+    std::printf(" %30s", (std::to_string(1u << log2) + "-element chunks").c_str());
+  std::printf("  default\n");
+  for (size_t i = 0; i < rows.size(); i += 6) {
+    std::printf("%-9s", bench::human_bytes(uint64_t(rows[i].mib) << 20).c_str());
+    for (size_t k = i; k < i + 6; k += 2)
+      std::printf("  %8.1f / %8.1f (%.4f)", rows[k].gbps, rows[k + 1].gbps, rows[k].ratio);
+    std::printf("  %u\n", 1u << format::default_chunk_log2((uint64_t(rows[i].mib) << 20) / 2));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -299,22 +387,38 @@ int main(int argc, char** argv) {
   }
   std::vector<Row> rows;
   auto file = [&](const char* f) { return bench::read_data_file(data, f); };
-  bench_dataset<DType::bf16, thread::PairCode>("llama_grads", file("llama_grads.bf16"), mib, reps, targets, rows);
-  bench_dataset<DType::bf16, thread::PairCode>("llama_acts", file("llama_acts.bf16"), mib, reps, targets, rows);
+  if (opt.chunk_sweep) {
+    chunk_sweep(file("llama_grads.bf16"), reps, all_sms, rows);
+    if (!json.empty()) {
+      std::ofstream o(json);
+      o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"sm_count\": " << all_sms << ",\n  \"reps\": " << reps
+        << ",\n  \"rows\": [\n";
+      bench::write_json_rows(o, rows, write_row_json);
+      o << "  ]\n}\n";
+    }
+    return 0;
+  }
+  bench_dataset<DType::bf16, thread::PairCode>("llama_grads", file("llama_grads.bf16"), mib, reps, targets,
+                                               opt.chunk_log2, rows);
+  bench_dataset<DType::bf16, thread::PairCode>("llama_acts", file("llama_acts.bf16"), mib, reps, targets,
+                                               opt.chunk_log2, rows);
   bench_dataset<DType::bf16, thread::PairCode>("llama_weights", file("llama_weights.bf16"), mib, reps, targets,
-                                                   rows);
-  bench_dataset<DType::bf16, thread::PairCode>("gaussian_0.02", gauss, mib, reps, targets, rows);
+                                                   opt.chunk_log2, rows);
+  bench_dataset<DType::bf16, thread::PairCode>("gaussian_0.02", gauss, mib, reps, targets, opt.chunk_log2, rows);
   bench_dataset<DType::fp16, thread::PairCode>("llama_grads_scaled", file("llama_grads_scaled.f16"), mib, reps,
-                                                   targets, rows);
-  bench_dataset<DType::fp32, thread::PairCode>("llama_grads", file("llama_grads.f32"), mib, reps, targets, rows);
+                                                   targets, opt.chunk_log2, rows);
+  bench_dataset<DType::fp32, thread::PairCode>("llama_grads", file("llama_grads.f32"), mib, reps, targets,
+                                               opt.chunk_log2, rows);
   bench_dataset<DType::fp32, thread::PairCode>("tiny_lm_grads_autocast", file("tiny_lm_grads_autocast.f32"), mib, reps,
-                                               targets, rows);
+                                               targets, opt.chunk_log2, rows);
   bench_dataset<DType::fp32, thread::PairCode>("tiny_lm_grads_fp32", file("tiny_lm_grads_fp32.f32"), mib, reps,
-                                               targets, rows);
+                                               targets, opt.chunk_log2, rows);
   // fp8 with one amax scale per tensor (scripts/make_fp8_samples.py)
   for (const std::string t : {"llama_grads", "llama_acts", "llama_weights"}) {
-    bench_dataset<DType::fp8_e4m3, thread::PairCode>(t, file((t + ".e4m3").c_str()), mib, reps, targets, rows);
-    bench_dataset<DType::fp8_e5m2, thread::PairCode>(t, file((t + ".e5m2").c_str()), mib, reps, targets, rows);
+    bench_dataset<DType::fp8_e4m3, thread::PairCode>(t, file((t + ".e4m3").c_str()), mib, reps, targets,
+                                                     opt.chunk_log2, rows);
+    bench_dataset<DType::fp8_e5m2, thread::PairCode>(t, file((t + ".e5m2").c_str()), mib, reps, targets,
+                                                     opt.chunk_log2, rows);
   }
 
   std::printf("\nzipcomm codec benchmark on %s (%d SMs); %llu MiB per data set, median of %d\n", prop.name,
@@ -396,12 +500,7 @@ int main(int argc, char** argv) {
         o << ", \"skipped\": " << bench::json_string(p.why()) << "}";
     }
     o << (partitions.empty() ? "]" : "\n  ]") << ",\n  \"rows\": [\n";
-    bench::write_json_rows(o, rows, [](std::ostream& o, const Row& r) {
-      o << "{\"library\": \"" << r.library << "\", \"data\": \"" << r.data << "\", \"dtype\": \"" << r.dtype
-        << "\", \"operation\": \"" << r.what << "\", \"sms\": " << (r.partition ? r.sms : 0)
-        << ", \"ratio\": " << r.ratio << ", \"gbps\": " << r.gbps << ", \"gbps_per_sm\": " << r.gbps / r.sms
-        << ", \"roof_pct\": " << r.roof_pct << "}";
-    });
+    bench::write_json_rows(o, rows, write_row_json);
     o << "  ]\n}\n";
   }
 #if ZIPCOMM_BENCH_WITH_NVCOMP

@@ -75,19 +75,21 @@ inline std::vector<uint8_t> tiled_sample(const std::vector<uint8_t>& sample, uin
   return out;
 }
 
-/// --data DIR --mib N --reps N --json FILE, and --sms N[,M...] where the bench takes it (with_sms); exits with a
-/// usage line on anything else.
+/// --data DIR --mib N --reps N --json FILE, and where the bench takes them (codec) --sms N[,M...],
+/// --chunk-log2 N and --chunk-sweep; exits with a usage line on anything else.
 struct Options {
   std::string data = "tests/data", json;
   uint64_t mib = 256;
   int reps = 20;
   std::vector<int> sms;  // SM counts to confine the timed operations to, besides the whole GPU
+  uint32_t chunk_log2 = 0;  // device compress's chunk size (0: the format's default for the size)
+  bool chunk_sweep = false;  // device encode / decode against message and chunk size
 };
-inline Options parse_options(int argc, char** argv, bool with_sms = false) {
+inline Options parse_options(int argc, char** argv, bool codec = false) {
   Options o;
   auto usage = [&] {
     std::fprintf(stderr, "usage: %s [--data DIR] [--mib 256] [--reps 20] [--json FILE]%s\n", argv[0],
-                 with_sms ? " [--sms N[,M...]]" : "");
+                 codec ? " [--sms N[,M...]] [--chunk-log2 12|13|14] [--chunk-sweep]" : "");
     std::exit(2);
   };
   for (int i = 1; i < argc; ++i) {
@@ -96,7 +98,9 @@ inline Options parse_options(int argc, char** argv, bool with_sms = false) {
     else if (a == "--mib" && i + 1 < argc) o.mib = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--reps" && i + 1 < argc) o.reps = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc) o.json = argv[++i];
-    else if (with_sms && a == "--sms" && i + 1 < argc) {
+    else if (codec && a == "--chunk-log2" && i + 1 < argc) o.chunk_log2 = uint32_t(std::atoi(argv[++i]));
+    else if (codec && a == "--chunk-sweep") o.chunk_sweep = true;
+    else if (codec && a == "--sms" && i + 1 < argc) {
       const std::string list = argv[++i];
       for (size_t at = 0; at <= list.size();) {
         const size_t comma = std::min(list.find(',', at), list.size());

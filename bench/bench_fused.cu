@@ -73,9 +73,11 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   d_status = reinterpret_cast<Status*>(d_bytes + 1);
   CK(cudaMemcpy(d_a, a.data(), B, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d_b, b.data(), B, cudaMemcpyHostToDevice));
-  size_t temp_bytes = 0;
+  size_t temp_bytes = 0, fused_temp_bytes = 0;
   CK(device::compress<D>(nullptr, temp_bytes, d_a, n, d_stream, cap, d_bytes, d_status));
-  const size_t temp_cap = temp_bytes;
+  CK(device::decompress_reduce_compress<D>(nullptr, fused_temp_bytes, d_stream, cap, d_b, n, ReduceOp::sum(), d_enc,
+                                           cap, d_bytes, d_status));
+  const size_t temp_cap = std::max(temp_bytes, fused_temp_bytes);
   CK(cudaMalloc(&d_temp, temp_cap));
   auto check = [&](const char* what) {
     Status st;

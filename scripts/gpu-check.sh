@@ -138,6 +138,9 @@ if want codec; then
   # Small calls (a ring step's slice, one tensor of a weight sync): where a chunk per warp leaves most SMs idle
   $BUILD/bench/zipcomm_bench --data tests/data --mib 16 --reps 20 ${ZIPCOMM_BENCH_ARGS:-} > "$OUT/bench_16mib.txt" 2>&1
   log "bench (16 MiB) rc=$?"
+  # Encode / decode against message and chunk size: the figures behind format::default_chunk_log2
+  $BUILD/bench/zipcomm_bench --data tests/data --chunk-sweep --reps 10 > "$OUT/bench_chunks.txt" 2>&1
+  log "bench --chunk-sweep rc=$?"
 fi
 # P2P pipeline over the pinned-host link: GB/s vs message size, the link (both modes) vs raw; PNG when matplotlib is there
 P2P_ARGS=${ZIPCOMM_P2P_ARGS:---sweep}; [ "$MODE" = quick ] && P2P_ARGS="--max-mib 256"

@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
     host[i] = uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
   }
   const uint64_t slices = (n + SLICE - 1) / SLICE;
-  const uint64_t slot = format::align_up(format::max_compressed_bytes(DType::bf16, SLICE), 16);
+  const uint64_t slot = format::align_up(format::max_compressed_bytes(DType::bf16, SLICE, format::MAX_CHUNK_LOG2), 16);
   uint16_t *d_in, *d_out;
   uint8_t* d_streams;
   uint64_t* d_sizes;

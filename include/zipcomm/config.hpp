@@ -30,7 +30,7 @@ enum class Status : uint32_t {
   size_mismatch = 5,      ///< element counts of the operands disagree
   timeout = 6,            ///< a bounded wait on a peer expired
   checksum_mismatch = 7,  ///< a chunk decoded to elements whose check differs from the stored one
-  unsupported_version = 8,  ///< a stream of another format version (v1 to v3 streams are not read)
+  unsupported_version = 8,  ///< a stream of a format version not read (v1 to v4; v5 and v6 are read)
   not_finite = 9,         ///< lossy quantization tier: a NaN or infinity in the input, or a group whose range
                           ///< or reconstruction is not finite (include/zipcomm/quant/)
 };

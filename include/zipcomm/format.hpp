@@ -36,14 +36,18 @@ ZIPCOMM_HOST_DEVICE constexpr bool comm_dtype_supported(DType d) {
 namespace format {
 
 constexpr uint32_t MAGIC = 0x4D43505Au;  // bytes "ZPCM" in memory order
-constexpr uint8_t VERSION = 5;  // v5: lane streams interleaved by word (v1-v4 streams are refused)
+constexpr uint8_t VERSION = 6;  // v6: chunks of 4096, 8192 or 16384 elements (v5 streams, all 16384, still read)
+constexpr uint8_t OLDEST_READ_VERSION = 5;  // v1-v4 streams are refused
 constexpr uint32_t HEADER_BYTES = 64;
 
 constexpr int LANES = 32;                  // lane streams per chunk (one warp)
 constexpr int ITEMS_PER_LANE = 8;          // consecutive elements a lane owns in a tile (16 B of bf16)
 constexpr int TILE_ELEMS = LANES * ITEMS_PER_LANE;  // 256: one anchor (local scale) per tile
-constexpr int CHUNK_TILES = 64;
-constexpr int CHUNK_ELEMS = TILE_ELEMS * CHUNK_TILES;  // 16384: unit of independent decoding
+// A chunk (the unit of independent coding, one warp's) holds 2^chunk_log2 elements, a stream-wide choice.
+constexpr uint32_t MIN_CHUNK_LOG2 = 12, MAX_CHUNK_LOG2 = 14;
+constexpr uint32_t CHUNK_LOG2_AUTO = 0;  // an encoder's argument: default_chunk_log2(n)
+constexpr int MAX_CHUNK_TILES = 64;
+constexpr int MAX_CHUNK_ELEMS = TILE_ELEMS * MAX_CHUNK_TILES;  // 16384
 constexpr uint32_t LANE_WORD_LIMIT = 64;  // a chunk is coded only if every lane's stream fits 64 words (4 bits/item)
 constexpr uint32_t CODED_WORD_LIMIT = LANES * LANE_WORD_LIMIT;
 constexpr uint32_t ALIGN = 16;
@@ -148,7 +152,7 @@ struct Header {
   uint8_t version;
   uint8_t dtype;
   uint8_t code;
-  uint8_t chunk_log2;       // log2(CHUNK_ELEMS); fixed at 14, stored so readers can check
+  uint8_t chunk_log2;       // elements per chunk: 12, 13 or 14 (v5: 14)
   uint64_t num_elements;
   uint64_t total_bytes;     // whole compressed stream, header included
   uint64_t table_offset;    // byte offsets from the start of the stream
@@ -165,6 +169,7 @@ static_assert(sizeof(Header) == HEADER_BYTES, "header is 64 bytes");
 /// (dtype, n); the low section's length (`low_bytes`) sets where the exponent section starts.
 struct Layout {
   uint64_t n;
+  uint32_t chunk_log2;                   // 2^chunk_log2 elements per chunk (the last one can be shorter)
   uint64_t num_chunks;
   uint64_t num_tiles;
   uint64_t plane0_offset, plane0_bytes;  // sign and top mantissa bits: a byte per element, fp8 bit-planes per tile
@@ -176,13 +181,24 @@ struct Layout {
   uint64_t low_max_bytes;                // the low section with every tile at full width
   uint64_t low_bytes;                    // this stream's low section
   uint64_t exp_offset;                   // exponent section: one 16-byte aligned stream per chunk
+
+  /// Elements in chunk c (0 past the last chunk).
+  ZIPCOMM_HOST_DEVICE uint32_t chunk_elems(uint64_t c) const {
+    const uint64_t first = c << chunk_log2, size = uint64_t(1) << chunk_log2;
+    const uint64_t left = n > first ? n - first : 0;
+    return static_cast<uint32_t>(left < size ? left : size);
+  }
+  /// Global index of chunk c's first tile (the width codes and plane 0 are indexed by tile).
+  ZIPCOMM_HOST_DEVICE uint64_t chunk_first_tile(uint64_t c) const { return c << (chunk_log2 - 8); }
 };
 
-/// The layout of a stream whose low section is `low_bytes` long (default: every tile at full width).
-ZIPCOMM_HOST_DEVICE Layout layout_for(DType dtype, uint64_t n, uint64_t low_bytes = ~0ull) {
+/// The layout of a stream of chunks of 2^chunk_log2 elements whose low section is `low_bytes` long (default:
+/// every tile at full width).
+ZIPCOMM_HOST_DEVICE Layout layout_for(DType dtype, uint64_t n, uint32_t chunk_log2, uint64_t low_bytes = ~0ull) {
   Layout l{};
   l.n = n;
-  l.num_chunks = div_up(n, CHUNK_ELEMS);
+  l.chunk_log2 = chunk_log2;
+  l.num_chunks = div_up(n, uint64_t(1) << chunk_log2);
   l.num_tiles = div_up(n, TILE_ELEMS);
   const uint64_t low_tables = has_low(dtype) ? 1 : 0;
   l.plane0_offset = HEADER_BYTES;
@@ -193,20 +209,14 @@ ZIPCOMM_HOST_DEVICE Layout layout_for(DType dtype, uint64_t n, uint64_t low_byte
   l.low_table_offset = l.table_offset + 8 * l.num_chunks;
   l.check_offset = l.low_table_offset + low_tables * 8 * l.num_chunks;
   l.low_offset = align_up(l.check_offset + 4 * l.num_chunks, ALIGN);
-  const uint64_t full = n / CHUNK_ELEMS;
-  const uint32_t tail = static_cast<uint32_t>(n - full * CHUNK_ELEMS);
-  l.low_max_bytes = full * full_low_chunk_bytes(dtype, CHUNK_ELEMS) + full_low_chunk_bytes(dtype, tail);
+  const uint64_t full = n >> chunk_log2;
+  const uint32_t tail = static_cast<uint32_t>(n - (full << chunk_log2));
+  l.low_max_bytes = full * full_low_chunk_bytes(dtype, 1u << chunk_log2) + full_low_chunk_bytes(dtype, tail);
   l.low_bytes = low_bytes == ~0ull ? l.low_max_bytes : low_bytes;
   l.exp_offset = l.low_offset + l.low_bytes;
   return l;
 }
 
-/// Elements in chunk `c` of a stream of n elements.
-ZIPCOMM_HOST_DEVICE uint32_t chunk_elems(uint64_t n, uint64_t c) {
-  uint64_t first = c * CHUNK_ELEMS;
-  uint64_t left = n > first ? n - first : 0;
-  return static_cast<uint32_t>(left < CHUNK_ELEMS ? left : CHUNK_ELEMS);
-}
 ZIPCOMM_HOST_DEVICE uint32_t chunk_tiles(uint32_t elems) { return static_cast<uint32_t>(div_up(elems, TILE_ELEMS)); }
 /// Elements lane `lane` owns in tile `tile` of a chunk of `elems` elements (0..8; they are its first ones).
 ZIPCOMM_HOST_DEVICE uint32_t lane_valid_count(uint32_t elems, uint32_t tile, uint32_t lane) {
@@ -246,19 +256,19 @@ ZIPCOMM_HOST_DEVICE bool chunk_stays_coded(DType d, uint32_t elems, uint32_t wor
 
 /// Whether chunk c's stream [start, end) (offsets into the exponent section, from the chunk table) can be
 /// valid for a stream of n elements whose exponent section is exp_bytes long.
-ZIPCOMM_HOST_DEVICE bool chunk_range_valid(DType d, uint64_t n, uint64_t c, uint64_t start, uint64_t end,
+ZIPCOMM_HOST_DEVICE bool chunk_range_valid(DType d, const Layout& l, uint64_t c, uint64_t start, uint64_t end,
                                            uint64_t exp_bytes) {
-  const bool last = c + 1 == div_up(n, CHUNK_ELEMS);
+  const bool last = c + 1 == l.num_chunks;
   return start <= end && end <= exp_bytes && start % ALIGN == 0 && end % ALIGN == 0 &&
-         end - start <= raw_chunk_bytes(d, chunk_elems(n, c)) && (!last || end == exp_bytes);
+         end - start <= raw_chunk_bytes(d, l.chunk_elems(c)) && (!last || end == exp_bytes);
 }
 
 /// Whether chunk c's low part [start, end) (offsets into a low section of low_bytes) can be valid.
-ZIPCOMM_HOST_DEVICE bool low_range_valid(DType d, uint64_t n, uint64_t c, uint64_t start, uint64_t end,
+ZIPCOMM_HOST_DEVICE bool low_range_valid(DType d, const Layout& l, uint64_t c, uint64_t start, uint64_t end,
                                          uint64_t low_bytes) {
-  const bool last = c + 1 == div_up(n, CHUNK_ELEMS);
+  const bool last = c + 1 == l.num_chunks;
   return start <= end && end <= low_bytes && start % ALIGN == 0 && end % ALIGN == 0 &&
-         end - start <= full_low_chunk_bytes(d, chunk_elems(n, c)) && (!last || end == low_bytes);
+         end - start <= full_low_chunk_bytes(d, l.chunk_elems(c)) && (!last || end == low_bytes);
 }
 
 /// The alignment gaps between sections (zero in every stream): [begin, end) of gap g, g < SECTION_GAPS.
@@ -292,12 +302,33 @@ ZIPCOMM_HOST_DEVICE bool widths_tail_zero(const uint8_t* stream, const Layout& l
   return (stream[l.widths_offset + l.widths_bytes - 1] >> (2 * (l.num_tiles % 4))) == 0;
 }
 
-/// Upper bound of the compressed size of n elements (every tile's low bits kept, every chunk raw).
+/// The chunk size an encoder picks for n elements unless told otherwise: 16384 elements once there are enough
+/// chunks to occupy a GPU's warps, smaller ones below (a warp codes a chunk tile after tile, so a short message of
+/// long chunks leaves most of the GPU idle). Smaller chunks cost their headers, table entries and lane padding:
+/// about 0.004 (8192) and 0.012 (4096) of ratio on bf16, 0.008 and 0.024 on fp8.
+ZIPCOMM_HOST_DEVICE constexpr uint32_t default_chunk_log2(uint64_t n) {
+  // H100, bf16 encode/decode GB/s (zipcomm_bench --chunk-sweep) in 4096 / 8192 / 16384-element chunks:
+  // 16 MiB 402/438, 362/411, 264/272; 128 MiB 769/1141, 873/1156, 791/1123; 256 MiB 820/1272, 980/1275, 1053/1267
+  return n >= (uint64_t(1) << 27) ? 14u : n >= (uint64_t(1) << 24) ? 13u : 12u;
+}
+ZIPCOMM_HOST_DEVICE constexpr bool chunk_log2_valid(uint32_t chunk_log2) {
+  return chunk_log2 >= MIN_CHUNK_LOG2 && chunk_log2 <= MAX_CHUNK_LOG2;
+}
+/// The most chunks a stream of n elements can have (the smallest chunks): for work sized before the stream's
+/// header is read.
+ZIPCOMM_HOST_DEVICE constexpr uint64_t most_chunks(uint64_t n) { return div_up(n, uint64_t(1) << MIN_CHUNK_LOG2); }
+
+/// Upper bound of the compressed size of n elements in chunks of 2^chunk_log2 (every tile's low bits kept, every
+/// chunk raw).
+ZIPCOMM_HOST_DEVICE uint64_t max_compressed_bytes(DType dtype, uint64_t n, uint32_t chunk_log2) {
+  Layout l = layout_for(dtype, n, chunk_log2);
+  uint64_t full = n >> chunk_log2;
+  uint32_t tail = static_cast<uint32_t>(n - (full << chunk_log2));
+  return l.exp_offset + full * raw_chunk_bytes(dtype, 1u << chunk_log2) + (tail ? raw_chunk_bytes(dtype, tail) : 0);
+}
+/// The bound for the chunk size an encoder picks by default.
 ZIPCOMM_HOST_DEVICE uint64_t max_compressed_bytes(DType dtype, uint64_t n) {
-  Layout l = layout_for(dtype, n);
-  uint64_t full = n / CHUNK_ELEMS;
-  uint32_t tail = static_cast<uint32_t>(n - full * CHUNK_ELEMS);
-  return l.exp_offset + full * raw_chunk_bytes(dtype, CHUNK_ELEMS) + (tail ? raw_chunk_bytes(dtype, tail) : 0);
+  return max_compressed_bytes(dtype, n, default_chunk_log2(n));
 }
 
 ZIPCOMM_HOST_DEVICE uint32_t fnv1a(const uint8_t* p, uint32_t len) {
@@ -306,15 +337,16 @@ ZIPCOMM_HOST_DEVICE uint32_t fnv1a(const uint8_t* p, uint32_t len) {
   return h;
 }
 
-/// The header of a stream of n elements whose low section is low_bytes long.
-ZIPCOMM_HOST_DEVICE Header make_header(DType dtype, CodeId code, uint64_t n, uint64_t total_bytes, uint64_t low_bytes) {
-  Layout l = layout_for(dtype, n, low_bytes);
+/// The header of a stream of n elements in chunks of 2^chunk_log2 whose low section is low_bytes long.
+ZIPCOMM_HOST_DEVICE Header make_header(DType dtype, CodeId code, uint64_t n, uint32_t chunk_log2, uint64_t total_bytes,
+                                       uint64_t low_bytes) {
+  Layout l = layout_for(dtype, n, chunk_log2, low_bytes);
   Header h{};
   h.magic = MAGIC;
   h.version = VERSION;
   h.dtype = static_cast<uint8_t>(dtype);
   h.code = static_cast<uint8_t>(code);
-  h.chunk_log2 = 14;
+  h.chunk_log2 = static_cast<uint8_t>(chunk_log2);
   h.num_elements = n;
   h.total_bytes = total_bytes;
   h.table_offset = l.table_offset;
@@ -326,24 +358,26 @@ ZIPCOMM_HOST_DEVICE Header make_header(DType dtype, CodeId code, uint64_t n, uin
 
 /// The layout a header describes (its low section's length included). Meaningful once the header is valid.
 ZIPCOMM_HOST_DEVICE Layout layout_of(const Header& h) {
-  return layout_for(static_cast<DType>(h.dtype), h.num_elements, h.exp_offset - h.low_offset);
+  return layout_for(static_cast<DType>(h.dtype), h.num_elements, h.chunk_log2, h.exp_offset - h.low_offset);
 }
 
 /// Checks everything in a header that can be checked without the rest of the stream. A well-formed header of
-/// another version (v1 to v3 have the same magic and check) gives unsupported_version, so a reader can say what
-/// it saw.
+/// a version not read (v1 to v4 have the same magic and check) gives unsupported_version, so a reader can say
+/// what it saw.
 ZIPCOMM_HOST_DEVICE Status validate_header(const Header& h, uint64_t available_bytes) {
   if (h.magic != MAGIC) return Status::bad_header;
   if (fnv1a(reinterpret_cast<const uint8_t*>(&h), 48) != h.header_check) return Status::bad_header;
-  if (h.version != VERSION) return Status::unsupported_version;
-  if (!dtype_valid(h.dtype) || !code_valid(h.code) || h.chunk_log2 != 14) return Status::bad_header;
+  if (h.version < OLDEST_READ_VERSION || h.version > VERSION) return Status::unsupported_version;
+  if (!dtype_valid(h.dtype) || !code_valid(h.code) || !chunk_log2_valid(h.chunk_log2)) return Status::bad_header;
+  if (h.version == 5 && h.chunk_log2 != MAX_CHUNK_LOG2) return Status::bad_header;
   if (h.reserved0 || h.reserved1 || h.reserved2) return Status::bad_header;  // writers zero them
   if (h.num_elements > (uint64_t(1) << 50)) return Status::bad_header;
-  Layout l = layout_for(static_cast<DType>(h.dtype), h.num_elements);
+  Layout l = layout_for(static_cast<DType>(h.dtype), h.num_elements, h.chunk_log2);
   if (h.table_offset != l.table_offset || h.low_offset != l.low_offset || h.exp_offset < l.low_offset ||
       h.exp_offset > l.exp_offset || h.exp_offset % ALIGN)
     return Status::bad_header;
-  if (h.total_bytes < h.exp_offset || h.total_bytes > max_compressed_bytes(static_cast<DType>(h.dtype), h.num_elements))
+  if (h.total_bytes < h.exp_offset ||
+      h.total_bytes > max_compressed_bytes(static_cast<DType>(h.dtype), h.num_elements, h.chunk_log2))
     return Status::bad_header;
   if (h.total_bytes > available_bytes) return Status::corrupt_stream;  // truncated
   return Status::ok;
@@ -392,7 +426,7 @@ struct StreamView {
     const uint64_t start = c ? table()[c - 1] : 0, end = table()[c];
     p = base + layout.exp_offset;
     bytes = 0;
-    if (!chunk_range_valid(dtype, layout.n, c, start, end, exp_bytes)) return false;
+    if (!chunk_range_valid(dtype, layout, c, start, end, exp_bytes)) return false;
     p += start;
     bytes = static_cast<uint32_t>(end - start);
     return true;
@@ -413,7 +447,7 @@ struct StreamView {
     if (!has_low(dtype)) return true;
     const uint64_t* t = reinterpret_cast<const uint64_t*>(base + layout.low_table_offset);
     const uint64_t start = c ? t[c - 1] : 0, end = t[c];
-    if (!low_range_valid(dtype, layout.n, c, start, end, layout.low_bytes)) return false;
+    if (!low_range_valid(dtype, layout, c, start, end, layout.low_bytes)) return false;
     p += start;
     bytes = static_cast<uint32_t>(end - start);
     return true;

@@ -314,16 +314,16 @@ uint64_t enqueue_with_temp(int device, uintptr_t stream_handle, const char* wher
 }  // namespace
 
 uint64_t compress_async(int device, zipcomm::DType dtype, zipcomm::CodeId code, const void* d_in, uint64_t n,
-                        void* d_out, uint64_t capacity, uintptr_t stream) {
+                        void* d_out, uint64_t capacity, uint32_t chunk_log2, uintptr_t stream) {
   return enqueue_with_temp(
       device, stream, "zipcomm.compress (GPU)",
       [&](size_t& temp_bytes) {
         return zipcomm::device::compress(dtype, code, nullptr, temp_bytes, d_in, n, nullptr, capacity, nullptr,
-                                         nullptr);
+                                         nullptr, 0, chunk_log2);
       },
       [&](void* temp, size_t temp_bytes, OutcomeSlot* slot, cudaStream_t s) {
         return zipcomm::device::compress(dtype, code, temp, temp_bytes, d_in, n, d_out, capacity, &slot->bytes,
-                                         &slot->status, s);
+                                         &slot->status, s, chunk_log2);
       });
 }
 

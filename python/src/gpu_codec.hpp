@@ -24,12 +24,12 @@ void free_device_memory(int device, void* ptr) noexcept;
 /// Allocates bytes on `device` (at least 256-byte aligned).
 void* alloc(int device, uint64_t bytes);
 
-/// Stream-ordered compress of n elements at d_in (any alignment) into d_out (16-byte aligned, capacity bytes) on
-/// `stream` (a cudaStream_t of `device`; 0: the legacy default stream): nothing waits for the GPU. Temp storage
-/// comes from the stream-ordered allocator. Returns the call's id for wait(); an argument the entry point refuses
-/// becomes that call's Status.
+/// Stream-ordered compress of n elements at d_in (any alignment) into d_out (16-byte aligned, capacity bytes) in
+/// chunks of 2^chunk_log2 elements (format::CHUNK_LOG2_AUTO: the default for n) on `stream` (a cudaStream_t of
+/// `device`; 0: the legacy default stream): nothing waits for the GPU. Temp storage comes from the stream-ordered
+/// allocator. Returns the call's id for wait(); an argument the entry point refuses becomes that call's Status.
 uint64_t compress_async(int device, zipcomm::DType dtype, zipcomm::CodeId code, const void* d_in, uint64_t n,
-                        void* d_out, uint64_t capacity, uintptr_t stream);
+                        void* d_out, uint64_t capacity, uint32_t chunk_log2, uintptr_t stream);
 
 /// Stream-ordered decompress of the stream at d_in (16-byte aligned, in_bytes) into d_out (room for
 /// out_capacity_elems elements of dtype; the stream's header must say dtype, else bad_header is its Status).

@@ -47,12 +47,12 @@ const char* code_name(uint8_t c) { return c == uint8_t(CodeId::pair) ? "pair" : 
 /// Chunks of a stream stored raw (their exponent section entry has the raw size), from its chunk table.
 uint64_t count_raw_chunks(const uint8_t* table, const format::Header& h) {
   const DType d = DType(h.dtype);
-  const uint64_t chunks = format::layout_for(d, h.num_elements).num_chunks;
+  const format::Layout l = format::layout_of(h);
   uint64_t prev = 0, raw = 0;
-  for (uint64_t c = 0; c < chunks; ++c) {
+  for (uint64_t c = 0; c < l.num_chunks; ++c) {
     uint64_t end;
     std::memcpy(&end, table + 8 * c, 8);
-    if (end >= prev && end - prev == format::raw_chunk_bytes(d, format::chunk_elems(h.num_elements, c))) ++raw;
+    if (end >= prev && end - prev == format::raw_chunk_bytes(d, l.chunk_elems(c))) ++raw;
     prev = end;
   }
   return raw;
@@ -69,7 +69,7 @@ nb::dict header_info(const format::Header& h, uint64_t raw_chunks) {
   r["original_bytes"] = original;
   r["compressed_bytes"] = h.total_bytes;
   r["ratio"] = original ? double(h.total_bytes) / double(original) : 0.0;
-  r["chunks"] = format::layout_for(d, h.num_elements).num_chunks;
+  r["chunks"] = format::layout_of(h).num_chunks;
   r["raw_chunks"] = raw_chunks;
   r["chunk_elements"] = uint64_t(1) << h.chunk_log2;
   r["table_offset"] = h.table_offset;
@@ -96,7 +96,16 @@ format::Header read_device_header(const AnyArray& buf, uintptr_t stream, const s
 
 // ------------------------------------------------------------------------------------------------ functions
 
-nb::object compress(const AnyArray& x, const std::optional<std::string>& declared, const std::string& code) {
+/// chunk_log2 as given (0: the default for n), checked.
+uint32_t chunk_log2_for(uint32_t chunk_log2, uint64_t n, const std::string& where) {
+  if (chunk_log2 == format::CHUNK_LOG2_AUTO) return format::default_chunk_log2(n);
+  if (!format::chunk_log2_valid(chunk_log2))
+    throw nb::value_error((where + ": chunks hold 4096, 8192 or 16384 elements").c_str());
+  return chunk_log2;
+}
+
+nb::object compress(const AnyArray& x, const std::optional<std::string>& declared, const std::string& code,
+                    uint32_t chunk_log2) {
   const std::string where = "zipcomm.compress";
   require_known_device(x.device_type(), where);
   if (on_gpu(x.device_type())) throw nb::value_error((where + ": a CUDA array goes through compress_gpu").c_str());
@@ -104,13 +113,15 @@ nb::object compress(const AnyArray& x, const std::optional<std::string>& declare
   const CodeId c = parse_code(code, where);
   require_c_contiguous(x, where, "the array");
   const uint64_t n = x.size();
-  const uint64_t capacity = format::max_compressed_bytes(d, n);
+  chunk_log2 = chunk_log2_for(chunk_log2, n, where);
+  const uint64_t capacity = format::max_compressed_bytes(d, n, chunk_log2);
   HostBuffer out = host_alloc(capacity);
   uint64_t bytes = 0;
   Status s;
   {
     nb::gil_scoped_release unlocked;
-    s = zipcomm::host::compress(d, c, x.data(), n, out.get(), capacity, &bytes);
+    s = zipcomm::host::compress(d, c, x.data(), n, out.get(), capacity, &bytes, format::LowWidths::minimal,
+                                chunk_log2);
   }
   check_status(s, where);
   // Give back the unused tail of the bound (realloc to a smaller size does not move in practice).
@@ -152,15 +163,18 @@ nb::object decompress(const AnyArray& buf, std::optional<WritableArray> out) {
   return numpy_owning(dst.release(), h.num_elements, result_dtype(d, true));
 }
 
-uint64_t max_compressed_bytes(uint64_t n, const std::string& dtype) {
-  return format::max_compressed_bytes(parse_dtype(dtype, "zipcomm.max_compressed_bytes"), n);
+uint64_t max_compressed_bytes(uint64_t n, const std::string& dtype, uint32_t chunk_log2) {
+  const std::string where = "zipcomm.max_compressed_bytes";
+  return format::max_compressed_bytes(parse_dtype(dtype, where), n, chunk_log2_for(chunk_log2, n, where));
 }
 
 // ---- the GPU codec, stream-ordered: each call returns an id; wait(id) / synchronize() read the outcomes
 
 /// The bound of the stream of x: the size compress_gpu's out needs.
-uint64_t compress_capacity(const AnyArray& x, const std::optional<std::string>& declared) {
-  return format::max_compressed_bytes(element_dtype(x, declared, "zipcomm.compress"), x.size());
+uint64_t compress_capacity(const AnyArray& x, const std::optional<std::string>& declared, uint32_t chunk_log2) {
+  const std::string where = "zipcomm.compress";
+  return format::max_compressed_bytes(element_dtype(x, declared, where), x.size(),
+                                      chunk_log2_for(chunk_log2, x.size(), where));
 }
 
 #if ZIPCOMM_PYTHON_WITH_CUDA
@@ -182,19 +196,21 @@ void require_stream_buffer(const WritableArray& out, int device, uint64_t bytes,
 #endif
 
 uint64_t compress_gpu(const AnyArray& x, const std::optional<std::string>& declared, const std::string& code,
-                      const WritableArray& out, uintptr_t stream) {
+                      const WritableArray& out, uint32_t chunk_log2, uintptr_t stream) {
   const std::string where = "zipcomm.compress";
   if (!on_gpu(x.device_type())) throw nb::value_error((where + ": compress_gpu takes CUDA arrays").c_str());
 #if ZIPCOMM_PYTHON_WITH_CUDA
   const DType d = element_dtype(x, declared, where);
   const CodeId c = parse_code(code, where);
   require_c_contiguous(x, where, "the array");
-  const uint64_t n = x.size(), capacity = format::max_compressed_bytes(d, n);
+  const uint64_t n = x.size();
+  chunk_log2 = chunk_log2_for(chunk_log2, n, where);
+  const uint64_t capacity = format::max_compressed_bytes(d, n, chunk_log2);
   require_stream_buffer(out, x.device_id(), capacity, where, "out");
   nb::gil_scoped_release unlocked;
-  return gpu::compress_async(x.device_id(), d, c, x.data(), n, out.data(), out.size(), stream);
+  return gpu::compress_async(x.device_id(), d, c, x.data(), n, out.data(), out.size(), chunk_log2, stream);
 #else
-  (void)declared, (void)code, (void)out, (void)stream;
+  (void)declared, (void)code, (void)out, (void)chunk_log2, (void)stream;
   no_gpu_codec(where);
 #endif
 }
@@ -295,7 +311,7 @@ nb::dict info(const AnyArray& buf, uintptr_t stream) {
 #if ZIPCOMM_PYTHON_WITH_CUDA
     const int device = buf.device_id();
     h = read_device_header(buf, stream, where);
-    const uint64_t chunks = format::layout_for(DType(h.dtype), h.num_elements).num_chunks;
+    const uint64_t chunks = format::layout_of(h).num_chunks;
     std::vector<uint8_t> table(8 * chunks);
     gpu::copy_to_host_on_stream(device, table.data(), static_cast<const uint8_t*>(buf.data()) + h.table_offset,
                                 table.size(), stream);
@@ -577,11 +593,11 @@ NB_MODULE(_zipcomm_ext, m) {
   });
 
   m.def("status_string", [](Status s) { return std::string(zipcomm::status_string(s)); }, "status"_a);
-  m.def("compress", &compress, "x"_a, "dtype"_a.none(), "code"_a);
+  m.def("compress", &compress, "x"_a, "dtype"_a.none(), "code"_a, "chunk_log2"_a);
   m.def("decompress", &decompress, "buf"_a, "out"_a.none());
-  m.def("max_compressed_bytes", &max_compressed_bytes, "n"_a, "dtype"_a);
-  m.def("compress_capacity", &compress_capacity, "x"_a, "dtype"_a.none());
-  m.def("compress_gpu", &compress_gpu, "x"_a, "dtype"_a.none(), "code"_a, "out"_a, "stream"_a);
+  m.def("max_compressed_bytes", &max_compressed_bytes, "n"_a, "dtype"_a, "chunk_log2"_a);
+  m.def("compress_capacity", &compress_capacity, "x"_a, "dtype"_a.none(), "chunk_log2"_a);
+  m.def("compress_gpu", &compress_gpu, "x"_a, "dtype"_a.none(), "code"_a, "out"_a, "chunk_log2"_a, "stream"_a);
   m.def("decompress_gpu", &decompress_gpu, "buf"_a, "out"_a, "dtype"_a.none(), "stream"_a);
   m.def("wait", &wait_call, "call"_a);
   m.def("synchronize", &synchronize_calls);
@@ -630,5 +646,5 @@ NB_MODULE(_zipcomm_ext, m) {
                               "." + std::to_string(ZIPCOMM_VERSION_PATCH);
   m.attr("FORMAT_VERSION") = int(zipcomm::format::VERSION);
   m.attr("HEADER_BYTES") = zipcomm::format::HEADER_BYTES;
-  m.attr("CHUNK_ELEMENTS") = zipcomm::format::CHUNK_ELEMS;
+  m.attr("CHUNK_ELEMENTS") = zipcomm::format::MAX_CHUNK_ELEMS;
 }

@@ -2,7 +2,7 @@
 
 A thin client of the zipcomm C++ library (header-only, include/zipcomm): the host reference codec for arrays
 in host memory, the device-wide GPU codec for arrays on a CUDA device (when the package was built with nvcc).
-Both write the same bytes: wire format v5 (docs/FORMAT.md). Every decoded bit equals the input bit (NaN
+Both write the same bytes: wire format v6 (docs/FORMAT.md). Every decoded bit equals the input bit (NaN
 payloads, infinities, subnormals and -0 included).
 
 Arrays are taken through DLPack: NumPy, torch, CuPy and other DLPack arrays, with no dependency on any of them
@@ -13,7 +13,7 @@ as their bytes (a uint8 view), so they work whether or not the torch version exp
 
     >>> import numpy as np, zipcomm
     >>> x = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
-    >>> buf = zipcomm.compress(x)                  # numpy uint8 array: one wire format v5 stream
+    >>> buf = zipcomm.compress(x)                  # numpy uint8 array: one wire format v6 stream
     >>> y = zipcomm.decompress(buf)                # 1-D float32, bit-identical to x.ravel()
     >>> zipcomm.info(buf)["elements"]
     100000
@@ -76,7 +76,8 @@ __version__ = "0.1.0"
 FORMAT_VERSION: int = _ext.FORMAT_VERSION
 #: Bytes of the stream header.
 HEADER_BYTES: int = _ext.HEADER_BYTES
-#: Elements per chunk, the unit of independent decoding and of the chunk checks.
+#: Elements in the largest chunk (the unit of independent decoding and of the chunk checks); a stream's own
+#: chunk size is info(buf)["chunk_elements"]: 4096, 8192 or 16384, the smaller ones for short messages.
 CHUNK_ELEMENTS: int = _ext.CHUNK_ELEMENTS
 
 try:  # optional: NumPy's bfloat16 and fp8
@@ -105,22 +106,23 @@ _STATUS_HELP = """
         size_mismatch        element counts of operands disagree
         timeout              a bounded wait on a peer expired (communication only)
         checksum_mismatch    a chunk decoded to elements whose check differs from the stored one
-        unsupported_version  a stream of another format version (v1 to v3 streams are refused)
+        unsupported_version  a stream of another format version (v1 to v4 streams are refused)
     Every single-bit flip of a stream gives bad_header, corrupt_stream or checksum_mismatch, never wrong data
     (docs/FORMAT.md, section 14)."""
 
 _FORMAT_HELP = """
-    Wire format v5 (docs/FORMAT.md): one self-contained stream per array, little-endian:
-        [0, 64)            header: magic "ZPCM", version 5, dtype (1 bf16, 2 fp16, 3 fp32, 4 fp8_e4m3,
-                           5 fp8_e5m2), code (3 pair), chunk_log2 14, element count, total bytes, section
-                           offsets, FNV-1a check
+    Wire format v6 (docs/FORMAT.md; v5 streams are read too): one self-contained stream per array,
+    little-endian:
+        [0, 64)            header: magic "ZPCM", version 6, dtype (1 bf16, 2 fp16, 3 fp32, 4 fp8_e4m3,
+                           5 fp8_e5m2), code (3 pair), chunk_log2 (12, 13 or 14), element count, total bytes,
+                           section offsets, FNV-1a check
         plane0             stored raw: one byte per element, the sign and the top 7 mantissa bits; fp8: the
                            sign and the mantissa as bit-planes, 4 (e4m3) or 3 (e5m2) planes of 32 bytes per
                            256-element tile
         width codes        fp16, fp32: 2 bits per 256-element tile, how many low mantissa bits the tile keeps
                            (fp32 16, 8 or 0; fp16 3 or 0): bits that are zero in every element are dropped, so
                            bf16 values widened to fp32 or converted to fp16 cost what bf16 costs
-        chunk tables       per chunk of 16384 elements: end offsets of its exponent stream and of its low
+        chunk tables       per chunk of 2^chunk_log2 elements: end offsets of its exponent stream and of its low
                            bits (fp16, fp32), then a 32-bit check of its elements
         low section        per chunk, per tile: the low mantissa bits it keeps
         exponent section   per chunk: the exponents coded two at a time with a fixed prefix code (the pair
@@ -216,9 +218,19 @@ def _framework(x: Any) -> str:
     return type(x).__module__.partition(".")[0]
 
 
+def _chunk_log2(chunk_elements: int | None, where: str) -> int:
+    """log2 of chunk_elements (4096, 8192 or 16384); 0 for None: the default for the message size."""
+    if chunk_elements is None:
+        return 0
+    if (isinstance(chunk_elements, bool) or not isinstance(chunk_elements, (int, np.integer))
+            or chunk_elements not in (4096, 8192, 16384)):
+        raise ValueError(f"{where}: chunk_elements is 4096, 8192 or 16384, got {chunk_elements!r}")
+    return int(chunk_elements).bit_length() - 1
+
+
 def compress(x: Any, code: str = "pair", *, dtype: Any = None, stream: Any = None, out: Any = None,
-             check: bool = False) -> Any:
-    """Compresses an array of bf16, fp16, fp32 or fp8 elements, losslessly, into one wire format v5 stream.
+             check: bool = False, chunk_elements: int | None = None) -> Any:
+    """Compresses an array of bf16, fp16, fp32 or fp8 elements, losslessly, into one wire format v6 stream.
 
     Args:
         x: a C-contiguous array of any shape (its elements are taken in row-major order; the shape is not
@@ -228,16 +240,20 @@ def compress(x: Any, code: str = "pair", *, dtype: Any = None, stream: Any = Non
             uint8/int8 with "fp8_e4m3" or "fp8_e5m2", uint16/int16 with "bf16" or "fp16", uint32/int32 with
             "fp32". A non-contiguous array raises ValueError (pass a contiguous copy: numpy.ascontiguousarray(x),
             x.contiguous()); another dtype raises TypeError naming it.
-        code: the exponent code: "pair", the only one (format v5).
+        code: the exponent code: "pair", the only one (format v6).
         dtype: what the elements are when x holds bit patterns: "bf16", "fp16", "fp32", "fp8_e4m3" (OCP E4M3FN:
             no infinities, NaN S.1111.111), "fp8_e5m2" (or a NumPy/torch dtype). For a float array it may be
             given and must agree.
         stream (CUDA arrays): where the GPU codec runs: a torch or CuPy stream, or an int cudaStream_t. Default:
             the current stream of x's framework (torch.cuda.current_stream(), CuPy's current stream), else the
             legacy default stream. x must stay alive and unchanged until the work on that stream has run.
-        out (CUDA arrays): a uint8 array on x's GPU of at least ``max_compressed_bytes(x.size, dtype)`` bytes,
-            16-byte aligned, to write the stream into (default: a new one, from x's framework's allocator).
+        out (CUDA arrays): a uint8 array on x's GPU of at least ``max_compressed_bytes(x.size, dtype,
+            chunk_elements)`` bytes, 16-byte aligned, to write the stream into (default: a new one, from x's
+            framework's allocator).
         check (CUDA arrays): wait for this call and raise its error; the result is then exactly the stream.
+        chunk_elements: elements per chunk, the unit a GPU warp codes alone: 4096, 8192 or 16384. Default: 16384
+            from 128 Mi elements up, 8192 from 16 Mi, 4096 below, so that a short message still occupies the GPU;
+            smaller chunks cost about 0.004 (8192) and 0.012 (4096) of ratio on bf16.
 
     Returns:
         For a host array (NumPy, torch CPU, ...): a 1-D numpy.ndarray of uint8, the stream, exactly as the C++
@@ -255,12 +271,13 @@ def compress(x: Any, code: str = "pair", *, dtype: Any = None, stream: Any = Non
     """
     where = "zipcomm.compress"
     arg, declared = _array_argument(x, _canonical_dtype(dtype, where), where)
+    log2 = _chunk_log2(chunk_elements, where)
     if _arrays.cuda_device(arg) is None:
         if stream is not None or out is not None:
             raise ValueError(f"{where}: stream= and out= are for CUDA arrays; x is on the host")
-        return _ext.compress(arg, declared, code)
-    buf = out if out is not None else _arrays.empty_bytes_like(x, _ext.compress_capacity(arg, declared))
-    call = _ext.compress_gpu(arg, declared, code, buf, _arrays.stream_handle(stream, x, where))
+        return _ext.compress(arg, declared, code, log2)
+    buf = out if out is not None else _arrays.empty_bytes_like(x, _ext.compress_capacity(arg, declared, log2))
+    call = _ext.compress_gpu(arg, declared, code, buf, log2, _arrays.stream_handle(stream, x, where))
     if not check:
         return buf
     return _arrays.prefix(buf, _ext.wait(call))
@@ -270,7 +287,7 @@ compress.__doc__ += _FORMAT_HELP + "\n" + _STATUS_HELP  # type: ignore[operator]
 
 
 def decompress(buf: Any, out: Any = None, *, dtype: Any = None, stream: Any = None, check: bool = False) -> Any:
-    """Decompresses one wire format v5 stream, checking all of it (every chunk's check of its elements).
+    """Decompresses one wire format v5 or v6 stream, checking all of it (every chunk's check of its elements).
 
     Args:
         buf: the stream: a uint8 array (host or CUDA), bytes, bytearray or memoryview. Bytes after the
@@ -345,9 +362,9 @@ def compressed_size(buf: Any, *, stream: Any = None) -> int:
     return int(_ext.header_fields(buf, handle, where)["compressed_bytes"])
 
 
-def max_compressed_bytes(n: int, dtype: Any) -> int:
+def max_compressed_bytes(n: int, dtype: Any, chunk_elements: int | None = None) -> int:
     """Upper bound of the stream size of n elements of dtype ("bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2"
-    or a float dtype).
+    or a float dtype) in chunks of chunk_elements (default: compress's default for n).
 
     Reached when every chunk is stored raw (random bits): the planes, the header and tables, and the raw
     exponents. compress never writes more.
@@ -358,7 +375,7 @@ def max_compressed_bytes(n: int, dtype: Any) -> int:
         raise TypeError(f"{where}: dtype is required")
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
         raise ValueError(f"{where}: n must be a non-negative integer, got {n!r}")
-    return int(_ext.max_compressed_bytes(int(n), canonical))
+    return int(_ext.max_compressed_bytes(int(n), canonical, _chunk_log2(chunk_elements, where)))
 
 
 def info(buf: Any, *, stream: Any = None) -> dict[str, Any]:

@@ -29,10 +29,11 @@ struct Message {
 };
 
 template <DType D>
-__global__ void encode_messages(const uint8_t* in, const Message* msgs, uint8_t* out, uint64_t* sizes) {
+__global__ void encode_messages(const uint8_t* in, const Message* msgs, uint8_t* out, uint64_t* sizes,
+                                uint32_t chunk_log2) {
   extern __shared__ __align__(16) unsigned char smem[];
   auto cta = cg::this_thread_block();
-  Enc<D> enc(*reinterpret_cast<typename Enc<D>::TempStorage*>(smem));
+  Enc<D> enc(*reinterpret_cast<typename Enc<D>::TempStorage*>(smem), chunk_log2);
   const Message m = msgs[blockIdx.x];
   uint64_t bytes = enc.Encode(cta, in + m.in_offset, m.n, out + m.out_offset);
   if (cta.thread_rank() == 0) sizes[blockIdx.x] = bytes;
@@ -54,12 +55,12 @@ __global__ void decode_messages(const uint8_t* comp, const Message* msgs, const 
   if (cta.thread_rank() == 0) status[blockIdx.x] = s;
 }
 
-/// Encodes every message in its own block, decodes them again, and checks the bytes against the host reference
-/// (the block encoder writes every tile's low bits at full width: for bf16 and fp8, which have none, that is
-/// the default) and the round trip. `shape(n, rng)` makes each message's elements.
+/// Encodes every message in its own block in chunks of 2^chunk_log2 elements, decodes them again, and checks the
+/// bytes against the host reference (the block encoder writes every tile's low bits at full width: for bf16 and
+/// fp8, which have none, that is the default) and the round trip. `shape(n, rng)` makes each message's elements.
 template <DType D, class Shape>
-void block_round_trip(std::mt19937_64& rng, Shape shape) {
-  CAPTURE(dtype_name(D));
+void block_round_trip(std::mt19937_64& rng, Shape shape, uint32_t chunk_log2 = format::MAX_CHUNK_LOG2) {
+  CAPTURE(dtype_name(D), chunk_log2);
   const uint64_t eb = format::elem_bytes(D);
   const uint64_t counts[] = {0, 1, 257, 16384, 16385, 4 * 16384 + 5, 9 * 16384 + 333, 100000};
   std::vector<Message> msgs;
@@ -70,7 +71,7 @@ void block_round_trip(std::mt19937_64& rng, Shape shape) {
     const std::vector<uint8_t> m = shape(n, rng);
     raw.insert(raw.end(), m.begin(), m.end());
     raw.resize(raw.size() + eb);  // odd element offsets: unaligned inputs
-    out_total += format::align_up(format::max_compressed_bytes(D, n), 16);
+    out_total += format::align_up(format::max_compressed_bytes(D, n, chunk_log2), 16);
   }
   DeviceBuffer d_in(raw.size()), d_out(out_total), d_msgs(msgs.size() * sizeof(Message)), d_sizes(8 * msgs.size()),
       d_back(raw.size()), d_status(4 * msgs.size());
@@ -81,7 +82,7 @@ void block_round_trip(std::mt19937_64& rng, Shape shape) {
   CUDA_OK(cudaFuncSetAttribute(encode_messages<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, enc_smem));
   CUDA_OK(cudaFuncSetAttribute(decode_messages<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec_smem));
   encode_messages<D><<<int(msgs.size()), WARPS * 32, enc_smem>>>(d_in.as(), d_msgs.as<Message>(), d_out.as(),
-                                                                  d_sizes.as<uint64_t>());
+                                                                  d_sizes.as<uint64_t>(), chunk_log2);
   CUDA_OK(cudaGetLastError());
   decode_messages<D><<<int(msgs.size()), WARPS * 32, dec_smem>>>(d_out.as(), d_msgs.as<Message>(),
                                                                   d_sizes.as<uint64_t>(), d_back.as(),
@@ -98,10 +99,10 @@ void block_round_trip(std::mt19937_64& rng, Shape shape) {
   for (size_t i = 0; i < msgs.size(); ++i) {
     const Message& m = msgs[i];
     CAPTURE(i, m.n);
-    std::vector<uint8_t> ref(format::max_compressed_bytes(D, m.n));
+    std::vector<uint8_t> ref(format::max_compressed_bytes(D, m.n, chunk_log2));
     uint64_t ref_bytes = 0;
     REQUIRE(host::compress(D, CodeId::pair, raw.data() + m.in_offset, m.n, ref.data(), ref.size(), &ref_bytes,
-                           format::LowWidths::full) == Status::ok);
+                           format::LowWidths::full, chunk_log2) == Status::ok);
     REQUIRE(sizes[i] == ref_bytes);
     REQUIRE(std::equal(ref.begin(), ref.begin() + ref_bytes, comp.begin() + m.out_offset));
     REQUIRE(status[i] == Status::ok);
@@ -119,7 +120,7 @@ TEMPLATE_TEST_CASE("block stream encoder/decoder inside a user kernel match the 
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  block_round_trip<D>(rng, [](uint64_t n, std::mt19937_64& r) {
+  auto shape = [](uint64_t n, std::mt19937_64& r) {
     std::vector<uint8_t> v = gpu_test::gaussian_bytes(D, n, 0.02f, r);
     if (format::elem_bytes(D) == 1) {
       if (n > 2 * 16384)
@@ -130,7 +131,9 @@ TEMPLATE_TEST_CASE("block stream encoder/decoder inside a user kernel match the 
       for (uint64_t i = 0; i < n && i < 256; ++i) v[(i * 67) % n] = p[i];
     }
     return v;
-  });
+  };
+  for (uint32_t log2 = format::MIN_CHUNK_LOG2; log2 <= format::MAX_CHUNK_LOG2; ++log2)
+    block_round_trip<D>(rng, shape, log2);
 }
 
 namespace {
@@ -159,7 +162,7 @@ TEST_CASE("block stream decoder decodes good streams after bad ones with one obj
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  const uint64_t n = 3 * format::CHUNK_ELEMS + 77;
+  const uint64_t n = 3 * format::MAX_CHUNK_ELEMS + 77;
   auto compress = [](const std::vector<uint8_t>& raw, uint64_t elems) {
     std::vector<uint8_t> c(format::max_compressed_bytes(D, elems));
     uint64_t bytes = 0;
@@ -175,7 +178,7 @@ TEST_CASE("block stream decoder decodes good streams after bad ones with one obj
   REQUIRE(view.open(a.data(), a.size(), D, CodeId::pair) == Status::ok);
 
   std::vector<uint8_t> words = a;  // a bit of chunk 0's first lane word
-  words[view.layout.exp_offset + format::chunk_header_bytes(format::CHUNK_TILES)] ^= 0x10;
+  words[view.layout.exp_offset + format::chunk_header_bytes(format::chunk_tiles(view.layout.chunk_elems(0)))] ^= 0x10;
   std::vector<uint8_t> check = a;  // chunk 1's stored check
   check[view.layout.check_offset + 4] ^= 0x01;
   const std::vector<uint8_t> foreign(a.size(), 0);

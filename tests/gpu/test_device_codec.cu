@@ -20,16 +20,19 @@ struct DeviceResult {
 };
 
 template <DType D, class Code>
-DeviceResult device_compress(const std::vector<uint8_t>& raw, size_t in_offset = 0) {
+DeviceResult device_compress(const std::vector<uint8_t>& raw, size_t in_offset = 0,
+                             uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
   const uint64_t n = raw.size() / format::elem_bytes(D);
-  DeviceBuffer in(raw.size() + in_offset + 16), out(format::max_compressed_bytes(D, n)), meta(64);
+  const uint32_t log2 = chunk_log2 == format::CHUNK_LOG2_AUTO ? format::default_chunk_log2(n) : chunk_log2;
+  DeviceBuffer in(raw.size() + in_offset + 16), out(format::max_compressed_bytes(D, n, log2)), meta(64);
   CUDA_OK(cudaMemcpy(in.as(in_offset), raw.data(), raw.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(out.ptr, 0xCD, out.bytes));  // poison: every stream byte must be written
   size_t temp_bytes = 0;
-  CUDA_OK(device::compress<D, Code>(nullptr, temp_bytes, in.as(in_offset), n, out.ptr, out.bytes, nullptr, nullptr));
+  CUDA_OK(device::compress<D, Code>(nullptr, temp_bytes, in.as(in_offset), n, out.ptr, out.bytes, nullptr, nullptr,
+                                    0, chunk_log2));
   DeviceBuffer temp(temp_bytes);
   CUDA_OK(device::compress<D, Code>(temp.ptr, temp_bytes, in.as(in_offset), n, out.ptr, out.bytes,
-                                    meta.as<uint64_t>(), meta.as<Status>(8)));
+                                    meta.as<uint64_t>(), meta.as<Status>(8), 0, chunk_log2));
   CUDA_OK(cudaDeviceSynchronize());
   uint64_t bytes = 0;
   Status st;
@@ -69,15 +72,18 @@ Status device_decompress(const std::vector<uint8_t>& stream, uint64_t capacity_e
 }
 
 template <DType D, class Code>
-void check_round_trip(const std::vector<uint8_t>& raw, size_t in_offset = 0, size_t out_offset = 0) {
+void check_round_trip(const std::vector<uint8_t>& raw, size_t in_offset = 0, size_t out_offset = 0,
+                      uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
   const uint64_t n = raw.size() / format::elem_bytes(D);
-  CAPTURE(n, in_offset, out_offset, int(D), int(Code::ID));
-  std::vector<uint8_t> ref(format::max_compressed_bytes(D, n));
+  CAPTURE(n, in_offset, out_offset, int(D), int(Code::ID), chunk_log2);
+  const uint32_t log2 = chunk_log2 == format::CHUNK_LOG2_AUTO ? format::default_chunk_log2(n) : chunk_log2;
+  std::vector<uint8_t> ref(format::max_compressed_bytes(D, n, log2));
   uint64_t ref_bytes = 0;
-  REQUIRE(host::compress(D, Code::ID, raw.data(), n, ref.data(), ref.size(), &ref_bytes) == Status::ok);
+  REQUIRE(host::compress(D, Code::ID, raw.data(), n, ref.data(), ref.size(), &ref_bytes, format::LowWidths::minimal,
+                         chunk_log2) == Status::ok);
   ref.resize(ref_bytes);
 
-  DeviceResult dev = device_compress<D, Code>(raw, in_offset);
+  DeviceResult dev = device_compress<D, Code>(raw, in_offset, chunk_log2);
   REQUIRE(dev.status == Status::ok);
   REQUIRE(dev.stream.size() == ref.size());
   if (dev.stream != ref) {
@@ -93,9 +99,14 @@ void check_round_trip(const std::vector<uint8_t>& raw, size_t in_offset = 0, siz
   REQUIRE(host_back == raw);
 }
 
+/// Device bytes = host bytes and both decode, in the default chunk size and in each other one.
 template <DType D>
 void round_trip(const std::vector<uint8_t>& raw) {
   check_round_trip<D, thread::PairCode>(raw);
+  const uint64_t n = raw.size() / format::elem_bytes(D);
+  for (uint32_t log2 = format::MIN_CHUNK_LOG2; log2 <= format::MAX_CHUNK_LOG2; ++log2)
+    if (log2 != format::default_chunk_log2(n) && n > (uint64_t(1) << format::MIN_CHUNK_LOG2))
+      check_round_trip<D, thread::PairCode>(raw, 0, 0, log2);
 }
 
 const uint64_t kSizes[] = {0, 1, 31, 32, 33, 255, 256, 257, 16383, 16384, 16385, 3 * 16384 + 77, 1000003};
@@ -230,6 +241,13 @@ TEST_CASE("argument errors give a status and an error code", "[gpu][codec]") {
                                         meta.as<uint64_t>(), meta.as<Status>(8)) == cudaErrorInvalidValue);
   CUDA_OK(cudaMemcpy(&st, meta.as<Status>(8), sizeof st, cudaMemcpyDeviceToHost));
   REQUIRE(st == Status::invalid_argument);
+  // chunks of other than 4096, 8192 or 16384 elements
+  for (uint32_t bad_log2 : {1u, 11u, 15u, 40u}) {
+    REQUIRE(device::compress<DType::bf16>(temp.ptr, temp_bytes, in.ptr, n, out.ptr, out.bytes, meta.as<uint64_t>(),
+                                          meta.as<Status>(8), 0, bad_log2) == cudaErrorInvalidValue);
+    CUDA_OK(cudaMemcpy(&st, meta.as<Status>(8), sizeof st, cudaMemcpyDeviceToHost));
+    REQUIRE(st == Status::invalid_argument);
+  }
 
   DeviceResult dev = device_compress<DType::bf16, thread::PairCode>(raw);
   REQUIRE(dev.status == Status::ok);
@@ -297,10 +315,10 @@ TEST_CASE("a short last chunk at the very end of its allocation is rejected with
   for (uint64_t tail_elems : {uint64_t(1), uint64_t(300), uint64_t(777), uint64_t(16383)}) {
     const uint64_t n = 2 * 16384 + tail_elems;
     auto raw = gpu_test::gaussian_bytes(DType::bf16, n, 0.02f, rng);
-    DeviceResult dev = device_compress<DType::bf16, thread::PairCode>(raw);
+    DeviceResult dev = device_compress<DType::bf16, thread::PairCode>(raw, 0, 14);
     REQUIRE(dev.status == Status::ok);
-    const format::Layout L = format::layout_for(DType::bf16, n);
-    REQUIRE(format::div_up(n, format::CHUNK_ELEMS) == 3);
+    const format::Layout L = format::layout_for(DType::bf16, n, 14);
+    REQUIRE(L.num_chunks == 3);
     uint64_t ends[3];
     std::memcpy(ends, dev.stream.data() + L.table_offset, sizeof ends);
     for (uint64_t last_bytes : {uint64_t(0), uint64_t(16)}) {
@@ -436,9 +454,9 @@ void fp8_flips_match_host(std::mt19937_64& rng) {
   const uint64_t n = 3 * 16384 + 1000;  // a short last tile: its bit-planes' unused bits are checked
   auto raw = gpu_test::gaussian_bytes(D, n, 0.02f, rng);
   for (uint64_t i = 0; i < 16384; ++i) raw[16384 + i] = uint8_t(rng());  // a raw chunk
-  DeviceResult dev = device_compress<D, thread::PairCode>(raw);
+  DeviceResult dev = device_compress<D, thread::PairCode>(raw, 0, 14);
   REQUIRE(dev.status == Status::ok);
-  const format::Layout L = format::layout_for(D, n);
+  const format::Layout L = format::layout_for(D, n, 14);
   for (int k = 0; k < 600; ++k) {
     std::vector<uint8_t> bad = dev.stream;
     const uint64_t pos = k % 3 == 0 ? L.plane0_offset + rng() % L.plane0_bytes : rng() % bad.size();

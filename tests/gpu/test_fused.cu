@@ -43,10 +43,12 @@ std::vector<uint8_t> test_data(DType d, uint64_t n, std::mt19937_64& rng, double
 
 /// The host reference's stream: minimal widths (device::compress), full widths (the fused writers).
 std::vector<uint8_t> host_compress(DType d, const std::vector<uint8_t>& raw, uint64_t n,
-                                   format::LowWidths widths = format::LowWidths::minimal) {
-  std::vector<uint8_t> s(format::max_compressed_bytes(d, n));
+                                   format::LowWidths widths = format::LowWidths::minimal,
+                                   uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
+  std::vector<uint8_t> s(format::max_compressed_bytes(d, n, format::MIN_CHUNK_LOG2));
   uint64_t bytes = 0;
-  REQUIRE(host::compress(d, CodeId::pair, raw.data(), n, s.data(), s.size(), &bytes, widths) == Status::ok);
+  REQUIRE(host::compress(d, CodeId::pair, raw.data(), n, s.data(), s.size(), &bytes, widths, chunk_log2) ==
+          Status::ok);
   s.resize(bytes);
   return s;
 }
@@ -59,11 +61,14 @@ std::vector<T> download(const DeviceBuffer& b, size_t bytes, size_t offset = 0) 
 }
 Status download_status(const DeviceBuffer& s) { return download<Status>(s, sizeof(Status))[0]; }
 
-/// Every device-wide fused step on one (a, b) pair, checked against the host reference.
+/// Every device-wide fused step on one (a, b) pair, checked against the host reference; the incoming stream in
+/// chunks of 2^chunk_log2 elements (the stream that decode + reduce + encode writes has the same).
 template <DType D>
-void check_device_steps(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, uint64_t n, size_t offset) {
+void check_device_steps(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, uint64_t n, size_t offset,
+                        uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
+  CAPTURE(chunk_log2);
   const size_t eb = format::elem_bytes(D), raw = n * eb;
-  const auto stream = host_compress(D, a, n);
+  const auto stream = host_compress(D, a, n, format::LowWidths::minimal, chunk_log2);
   DeviceBuffer d_stream(stream.size()), d_local(raw + offset), d_out(raw + offset + 16), d_enc(format::max_compressed_bytes(D, n)),
       d_fwd(stream.size()), d_bytes(8), d_status(sizeof(Status)), d_temp(format::max_compressed_bytes(D, n) / 64 + 4096);
   CUDA_OK(cudaMemcpy(d_stream.ptr, stream.data(), stream.size(), cudaMemcpyHostToDevice));
@@ -83,7 +88,7 @@ void check_device_steps(const std::vector<uint8_t>& a, const std::vector<uint8_t
     REQUIRE(std::equal(want.begin(), want.end(), got.begin() + offset));
     REQUIRE(got[offset + raw] == 0xEE);  // nothing written past n elements
 
-    const auto want_stream = host_compress(D, want, n, format::LowWidths::full);
+    const auto want_stream = host_compress(D, want, n, format::LowWidths::full, chunk_log2);
     CUDA_OK(device::decompress_reduce_compress<D>(d_temp.ptr, temp_bytes, d_stream.ptr, stream.size(), d_local.as(offset),
                                                   n, op, d_enc.ptr, d_enc.bytes, d_bytes.as<uint64_t>(),
                                                   d_status.as<Status>()));
@@ -136,6 +141,10 @@ void device_steps_all_sizes() {
       CAPTURE(n, offset);
       check_device_steps<D>(test_data(D, n, rng), test_data(D, n, rng), n, offset);
     }
+    if (n > 4096)  // the other chunk sizes
+      for (uint32_t log2 = format::MIN_CHUNK_LOG2; log2 <= format::MAX_CHUNK_LOG2; ++log2)
+        if (log2 != format::default_chunk_log2(n))
+          check_device_steps<D>(test_data(D, n, rng), test_data(D, n, rng), n, 0, log2);
   }
   // random bits: results that do not compress are stored raw (decode + reduce + encode decodes them twice)
   const uint64_t n = 3 * 16384 + 11;
@@ -343,10 +352,10 @@ __global__ void warp_reduce_encode(const uint8_t* in, uint64_t in_bytes, const u
   Status s;
   const format::Layout L = view.layout;  // bf16: no low bits
   const warp::ChunkInfo info =
-      fused.Encode(chunk, bytes, view.check(c), format::chunk_elems(L.n, c), c * format::CHUNK_TILES,
+      fused.Encode(chunk, bytes, view.check(c), L.chunk_elems(c), L.chunk_first_tile(c),
                    view.chunk_planes(DType::bf16, c),
                    warp::Planes{out_stream + L.plane0_offset, out_stream + L.widths_offset, out_stream + L.low_offset, true}, s);
-  fused.Store(slots + c * format::raw_chunk_bytes(DType::bf16, format::CHUNK_ELEMS), info);
+  fused.Store(slots + c * format::raw_chunk_bytes(DType::bf16, format::MAX_CHUNK_ELEMS), info);
   if (warp::lane_id() == 0) slot_bytes[c] = info.bytes, checks[c] = info.check, status[c] = s;
 }
 
@@ -398,10 +407,10 @@ TEST_CASE("warp-level decode + reduce + encode: chunk streams and planes equal t
   auto a = test_data(DType::bf16, n, rng), b = test_data(DType::bf16, n, rng);
   // one chunk of random bits: its result does not compress, so Store() takes the raw (second decode) path
   for (uint64_t i = 2 * 16384; i < 3 * 16384; ++i) a[2 * i] = uint8_t(rng()), a[2 * i + 1] = uint8_t(rng());
-  const auto stream = host_compress(DType::bf16, a, n);
-  const format::Layout L = format::layout_for(DType::bf16, n);
-  const uint32_t slot = format::raw_chunk_bytes(DType::bf16, format::CHUNK_ELEMS);
-  DeviceBuffer d_in(stream.size()), d_local(2 * n), d_out(format::max_compressed_bytes(DType::bf16, n)),
+  const auto stream = host_compress(DType::bf16, a, n, format::LowWidths::minimal, 14);
+  const format::Layout L = format::layout_for(DType::bf16, n, 14);
+  const uint32_t slot = format::raw_chunk_bytes(DType::bf16, format::MAX_CHUNK_ELEMS);
+  DeviceBuffer d_in(stream.size()), d_local(2 * n), d_out(format::max_compressed_bytes(DType::bf16, n, 14)),
       d_slots(uint64_t(slot) * L.num_chunks), d_sizes(4 * L.num_chunks), d_checks(4 * L.num_chunks),
       d_status(4 * L.num_chunks);
   CUDA_OK(cudaMemcpy(d_in.ptr, stream.data(), stream.size(), cudaMemcpyHostToDevice));
@@ -416,7 +425,7 @@ TEST_CASE("warp-level decode + reduce + encode: chunk streams and planes equal t
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<uint8_t> want(2 * n);
     REQUIRE(host::reduce(DType::bf16, op, a.data(), b.data(), want.data(), n) == Status::ok);
-    const auto want_stream = host_compress(DType::bf16, want, n);
+    const auto want_stream = host_compress(DType::bf16, want, n, format::LowWidths::minimal, 14);
     auto sizes = download<uint32_t>(d_sizes, 4 * L.num_chunks);
     auto checks = download<uint32_t>(d_checks, 4 * L.num_chunks);
     auto statuses = download<Status>(d_status, 4 * L.num_chunks);
@@ -498,8 +507,9 @@ TEST_CASE("fused device steps: mismatched, corrupt and bad arguments give an err
   }
   {
     auto bad = stream;
-    const format::Layout L = format::layout_for(DType::bf16, n);
-    bad[L.table_offset + 8] ^= 0x10;  // chunk 1's end offset
+    format::Header h;
+    std::memcpy(&h, stream.data(), sizeof h);
+    bad[format::layout_of(h).table_offset + 8] ^= 0x10;  // chunk 1's end offset
     REQUIRE(all_are(run_all(bad, bad.size(), n), Status::corrupt_stream));
   }
   for (int i = 0; i < 60; ++i) {  // random flips past the header: device status == host status
@@ -521,10 +531,18 @@ TEST_CASE("fused device steps: mismatched, corrupt and bad arguments give an err
           cudaErrorInvalidValue);
   CUDA_OK(cudaDeviceSynchronize());
   REQUIRE(download_status(d_status) == Status::invalid_argument);
-  REQUIRE(device::decompress_reduce_compress<DType::bf16>(d_temp.ptr, tb, d_stream.ptr, stream.size(), d_local.ptr, n,
-                                                          ReduceOp::sum(), d_enc.ptr, d_enc.bytes - 16,
-                                                          d_bytes.as<uint64_t>(), d_status.as<Status>()) ==
-          cudaErrorInvalidValue);
+  // An output below the bound of the incoming stream's chunk size is refused on the device; the host knows only the
+  // smallest bound (16384-element chunks) and refuses below that one at once.
+  const cudaError_t e = device::decompress_reduce_compress<DType::bf16>(
+      d_temp.ptr, tb, d_stream.ptr, stream.size(), d_local.ptr, n, ReduceOp::sum(), d_enc.ptr, d_enc.bytes - 16,
+      d_bytes.as<uint64_t>(), d_status.as<Status>());
+  REQUIRE((e == cudaSuccess || e == cudaErrorInvalidValue));
+  CUDA_OK(cudaDeviceSynchronize());
+  REQUIRE(download_status(d_status) == Status::buffer_too_small);
+  REQUIRE(device::decompress_reduce_compress<DType::bf16>(
+              d_temp.ptr, tb, d_stream.ptr, stream.size(), d_local.ptr, n, ReduceOp::sum(), d_enc.ptr,
+              format::max_compressed_bytes(DType::bf16, n, format::MAX_CHUNK_LOG2) - 16, d_bytes.as<uint64_t>(),
+              d_status.as<Status>()) == cudaErrorInvalidValue);
   CUDA_OK(cudaDeviceSynchronize());
   REQUIRE(download_status(d_status) == Status::buffer_too_small);
   CUDA_OK(cudaMemcpy(d_stream.ptr, stream.data(), stream.size(), cudaMemcpyHostToDevice));

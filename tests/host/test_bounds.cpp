@@ -37,22 +37,23 @@ TEST_CASE("random bits stay within 1% plus a few hundred bytes of raw and within
   const uint64_t sizes[] = {1, 100, 256, 16384, 16385, 3 * 16384 + 77, 200000};
   for (DType d : zt::kDTypes)
     for (CodeId c : zt::kCodes)
-      for (uint64_t n : sizes) {
-        INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c) << " n " << n);
-        Tensor t = zt::random_bits(d, n, rng);
-        const auto s = zt::compress_ok(c, t);
-        const double raw = double(t.bytes.size());
-        CHECK(double(s.size()) <= raw * 1.01 + 300);
-        CHECK(s.size() <= format::max_compressed_bytes(d, n));
-        CHECK(zt::raw_chunks(s) == format::layout_for(d, n).num_chunks);
-        // the bound itself is tight for random bits: every chunk raw and every tile at full width means the stream
-        // is exactly the bound (a short last tile's few low bits can all be zero by chance)
-        format::Header h;
-        std::memcpy(&h, s.data(), sizeof h);
-        const format::Layout l = format::layout_of(h);
-        CHECK(s.size() + (l.low_max_bytes - l.low_bytes) == format::max_compressed_bytes(d, n));
-        if (n % format::TILE_ELEMS == 0 || n % format::TILE_ELEMS > 64) CHECK(l.low_bytes == l.low_max_bytes);
-      }
+      for (uint64_t n : sizes)
+        for (uint32_t log2 : zt::kChunkLog2s) {
+          INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c) << " n " << n << " chunk_log2 " << log2);
+          Tensor t = zt::random_bits(d, n, rng);
+          const auto s = zt::compress_ok(c, t, format::LowWidths::minimal, log2);
+          const double raw = double(t.bytes.size());
+          CHECK(double(s.size()) <= raw * 1.01 + 300);
+          CHECK(s.size() <= format::max_compressed_bytes(d, n, log2));
+          CHECK(zt::raw_chunks(s) == format::layout_for(d, n, log2).num_chunks);
+          // the bound itself is tight for random bits: every chunk raw and every tile at full width means the stream
+          // is exactly the bound (a short last tile's few low bits can all be zero by chance)
+          format::Header h;
+          std::memcpy(&h, s.data(), sizeof h);
+          const format::Layout l = format::layout_of(h);
+          CHECK(s.size() + (l.low_max_bytes - l.low_bytes) == format::max_compressed_bytes(d, n, log2));
+          if (n % format::TILE_ELEMS == 0 || n % format::TILE_ELEMS > 64) CHECK(l.low_bytes == l.low_max_bytes);
+        }
 }
 
 TEST_CASE("compress with capacity below the bound returns buffer_too_small and writes nothing", "[bounds]") {
@@ -107,6 +108,9 @@ TEST_CASE("decompress and compress reject small capacity and null pointers and b
       for (uint8_t code : {0, 1, 2, 4, 255})  // 1 and 2 were the codes of format v1/v2
         CHECK(host::compress(d, static_cast<CodeId>(code), t.bytes.data(), n, dst.data(), dst.size(), &bytes) ==
               Status::invalid_argument);
+      for (uint32_t log2 : {1u, 11u, 15u, 16u, 64u})  // chunks of 4096, 8192 or 16384 elements only
+        CHECK(host::compress(d, c, t.bytes.data(), n, dst.data(), dst.size(), &bytes, format::LowWidths::minimal,
+                             log2) == Status::invalid_argument);
       // n == 0: a null source is fine, and the stream is a bare header
       REQUIRE(host::compress(d, c, nullptr, 0, dst.data(), dst.size(), &bytes) == Status::ok);
       REQUIRE(bytes == format::HEADER_BYTES);

@@ -42,7 +42,7 @@ TEST_CASE("chunk check: every change confined to one lane's elements changes it"
     INFO("dtype " << dtype_name(d));
     const uint32_t mask = zt::elem_mask(d);
     for (int trial = 0; trial < 3000; ++trial) {
-      const uint32_t n = 1 + uint32_t(rng() % format::CHUNK_ELEMS);
+      const uint32_t n = 1 + uint32_t(rng() % format::MAX_CHUNK_ELEMS);
       const auto orig = random_elements(d, n, rng);
       auto v = orig;
       // 1..4 changes among the elements of one lane (lane l owns elements 256 t + 8 l .. + 7 of tile t)
@@ -65,7 +65,7 @@ TEST_CASE("chunk check: swapped or shifted elements change it, and random change
     INFO("dtype " << dtype_name(d));
     uint64_t caught = 0, tried = 0;
     for (int trial = 0; trial < 2000; ++trial) {
-      const uint32_t n = 2 + uint32_t(rng() % (format::CHUNK_ELEMS - 1));
+      const uint32_t n = 2 + uint32_t(rng() % (format::MAX_CHUNK_ELEMS - 1));
       const auto orig = random_elements(d, n, rng);
       auto v = orig;
       const uint32_t i = uint32_t(rng() % n), j = uint32_t(rng() % n);
@@ -89,21 +89,22 @@ TEST_CASE("chunk check: swapped or shifted elements change it, and random change
 TEST_CASE("chunk check: the encoder stores each chunk's check of its elements", "[check]") {
   ZT_RNG("check stored");
   for (DType d : zt::kDTypes)
-    for (CodeId c : zt::kCodes) {
-      INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
-      const uint64_t n = 2 * format::CHUNK_ELEMS + 1 + rng() % 5000;
-      const zt::Tensor t = zt::gaussian(d, n, rng);
-      const auto s = zt::compress_ok(c, t);
-      const format::Layout l = format::layout_for(d, n);
-      for (uint64_t ch = 0; ch < l.num_chunks; ++ch) {
-        const uint32_t elems = format::chunk_elems(n, ch);
-        std::vector<uint32_t> bits(elems);
-        for (uint32_t k = 0; k < elems; ++k) bits[k] = t.get(ch * format::CHUNK_ELEMS + k);
-        uint32_t stored;
-        std::memcpy(&stored, s.data() + l.check_offset + 4 * ch, 4);
-        REQUIRE(stored == thread::chunk_check(d, bits.data(), elems));
+    for (CodeId c : zt::kCodes)
+      for (uint32_t log2 : zt::kChunkLog2s) {
+        INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c) << " chunk_log2 " << log2);
+        const uint64_t n = 2 * format::MAX_CHUNK_ELEMS + 1 + rng() % 5000;
+        const zt::Tensor t = zt::gaussian(d, n, rng);
+        const auto s = zt::compress_ok(c, t, format::LowWidths::minimal, log2);
+        const format::Layout l = format::layout_for(d, n, log2);
+        for (uint64_t ch = 0; ch < l.num_chunks; ++ch) {
+          const uint32_t elems = l.chunk_elems(ch);
+          std::vector<uint32_t> bits(elems);
+          for (uint32_t k = 0; k < elems; ++k) bits[k] = t.get((ch << log2) + k);
+          uint32_t stored;
+          std::memcpy(&stored, s.data() + l.check_offset + 4 * ch, 4);
+          REQUIRE(stored == thread::chunk_check(d, bits.data(), elems));
+        }
       }
-    }
 }
 
 TEST_CASE("chunk check: fp8 elements are folded four to a word, the first in the low byte", "[check][fp8]") {

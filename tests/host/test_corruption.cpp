@@ -116,7 +116,7 @@ TEST_CASE("random bit/byte corruption in every section never crashes or writes o
       // 2 coded chunks and a raw one
       Tensor t = mixed_tensor(d, 2 * 16384 + 3000, rng);
       for (uint64_t i = 16384; i < 2 * 16384; ++i) t.set(i, static_cast<uint32_t>(rng()));
-      const auto s = zt::compress_ok(c, t);
+      const auto s = zt::compress_ok(c, t, format::LowWidths::minimal, 14);
       REQUIRE(zt::raw_chunks(s) == 1);
       for (const Section& sec : sections_of(s)) {
         INFO("section " << sec.name << " [" << sec.lo << ", " << sec.hi << ")");
@@ -169,7 +169,7 @@ TEST_CASE("every single-bit flip anywhere in a stream gives an error status", "[
         all.detected += tally.detected, all.benign += tally.benign, all.silent += tally.silent;
       }
       // A sample over a stream of several full chunks.
-      const Tensor big = mixed_tensor(d, 2 * format::CHUNK_ELEMS + 1000, rng);
+      const Tensor big = mixed_tensor(d, 2 * format::MAX_CHUNK_ELEMS + 1000, rng);
       const auto sb = zt::compress_ok(c, big);
       for (int trial = 0; trial < 400; ++trial) {
         std::vector<uint8_t> bad = sb;

@@ -1,4 +1,4 @@
-// Wire format v5: layout arithmetic, chunk layout helpers, header make/validate, header integrity, older
+// Wire format v6: layout arithmetic, chunk layout helpers, header make/validate, header integrity, older
 // versions refused.
 #include "test_util.hpp"
 
@@ -13,11 +13,13 @@ namespace {
 uint64_t au16(uint64_t x) { return (x + 15) / 16 * 16; }
 
 /// Independent restatement of the layout, used as the expected value.
-void check_layout(DType d, uint64_t n) {
-  INFO("dtype " << dtype_name(d) << " n " << n);
-  const Layout l = format::layout_for(d, n);
-  const uint64_t chunks = (n + 16383) / 16384, tiles = (n + 255) / 256;
+void check_layout(DType d, uint64_t n, uint32_t log2) {
+  INFO("dtype " << dtype_name(d) << " n " << n << " chunk_log2 " << log2);
+  const Layout l = format::layout_for(d, n, log2);
+  const uint64_t size = uint64_t(1) << log2;
+  const uint64_t chunks = (n + size - 1) / size, tiles = (n + 255) / 256;
   REQUIRE(l.n == n);
+  REQUIRE(l.chunk_log2 == log2);
   REQUIRE(l.num_chunks == chunks);
   REQUIRE(l.num_tiles == tiles);
   REQUIRE(l.plane0_offset == 64);
@@ -37,7 +39,7 @@ void check_layout(DType d, uint64_t n) {
   REQUIRE(l.low_max_bytes == full_low);
   REQUIRE(l.low_bytes == full_low);
   REQUIRE(l.exp_offset == l.low_offset + full_low);
-  const Layout lz = format::layout_for(d, n, 0);  // every tile's low bits dropped
+  const Layout lz = format::layout_for(d, n, log2, 0);  // every tile's low bits dropped
   REQUIRE(lz.exp_offset == lz.low_offset);
   REQUIRE(lz.table_offset == l.table_offset);
   // alignment, order, disjointness, no gap of a whole alignment unit
@@ -52,18 +54,27 @@ void check_layout(DType d, uint64_t n) {
   REQUIRE(l.low_offset - (l.check_offset + 4 * l.num_chunks) < 16);
   // chunk sizes sum to n; raw bound
   const uint32_t eb = d == DType::fp16 || d == DType::fp8_e5m2 ? 5 : d == DType::fp8_e4m3 ? 4 : 8;
-  const uint64_t full = n / 16384, tail = n % 16384;
-  REQUIRE(format::chunk_elems(n, 0) == (n < 16384 ? n : 16384));
+  const uint64_t full = n / size, tail = n % size;
+  REQUIRE(l.chunk_elems(0) == (n < size ? n : size));
   if (chunks) {
-    REQUIRE(format::chunk_elems(n, chunks - 1) == (tail ? tail : 16384));
-    REQUIRE(format::chunk_elems(n, chunks) == 0);
+    REQUIRE(l.chunk_elems(chunks - 1) == (tail ? tail : size));
+    REQUIRE(l.chunk_elems(chunks) == 0);
+    REQUIRE(l.chunk_first_tile(chunks - 1) == (chunks - 1) * (size / 256));
   }
-  const uint64_t raw_full = 16384 * eb / 8;  // 16384, 10240 or 8192, already 16-aligned
-  REQUIRE(format::raw_chunk_bytes(d, 16384) == raw_full);
+  const uint64_t raw_full = size * eb / 8;  // already 16-aligned
+  REQUIRE(format::raw_chunk_bytes(d, uint32_t(size)) == raw_full);
   const uint64_t raw_tail = tail ? au16((tail * eb + 7) / 8) : 0;
-  REQUIRE(format::max_compressed_bytes(d, n) == l.exp_offset + full * raw_full + raw_tail);
+  const uint64_t bound = format::max_compressed_bytes(d, n, log2);
+  REQUIRE(bound == l.exp_offset + full * raw_full + raw_tail);
   // the bound also covers every chunk that stays coded: coded < raw per chunk
-  REQUIRE(format::max_compressed_bytes(d, n) >= l.exp_offset);
+  REQUIRE(bound >= l.exp_offset);
+  // smaller chunks only add table entries: a bound for them covers the larger ones'
+  if (log2 < format::MAX_CHUNK_LOG2) REQUIRE(bound >= format::max_compressed_bytes(d, n, log2 + 1));
+  if (log2 == format::default_chunk_log2(n)) REQUIRE(format::max_compressed_bytes(d, n) == bound);
+}
+
+void check_layout(DType d, uint64_t n) {
+  for (uint32_t log2 = format::MIN_CHUNK_LOG2; log2 <= format::MAX_CHUNK_LOG2; ++log2) check_layout(d, n, log2);
 }
 
 }  // namespace
@@ -87,13 +98,14 @@ TEST_CASE("layout sizes are exact past 2^32 elements (arithmetic only)", "[forma
     for (uint64_t n : ns) check_layout(d, n);
   // spot values, written out
   const uint64_t n = two32 + 1;  // 262145 chunks, 16777217 tiles
-  const Layout l = format::layout_for(DType::fp32, n);
+  const Layout l = format::layout_for(DType::fp32, n, 14);
   CHECK(l.num_chunks == 262145);
+  CHECK(format::layout_for(DType::fp32, n, 12).num_chunks == 1048577);
   CHECK(l.widths_offset == au16(64 + n));
   CHECK(l.widths_bytes == (16777217ull + 3) / 4);
   CHECK(l.low_max_bytes == 2 * (n - 1) + 16);
   CHECK(format::max_compressed_bytes(DType::fp32, n) == l.exp_offset + 262144ull * 16384 + 16);
-  const Layout h = format::layout_for(DType::fp16, n);
+  const Layout h = format::layout_for(DType::fp16, n, 14);
   CHECK(h.low_max_bytes == 16777217ull * 96);
   CHECK(format::max_compressed_bytes(DType::fp16, n) == h.exp_offset + 262144ull * 10240 + 16);
 }
@@ -157,18 +169,19 @@ TEST_CASE("header make/validate", "[format]") {
     const DType d = zt::kDTypes[rng() % std::size(zt::kDTypes)];
     const CodeId c = CodeId::pair;
     const uint64_t n = it % 2 ? rng() % 100000 : rng() % (uint64_t(1) << 50);
-    const Layout l = format::layout_for(d, n);
-    const uint64_t mx = format::max_compressed_bytes(d, n);
+    const uint32_t log2 = format::MIN_CHUNK_LOG2 + uint32_t(rng() % 3);
+    const Layout l = format::layout_for(d, n, log2);
+    const uint64_t mx = format::max_compressed_bytes(d, n, log2);
     const uint64_t low = rng() % 4 == 0 ? l.low_max_bytes : rng() % (l.low_max_bytes / 16 + 1) * 16;
-    const Layout lv = format::layout_for(d, n, low);
+    const Layout lv = format::layout_for(d, n, log2, low);
     const uint64_t total = lv.exp_offset + rng() % (mx - lv.exp_offset + 1);
-    INFO("dtype " << dtype_name(d) << " n " << n << " low " << low << " total " << total);
-    Header h = format::make_header(d, c, n, total, low);
+    INFO("dtype " << dtype_name(d) << " n " << n << " chunk_log2 " << log2 << " low " << low << " total " << total);
+    Header h = format::make_header(d, c, n, log2, total, low);
     REQUIRE(h.magic == format::MAGIC);
     REQUIRE(std::memcmp(&h.magic, "ZPCM", 4) == 0);
-    REQUIRE(h.version == 5);
+    REQUIRE(h.version == 6);
     REQUIRE(h.code == 3);
-    REQUIRE(h.chunk_log2 == 14);
+    REQUIRE(h.chunk_log2 == log2);
     REQUIRE(h.num_elements == n);
     REQUIRE(h.total_bytes == total);
     REQUIRE(h.table_offset == l.table_offset);
@@ -183,14 +196,14 @@ TEST_CASE("header make/validate", "[format]") {
     REQUIRE(format::validate_header(h, 0) == Status::corrupt_stream);
 
     // out-of-range sizes, with a valid check value so only the semantic test can reject them
-    REQUIRE(format::validate_header(format::make_header(d, c, n, lv.exp_offset - 1 - rng() % 64, low), ~0ull) ==
-            Status::bad_header);
-    REQUIRE(format::validate_header(format::make_header(d, c, n, mx + 1 + rng() % 64, low), ~0ull) ==
+    REQUIRE(format::validate_header(format::make_header(d, c, n, log2, lv.exp_offset - 1 - rng() % 64, low),
+                                    ~0ull) == Status::bad_header);
+    REQUIRE(format::validate_header(format::make_header(d, c, n, log2, mx + 1 + rng() % 64, low), ~0ull) ==
             Status::bad_header);
     // a low section longer than every tile at full width, or not a multiple of 16
-    REQUIRE(format::validate_header(format::make_header(d, c, n, mx, l.low_max_bytes + 16 * (1 + rng() % 8)),
+    REQUIRE(format::validate_header(format::make_header(d, c, n, log2, mx, l.low_max_bytes + 16 * (1 + rng() % 8)),
                                     ~0ull) == Status::bad_header);
-    if (low) REQUIRE(format::validate_header(format::make_header(d, c, n, mx, low - 1 - rng() % 15), ~0ull) ==
+    if (low) REQUIRE(format::validate_header(format::make_header(d, c, n, log2, mx, low - 1 - rng() % 15), ~0ull) ==
                      Status::bad_header);
     auto resigned = [](Header x) {
       x.header_check = format::fnv1a(reinterpret_cast<const uint8_t*>(&x), 48);
@@ -200,12 +213,16 @@ TEST_CASE("header make/validate", "[format]") {
     b.magic ^= 1u << (rng() % 32);
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     b = h;
-    b.version = uint8_t(h.version + 1 + rng() % 255);  // v1 to v4 among them
+    b.version = uint8_t(h.version + 1 + rng() % 250);  // v1 to v4 among them
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::unsupported_version);
-    for (uint8_t v : {0, 1, 2, 3, 4, 6, 255}) {
+    for (uint8_t v : {0, 1, 2, 3, 4, 7, 255}) {
       b.version = v;
       REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::unsupported_version);
     }
+    // version 5 is read: the same layout, 16384-element chunks only
+    b = h;
+    b.version = 5;
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == (log2 == 14 ? Status::ok : Status::bad_header));
     b = h;
     b.dtype = uint8_t(rng() % 2 ? 0 : 6 + rng() % 250);
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
@@ -216,9 +233,17 @@ TEST_CASE("header make/validate", "[format]") {
       b.code = code;
       REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     }
+    for (uint8_t bad_log2 : {0, 8, 11, 15, 16, 255}) {
+      b = h;
+      b.chunk_log2 = bad_log2;
+      REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    }
+    // another valid chunk size does not match the header's offsets once there are chunk tables
     b = h;
-    b.chunk_log2 = uint8_t(rng() % 2 ? 13 : 15);
-    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
+    b.chunk_log2 = uint8_t(log2 == 14 ? 12 : log2 + 1);
+    if (format::layout_for(d, n, b.chunk_log2).table_offset != l.table_offset ||
+        format::layout_for(d, n, b.chunk_log2).low_offset != l.low_offset)
+      REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     b = h;
     b.num_elements = (uint64_t(1) << 50) + 1 + rng() % 1000;
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
@@ -240,7 +265,7 @@ TEST_CASE("header make/validate", "[format]") {
 }
 
 TEST_CASE("read_header rejects short buffers and null pointers", "[format]") {
-  Header h = format::make_header(DType::bf16, CodeId::pair, 0, 64, 0);
+  Header h = format::make_header(DType::bf16, CodeId::pair, 0, 14, 64, 0);
   Header out;
   REQUIRE(host::read_header(&h, 64, &out) == Status::ok);
   for (uint64_t b = 0; b < 64; ++b) REQUIRE(host::read_header(&h, b, &out) != Status::ok);
@@ -255,11 +280,13 @@ std::vector<Header> sample_headers(std::mt19937_64& rng) {
     for (CodeId c : zt::kCodes)
       for (uint64_t n : {uint64_t(0), uint64_t(1), uint64_t(16385), uint64_t(rng() % 10000000),
                          uint64_t(1) << 33}) {
-        const Layout l = format::layout_for(d, n);
+        const uint32_t log2 = format::MIN_CHUNK_LOG2 + uint32_t(rng() % 3);
+        const Layout l = format::layout_for(d, n, log2);
         const uint64_t low = rng() % (l.low_max_bytes / 16 + 1) * 16;
-        const uint64_t lo = format::layout_for(d, n, low).exp_offset, hi = format::max_compressed_bytes(d, n);
-        hs.push_back(format::make_header(d, c, n, lo + rng() % (hi - lo + 1), low));
-        hs.push_back(format::make_header(d, c, n, hi, l.low_max_bytes));
+        const uint64_t lo = format::layout_for(d, n, log2, low).exp_offset;
+        const uint64_t hi = format::max_compressed_bytes(d, n, log2);
+        hs.push_back(format::make_header(d, c, n, log2, lo + rng() % (hi - lo + 1), low));
+        hs.push_back(format::make_header(d, c, n, log2, hi, l.low_max_bytes));
       }
   return hs;
 }
@@ -302,6 +329,29 @@ TEST_CASE("streams of format v1 to v4 are refused as unsupported_version", "[for
       }
   }
   REQUIRE(std::string(status_string(Status::unsupported_version)) == "unsupported format version");
+}
+
+TEST_CASE("streams of format v5 (16384-element chunks) are still read", "[format]") {
+  ZT_RNG("v5 read");
+  for (DType d : zt::kDTypes)
+    for (uint64_t n : {uint64_t(0), uint64_t(1 + rng() % 16384), uint64_t(40000 + rng() % 40000)}) {
+      INFO("dtype " << dtype_name(d) << " n " << n);
+      const zt::Tensor t = zt::gaussian(d, n, rng);
+      std::vector<uint8_t> s(format::max_compressed_bytes(d, n, 14));
+      uint64_t bytes = 0;
+      REQUIRE(host::compress(d, CodeId::pair, t.bytes.data(), n, s.data(), s.size(), &bytes, format::LowWidths::minimal,
+                             14) == Status::ok);
+      s.resize(bytes);
+      Header h;
+      std::memcpy(&h, s.data(), sizeof h);
+      REQUIRE(h.version == 6);
+      h.version = 5;  // a v5 writer's stream: the same bytes but for the version and the check
+      h.header_check = format::fnv1a(reinterpret_cast<const uint8_t*>(&h), 48);
+      std::memcpy(s.data(), &h, sizeof h);
+      std::vector<uint8_t> out(t.bytes.size() + 1);
+      REQUIRE(host::decompress(s.data(), s.size(), out.data(), out.size()) == Status::ok);
+      REQUIRE(std::equal(t.bytes.begin(), t.bytes.end(), out.begin()));
+    }
 }
 
 TEST_CASE("fp8 dtypes: ids, names, sizes, and the element bits of all 256 patterns", "[format][fp8]") {
@@ -353,7 +403,7 @@ TEST_CASE("fp8 plane 0: bit-planes per tile, plane 0 the sign, byte = lane, bit 
       const uint32_t mant = d == DType::fp8_e4m3 ? 3 : 2, planes = 1 + mant;
       const zt::Tensor t = zt::random_bits(d, n, rng);
       const auto s = zt::compress_ok(CodeId::pair, t);
-      const Layout l = format::layout_for(d, n);
+      const Layout l = format::layout_for(d, n, format::default_chunk_log2(n));
       REQUIRE(l.plane0_bytes == (n + 255) / 256 * planes * 32);
       // Written from the description: element tile * 256 + lane * 8 + item, value v = sign << mant | mantissa;
       // plane j (32 bytes) holds bit planes - 1 - j of v; bits of a short tile that no element owns are zero.

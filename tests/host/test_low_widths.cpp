@@ -49,14 +49,17 @@ TEST_CASE("low widths: codes, low table and low section follow the tiles' zero l
   ZT_RNG("low widths");
   for (DType d : {DType::fp16, DType::fp32})
     for (int it = 0; it < 40; ++it) {
-      const uint64_t n = it < 4 ? uint64_t(1 + it * 100) : 1 + rng() % (3 * format::CHUNK_ELEMS);
+      const uint64_t n = it < 4 ? uint64_t(1 + it * 100) : 1 + rng() % (3 * format::MAX_CHUNK_ELEMS);
+      const uint32_t log2 = format::MIN_CHUNK_LOG2 + uint32_t(it % 3);
       std::vector<Kind> kinds;
       const zt::Tensor t = tiles_of_kinds(d, n, rng, kinds);
       for (format::LowWidths w : {format::LowWidths::minimal, format::LowWidths::full}) {
-        INFO("dtype " << dtype_name(d) << " n " << n << (w == format::LowWidths::full ? " full" : " minimal"));
-        std::vector<uint8_t> s(format::max_compressed_bytes(d, n));
+        INFO("dtype " << dtype_name(d) << " n " << n << " chunk_log2 " << log2
+                      << (w == format::LowWidths::full ? " full" : " minimal"));
+        std::vector<uint8_t> s(format::max_compressed_bytes(d, n, log2));
         uint64_t bytes = 0;
-        REQUIRE(host::compress(d, CodeId::pair, t.bytes.data(), n, s.data(), s.size(), &bytes, w) == Status::ok);
+        REQUIRE(host::compress(d, CodeId::pair, t.bytes.data(), n, s.data(), s.size(), &bytes, w, log2) ==
+                Status::ok);
         s.resize(bytes);
         format::Header h;
         std::memcpy(&h, s.data(), sizeof h);
@@ -64,7 +67,8 @@ TEST_CASE("low widths: codes, low table and low section follow the tiles' zero l
         const format::Layout l = format::layout_of(h);
         uint64_t low_end = 0;
         for (uint64_t c = 0; c < l.num_chunks; ++c) {
-          for (uint64_t tile = c * 64; tile < l.num_tiles && tile < (c + 1) * 64; ++tile) {
+          const uint64_t chunk_tiles = (uint64_t(1) << log2) / 256;
+          for (uint64_t tile = c * chunk_tiles; tile < l.num_tiles && tile < (c + 1) * chunk_tiles; ++tile) {
             const uint32_t code = (s[l.widths_offset + tile / 4] >> (2 * (tile % 4))) & 3u;
             const uint32_t want = w == format::LowWidths::full ? 0 : expected_code(d, kinds[tile]);
             if (code != want) FAIL("tile " << tile << " code " << code << " want " << want);
@@ -94,7 +98,7 @@ TEST_CASE("low widths: codes, low table and low section follow the tiles' zero l
 
 TEST_CASE("low widths: bf16 widened to fp32 and converted to fp16 drop every low bit", "[format][low]") {
   ZT_RNG("low widened");
-  const uint64_t n = 5 * format::CHUNK_ELEMS + 1234;
+  const uint64_t n = 5 * format::MAX_CHUNK_ELEMS + 1234;
   const zt::Tensor b = zt::gaussian(DType::bf16, n, rng);
   zt::Tensor f32(DType::fp32, n), f16(DType::fp16, n);
   for (uint64_t i = 0; i < n; ++i) {
@@ -104,7 +108,8 @@ TEST_CASE("low widths: bf16 widened to fp32 and converted to fp16 drop every low
   const auto sb = zt::roundtrip(CodeId::pair, b);
   const auto s32 = zt::roundtrip(CodeId::pair, f32);
   // the same exponents and plane 0 as the bf16 stream; the rest is the width codes and the low table
-  const format::Layout l32 = format::layout_for(DType::fp32, n, 0), lb = format::layout_for(DType::bf16, n);
+  const uint32_t log2 = format::default_chunk_log2(n);
+  const format::Layout l32 = format::layout_for(DType::fp32, n, log2, 0), lb = format::layout_for(DType::bf16, n, log2);
   REQUIRE(s32.size() == sb.size() + (l32.low_offset - lb.low_offset));
   const auto s16 = zt::roundtrip(CodeId::pair, f16);
   format::Header h;

@@ -20,13 +20,13 @@ PipelineShape random_shape(std::mt19937_64& rng) {
   PipelineShape s;
   s.num_tiers = 1 + uint32_t(rng() % MAX_PIPELINE_TIERS);
   for (uint32_t k = 0; k < s.num_tiers; ++k) {
-    s.tier[k].item_elems = format::TILE_ELEMS * uint32_t(1 + rng() % (format::CHUNK_ELEMS / format::TILE_ELEMS));
+    s.tier[k].item_elems = format::TILE_ELEMS * uint32_t(1 + rng() % (format::MAX_CHUNK_ELEMS / format::TILE_ELEMS));
     s.tier[k].frame_items = uint32_t(1 + rng() % 300);
     s.tier[k].region_elems = rng() % (uint64_t(1) << (10 + rng() % 14));
   }
   if (rng() % 2) {  // a head, half the time; sometimes with a tier's item size
     s.head.item_elems = rng() % 4
-                            ? format::TILE_ELEMS * uint32_t(1 + rng() % (format::CHUNK_ELEMS / format::TILE_ELEMS))
+                            ? format::TILE_ELEMS * uint32_t(1 + rng() % (format::MAX_CHUNK_ELEMS / format::TILE_ELEMS))
                             : s.tier[rng() % s.num_tiers].item_elems;
     s.head.frame_items = uint32_t(1 + rng() % 300);
     s.head.region_elems = 1 + rng() % (uint64_t(1) << (10 + rng() % 14));

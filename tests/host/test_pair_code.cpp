@@ -502,7 +502,7 @@ TEST_CASE("coded chunks: the specification's bytes are the reference encoder's b
         }
         // and it decodes
         const zt::Tensor t = tensor_of(d, bits);
-        zt::roundtrip(CodeId::pair, t);
+        zt::roundtrip(CodeId::pair, t, 14);
       }
   CHECK(coded > 100);
   CHECK(raw > 50);
@@ -541,7 +541,7 @@ TEST_CASE("a chunk with one lane over 64 words is raw even when smaller coded, a
     REQUIRE(sc.coded.size() < format::raw_chunk_bytes(d, 16384));  // only the lane limit makes it raw
     REQUIRE_FALSE(format::chunk_stays_coded(d, 16384, sc.words, sc.max_lane));
     const zt::Tensor tensor = tensor_of(d, bits);
-    const auto s = zt::roundtrip(CodeId::pair, tensor);
+    const auto s = zt::roundtrip(CodeId::pair, tensor, 14);
     REQUIRE(zt::raw_chunks(s) == 1);
     // The same chunk coded (valid in every other respect) is refused: lane counts are at most 64.
     REQUIRE(decode_status(with_chunk(s, sc.coded), tensor) == Status::corrupt_stream);
@@ -565,7 +565,7 @@ TEST_CASE("the decoder refuses non-canonical codings that would decode to the ri
       const uint32_t n = 2 * (1 + uint32_t(rng() % 4000)) + 1;
       const std::vector<uint32_t> bits = shaped(d, n, rng, 0.05, 0.05);
       const zt::Tensor t = tensor_of(d, bits);
-      const auto s = zt::roundtrip(CodeId::pair, t);
+      const auto s = zt::roundtrip(CodeId::pair, t, 14);  // one chunk
       const SpecChunk plain = spec_encode(d, bits.data(), n);
       INFO("dtype " << dtype_name(d) << " n " << n);
       if (zt::raw_chunks(s)) continue;  // (improbable) nothing coded to tweak

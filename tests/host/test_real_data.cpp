@@ -43,6 +43,7 @@ const RealCase kCases[] = {
 };
 // clang-format on
 constexpr double kSlack = 0.002;
+constexpr uint64_t kSmallChunkBytes = 200;
 
 zt::Tensor load(const RealCase& rc) {
   const std::string path = std::string(ZIPCOMM_TEST_DATA_DIR) + "/" + rc.file;
@@ -62,13 +63,23 @@ zt::Tensor load(const RealCase& rc) {
 TEST_CASE("real tensors round trip bit-exactly within ratio bounds", "[real]") {
   for (const RealCase& rc : kCases) {
     const zt::Tensor t = load(rc);
-    const auto s = zt::roundtrip(CodeId::pair, t);
+    const auto s = zt::roundtrip(CodeId::pair, t, format::MAX_CHUNK_LOG2);
     const double ratio = double(s.size()) / double(t.bytes.size());
     const double bound = rc.measured + kSlack;
-    std::printf("real data: %-26s pair n=%-7llu ratio %.5f (bound %.5f), raw chunks %llu\n", rc.file,
+    std::printf("real data: %-26s pair n=%-7llu ratio %.5f (bound %.5f), raw chunks %llu", rc.file,
                 static_cast<unsigned long long>(t.n), ratio, bound, static_cast<unsigned long long>(zt::raw_chunks(s)));
     INFO(rc.file << " ratio " << ratio);
     CHECK(ratio <= bound);
+    // Smaller chunks cost their chunk headers, table entries and the padding of their lane streams: at most
+    // kSmallChunkBytes per extra chunk.
+    for (uint32_t log2 = format::MIN_CHUNK_LOG2; log2 < format::MAX_CHUNK_LOG2; ++log2) {
+      const auto small = zt::roundtrip(CodeId::pair, t, log2);
+      const uint64_t extra = zt::chunks_of(small) - zt::chunks_of(s);
+      std::printf(", %u-element chunks %.5f", 1u << log2, double(small.size()) / double(t.bytes.size()));
+      INFO("chunk_log2 " << log2 << ": " << small.size() << " bytes against " << s.size());
+      CHECK(small.size() <= s.size() + extra * kSmallChunkBytes);
+    }
+    std::printf("\n");
     // plane 0 (the sign and the top 7 mantissa bits; fp8: the sign and its mantissa) is stored raw: nothing
     // can go below it
     const double plane0 = format::plane0_bit_planes(rc.dtype) ? format::plane0_planes(rc.dtype) / 8.0

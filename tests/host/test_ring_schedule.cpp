@@ -449,11 +449,11 @@ TEST_CASE("ring chunk sizing: the largest chunk whose message fits a slot", "[ri
       REQUIRE(ce >= RING_GRANULE);
       REQUIRE(ce % RING_GRANULE == 0);
       REQUIRE(ring_slot_need(d, ce) <= slot);
-      REQUIRE(ring_slot_need(d, ce) >= format::max_compressed_bytes(d, ce));
+      REQUIRE(ring_slot_need(d, ce) >= format::max_compressed_bytes(d, ce, format::MAX_CHUNK_LOG2));
       REQUIRE(ring_slot_need(d, ce) >= RING_RAW_HEADER_BYTES + ce * format::elem_bytes(d));
-      if (ce >= uint64_t(format::CHUNK_ELEMS)) {
-        REQUIRE(ce % format::CHUNK_ELEMS == 0);
-        REQUIRE(ring_slot_need(d, ce + format::CHUNK_ELEMS) > slot);
+      if (ce >= uint64_t(format::MAX_CHUNK_ELEMS)) {
+        REQUIRE(ce % format::MAX_CHUNK_ELEMS == 0);
+        REQUIRE(ring_slot_need(d, ce + format::MAX_CHUNK_ELEMS) > slot);
       } else {
         REQUIRE(ring_slot_need(d, ce + RING_GRANULE) > slot);
       }
@@ -461,9 +461,9 @@ TEST_CASE("ring chunk sizing: the largest chunk whose message fits a slot", "[ri
     REQUIRE(ring_chunk_elems(d, 1024) == 0);  // not even one granule
   }
   const uint64_t def = ring_default_slot_bytes();
-  REQUIRE(ring_chunk_elems(DType::fp32, def) == 8 * uint64_t(format::CHUNK_ELEMS));
-  REQUIRE(ring_chunk_elems(DType::bf16, def) == 16 * uint64_t(format::CHUNK_ELEMS));
-  REQUIRE(ring_chunk_elems(DType::fp16, def) == 16 * uint64_t(format::CHUNK_ELEMS));
+  REQUIRE(ring_chunk_elems(DType::fp32, def) == 8 * uint64_t(format::MAX_CHUNK_ELEMS));
+  REQUIRE(ring_chunk_elems(DType::bf16, def) == 16 * uint64_t(format::MAX_CHUNK_ELEMS));
+  REQUIRE(ring_chunk_elems(DType::fp16, def) == 16 * uint64_t(format::MAX_CHUNK_ELEMS));
 }
 
 TEST_CASE("ring reference: slice order and rejection of bad arguments", "[ring]") {

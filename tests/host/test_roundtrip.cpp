@@ -67,18 +67,21 @@ TEST_CASE("all 65536 bf16 and fp16 patterns round trip in order and shuffled and
   ZT_RNG("all_patterns");
   for (DType d : {DType::bf16, DType::fp16}) {
     Tensor t = all_patterns(d);
-    for (CodeId c : zt::kCodes) zt::roundtrip(c, t);
+    for (CodeId c : zt::kCodes)
+      for (uint32_t log2 : zt::kChunkLog2s) zt::roundtrip(c, t, log2);
     std::vector<uint32_t> perm(65536);
     for (uint32_t i = 0; i < 65536; ++i) perm[i] = i;
     std::shuffle(perm.begin(), perm.end(), rng);
     for (uint32_t i = 0; i < 65536; ++i) t.set(i, perm[i]);
-    for (CodeId c : zt::kCodes) zt::roundtrip(c, t);
+    for (CodeId c : zt::kCodes)
+      for (uint32_t log2 : zt::kChunkLog2s) zt::roundtrip(c, t, log2);
     Tensor e = embedded_patterns(d, rng);
-    for (CodeId c : zt::kCodes) {
-      auto s = zt::roundtrip(c, e);
-      // the embedding must exercise the coder, not only raw fallback
-      CHECK(zt::raw_chunks(s) < format::layout_for(d, e.n).num_chunks);
-    }
+    for (CodeId c : zt::kCodes)
+      for (uint32_t log2 : zt::kChunkLog2s) {
+        auto s = zt::roundtrip(c, e, log2);
+        // the embedding must exercise the coder, not only raw fallback
+        CHECK(zt::raw_chunks(s) < zt::chunks_of(s));
+      }
   }
 }
 
@@ -103,12 +106,12 @@ TEST_CASE("all 256 fp8 patterns round trip in full tiles, short tiles, raw chunk
     Tensor all(d, 256);
     for (uint32_t i = 0; i < 256; ++i) all.set(i, i);
     zt::roundtrip(CodeId::pair, all);
-    Tensor chunk(d, format::CHUNK_ELEMS);
-    for (uint32_t t = 0; t < format::CHUNK_TILES; ++t) {
+    Tensor chunk(d, format::MAX_CHUNK_ELEMS);
+    for (uint32_t t = 0; t < format::MAX_CHUNK_TILES; ++t) {
       const auto p = fp8_permutation(rng);
       for (uint32_t i = 0; i < 256; ++i) chunk.set(t * 256 + i, p[i]);
     }
-    zt::roundtrip(CodeId::pair, chunk);
+    for (uint32_t log2 : zt::kChunkLog2s) zt::roundtrip(CodeId::pair, chunk, log2);
     // A stream that is one short tile, of every length: the first n of a permutation.
     const auto perm = fp8_permutation(rng);
     for (uint32_t n = 1; n < 256; ++n) {
@@ -125,24 +128,28 @@ TEST_CASE("all 256 fp8 patterns round trip in full tiles, short tiles, raw chunk
     }
     // Raw chunks: a chunk of random bits holding every pattern between two coded Gaussian chunks, and a
     // stream whose last chunk (ending in a short tile) is raw and holds every pattern.
-    Tensor mixed = zt::gaussian(d, 3 * format::CHUNK_ELEMS, rng, 2.0);
-    for (uint64_t i = format::CHUNK_ELEMS; i < 2 * format::CHUNK_ELEMS; ++i) mixed.set(i, uint32_t(rng()));
-    for (uint32_t p = 0; p < 256; ++p) mixed.set(format::CHUNK_ELEMS + rng() % format::CHUNK_ELEMS, p);
-    CHECK(zt::raw_chunk_map(zt::roundtrip(CodeId::pair, mixed)) == std::vector<bool>{false, true, false});
-    Tensor tail = zt::gaussian(d, format::CHUNK_ELEMS + 1000 + 77, rng, 2.0);
-    for (uint32_t k = 0; k < 1077; ++k) tail.set(format::CHUNK_ELEMS + k, k < 256 ? k : uint32_t(rng()));
-    CHECK(zt::raw_chunk_map(zt::roundtrip(CodeId::pair, tail)) == std::vector<bool>{false, true});
+    for (uint32_t log2 : zt::kChunkLog2s) {
+      const uint32_t size = 1u << log2;
+      Tensor mixed = zt::gaussian(d, 3 * size, rng, 2.0);
+      for (uint64_t i = size; i < 2 * size; ++i) mixed.set(i, uint32_t(rng()));
+      for (uint32_t p = 0; p < 256; ++p) mixed.set(size + rng() % size, p);
+      CHECK(zt::raw_chunk_map(zt::roundtrip(CodeId::pair, mixed, log2)) == std::vector<bool>{false, true, false});
+      Tensor tail = zt::gaussian(d, size + 1000 + 77, rng, 2.0);
+      for (uint32_t k = 0; k < 1077; ++k) tail.set(size + k, k < 256 ? k : uint32_t(rng()));
+      CHECK(zt::raw_chunk_map(zt::roundtrip(CodeId::pair, tail, log2)) == std::vector<bool>{false, true});
+    }
     // Coded: each pattern in its own Gaussian tile whose maximum sits 0..4 binades above it (every exponent as
-    // each symbol its anchor allows), 32 times; and each pattern in the short last tile of a coded chunk.
+    // each symbol its anchor allows), 32 times; and each pattern in the short last tile of a coded chunk. In
+    // 16384-element chunks: a chunk of 4096 fp8 elements pays its header and lane padding on half the bytes.
     const Tensor e = embedded_patterns(d, rng, 32);
-    const auto se = zt::roundtrip(CodeId::pair, e);
+    const auto se = zt::roundtrip(CodeId::pair, e, 14);
     // fp8_e4m3 codes 4-bit exponents, little below raw: a few of these chunks go raw (about 1 in 8)
-    CHECK(zt::raw_chunks(se) < format::layout_for(d, e.n).num_chunks / 4);
+    CHECK(zt::raw_chunks(se) < zt::chunks_of(se) / 4);
     uint64_t coded_tails = 0;
     for (uint32_t p = 0; p < 256; ++p) {
       Tensor t = zt::gaussian(d, 16 * 256 + 100, rng, 2.0);
       embed_pattern(t, 16 * 256, t.n, p, pool, rng);
-      coded_tails += zt::raw_chunks(zt::roundtrip(CodeId::pair, t)) == 0;
+      coded_tails += zt::raw_chunks(zt::roundtrip(CodeId::pair, t, 14)) == 0;
     }
     CHECK(coded_tails >= 250);
   }
@@ -173,10 +180,10 @@ TEST_CASE("fp32 random bits and Gaussian values and special values mixed into no
   const uint64_t n = 3 * 16384 + 77;
   for (CodeId c : zt::kCodes) {
     INFO("code " << zt::code_name(c));
-    auto raw = zt::roundtrip(c, zt::random_bits(DType::fp32, n, rng));
+    auto raw = zt::roundtrip(c, zt::random_bits(DType::fp32, n, rng), 14);
     CHECK(zt::raw_chunks(raw) == 4);
     Tensor g = zt::gaussian(DType::fp32, n, rng);
-    auto coded = zt::roundtrip(c, g);
+    auto coded = zt::roundtrip(c, g, 14);
     // The 3 full chunks are coded; the 77-element tail is raw: 10 lanes own items there, each stream at least
     // one word, so 48 header bytes + 40 exceed its 80 raw bytes.
     CHECK(zt::raw_chunk_map(coded) == std::vector<bool>{false, false, false, true});
@@ -257,25 +264,26 @@ TEST_CASE("zero or subnormal-only tiles and tiles holding a single NaN or inf ro
 TEST_CASE("all chunks raw (random bits) and mixed raw/coded chunks", "[roundtrip]") {
   ZT_RNG("raw_mix");
   for (DType d : zt::kDTypes)
-    for (CodeId c : zt::kCodes) {
-      INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
-      const uint64_t n = 6 * 16384 + 999, chunks = 7;
-      auto s = zt::roundtrip(c, zt::random_bits(d, n, rng));
-      CHECK(zt::raw_chunks(s) == chunks);
-      Tensor g = zt::gaussian(d, n, rng);
-      Tensor r = zt::random_bits(d, n, rng);
-      std::vector<bool> is_raw(chunks);
-      uint64_t want_raw = 0;
-      for (uint64_t k = 0; k < chunks; ++k) {
-        is_raw[k] = k == 0 || k == chunks - 1 ? k == 0 : rng() % 2;
-        want_raw += is_raw[k];
-        const uint64_t hi = std::min(n, (k + 1) * 16384);
-        if (is_raw[k])
-          for (uint64_t i = k * 16384; i < hi; ++i) g.set(i, r.get(i));
+    for (CodeId c : zt::kCodes)
+      for (uint32_t log2 : zt::kChunkLog2s) {
+        INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
+        const uint64_t size = uint64_t(1) << log2, n = 6 * size + 999, chunks = 7;
+        auto s = zt::roundtrip(c, zt::random_bits(d, n, rng), log2);
+        CHECK(zt::raw_chunks(s) == chunks);
+        Tensor g = zt::gaussian(d, n, rng);
+        Tensor r = zt::random_bits(d, n, rng);
+        std::vector<bool> is_raw(chunks);
+        uint64_t want_raw = 0;
+        for (uint64_t k = 0; k < chunks; ++k) {
+          is_raw[k] = k == 0 || k == chunks - 1 ? k == 0 : rng() % 2;
+          want_raw += is_raw[k];
+          const uint64_t hi = std::min(n, (k + 1) * size);
+          if (is_raw[k])
+            for (uint64_t i = k * size; i < hi; ++i) g.set(i, r.get(i));
+        }
+        s = zt::roundtrip(c, g, log2);
+        CHECK(zt::raw_chunks(s) == want_raw);
       }
-      s = zt::roundtrip(c, g);
-      CHECK(zt::raw_chunks(s) == want_raw);
-    }
 }
 
 namespace {
@@ -319,7 +327,7 @@ TEST_CASE("escape-heavy data round trips, and chunks go raw once escapes make th
       INFO("dtype " << dtype_name(d) << " escape rate " << rate);
       const uint64_t n = 4 * 16384 + 1 + uint64_t(rng() % 3000);
       const Tensor t = escape_heavy(d, n, rate, rng);
-      const auto s = zt::roundtrip(CodeId::pair, t);
+      const auto s = zt::roundtrip(CodeId::pair, t, 14);
       const uint64_t raw = zt::raw_chunks(s);
       std::printf("escape-heavy: %s rate %.3f: ratio %.4f, %llu of 5 chunks raw\n", dtype_name(d), rate,
                   double(s.size()) / double(t.bytes.size()), static_cast<unsigned long long>(raw));

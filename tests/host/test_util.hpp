@@ -155,12 +155,18 @@ inline Tensor random_bits(DType d, uint64_t n, std::mt19937_64& rng) {
 constexpr size_t kGuard = 64;
 constexpr uint8_t kGuardByte = 0xA5;
 
+/// The chunk sizes a stream can have (chunk_log2), for tests that cover each.
+constexpr uint32_t kChunkLog2s[] = {12, 13, 14};
+
 inline std::vector<uint8_t> compress_ok(CodeId code, const Tensor& t,
-                                        format::LowWidths widths = format::LowWidths::minimal) {
-  const uint64_t bound = format::max_compressed_bytes(t.dtype, t.n);
+                                        format::LowWidths widths = format::LowWidths::minimal,
+                                        uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
+  if (chunk_log2 == format::CHUNK_LOG2_AUTO) chunk_log2 = format::default_chunk_log2(t.n);
+  const uint64_t bound = format::max_compressed_bytes(t.dtype, t.n, chunk_log2);
   std::vector<uint8_t> buf(bound + 2 * kGuard, kGuardByte);
   uint64_t out = ~0ull;
-  Status s = host::compress(t.dtype, code, t.bytes.data(), t.n, buf.data() + kGuard, bound, &out, widths);
+  Status s =
+      host::compress(t.dtype, code, t.bytes.data(), t.n, buf.data() + kGuard, bound, &out, widths, chunk_log2);
   REQUIRE(s == Status::ok);
   REQUIRE(out <= bound);
   for (size_t i = 0; i < kGuard; ++i) REQUIRE(buf[i] == kGuardByte);
@@ -186,12 +192,14 @@ inline Decoded decompress_guarded(const uint8_t* stream, uint64_t bytes, uint64_
   return d;
 }
 
-/// Compresses, validates the header, decompresses, compares bit-exactly. Returns the stream.
-inline std::vector<uint8_t> roundtrip(CodeId code, const Tensor& t) {
-  INFO("dtype " << dtype_name(t.dtype) << " code " << code_name(code) << " n " << t.n);
-  std::vector<uint8_t> s = compress_ok(code, t);
+/// Compresses (in chunks of 2^chunk_log2), validates the header, decompresses, compares bit-exactly. Returns the
+/// stream.
+inline std::vector<uint8_t> roundtrip(CodeId code, const Tensor& t, uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
+  INFO("dtype " << dtype_name(t.dtype) << " code " << code_name(code) << " n " << t.n << " chunk_log2 " << chunk_log2);
+  std::vector<uint8_t> s = compress_ok(code, t, format::LowWidths::minimal, chunk_log2);
   format::Header h;
   REQUIRE(host::read_header(s.data(), s.size(), &h) == Status::ok);
+  REQUIRE(h.chunk_log2 == (chunk_log2 == format::CHUNK_LOG2_AUTO ? format::default_chunk_log2(t.n) : chunk_log2));
   REQUIRE(h.num_elements == t.n);
   REQUIRE(h.total_bytes == s.size());
   REQUIRE(h.dtype == uint8_t(t.dtype));
@@ -221,10 +229,16 @@ inline std::vector<bool> raw_chunk_map(const std::vector<uint8_t>& s) {
   for (uint64_t c = 0; c < l.num_chunks; ++c) {
     uint64_t end;
     std::memcpy(&end, &s[l.table_offset + 8 * c], 8);
-    raw[c] = end - start == format::raw_chunk_bytes(d, format::chunk_elems(h.num_elements, c));
+    raw[c] = end - start == format::raw_chunk_bytes(d, l.chunk_elems(c));
     start = end;
   }
   return raw;
+}
+/// Number of chunks of a valid stream.
+inline uint64_t chunks_of(const std::vector<uint8_t>& s) {
+  format::Header h;
+  std::memcpy(&h, s.data(), sizeof h);
+  return format::layout_of(h).num_chunks;
 }
 /// Number of chunks of a valid stream stored raw.
 inline uint64_t raw_chunks(const std::vector<uint8_t>& s) {

@@ -9,8 +9,9 @@ import zipcomm
 from conftest import SEED, DLPackArray, read_data
 
 CODES = ["pair"]
-# Around the tile (256) and chunk (16384) boundaries, and the worked example of docs/FORMAT.md (40000).
-ODD_SIZES = [0, 1, 2, 3, 7, 8, 9, 255, 256, 257, 1000, 16383, 16384, 16385, 40000, 3 * 16384 + 129]
+# Around the tile (256) and chunk (4096 by default at these sizes; 16384 at most) boundaries, and the worked
+# example of docs/FORMAT.md (40000).
+ODD_SIZES = [0, 1, 2, 3, 7, 8, 9, 255, 256, 257, 1000, 4095, 4097, 16383, 16384, 16385, 40000, 3 * 16384 + 129]
 
 
 def bits_of(a: np.ndarray) -> np.ndarray:
@@ -20,7 +21,8 @@ def bits_of(a: np.ndarray) -> np.ndarray:
 def roundtrip(x: np.ndarray, **kwargs) -> np.ndarray:
     buf = zipcomm.compress(x, **kwargs)
     assert buf.dtype == np.uint8 and buf.ndim == 1
-    assert len(buf) <= zipcomm.max_compressed_bytes(x.size, kwargs.get("dtype") or x.dtype)
+    assert len(buf) <= zipcomm.max_compressed_bytes(x.size, kwargs.get("dtype") or x.dtype,
+                                                    kwargs.get("chunk_elements"))
     y = zipcomm.decompress(buf)
     assert y.ndim == 1 and y.size == x.size
     np.testing.assert_array_equal(bits_of(y), bits_of(x))
@@ -35,6 +37,28 @@ def test_every_16_bit_pattern(dtype: str, code: str) -> None:
     roundtrip(patterns, dtype=dtype, code=code)
     shuffled = np.random.default_rng(SEED).permutation(patterns)
     roundtrip(shuffled, dtype=dtype, code=code)
+
+
+@pytest.mark.parametrize("chunk_elements", [4096, 8192, 16384])
+def test_chunk_sizes(chunk_elements: int) -> None:
+    """Every chunk size round-trips and is what info reports; the default follows the message size."""
+    x = read_data("llama_grads.bf16", np.uint16)[:3 * 16384 + 129]
+    buf = roundtrip(x, dtype="bf16", chunk_elements=chunk_elements)
+    info = zipcomm.info(buf)
+    assert info["chunk_elements"] == chunk_elements
+    assert info["chunks"] == -(-x.size // chunk_elements)
+    assert zipcomm.info(zipcomm.compress(x, dtype="bf16"))["chunk_elements"] == 4096  # short message: small chunks
+    # smaller chunks pay their headers and padding: a little larger, never smaller, on real gradients
+    assert len(buf) >= len(zipcomm.compress(x, dtype="bf16", chunk_elements=16384))
+
+
+@pytest.mark.parametrize("bad", [0, 1, 2048, 4095, 32768, True, 4096.0])
+def test_chunk_elements_refused(bad: object) -> None:
+    x = np.zeros(100, np.uint16)
+    with pytest.raises(ValueError, match="chunk_elements"):
+        zipcomm.compress(x, dtype="bf16", chunk_elements=bad)
+    with pytest.raises(ValueError, match="chunk_elements"):
+        zipcomm.max_compressed_bytes(100, "bf16", chunk_elements=bad)
 
 
 def test_fp16_native_dtype_matches_bit_patterns() -> None:

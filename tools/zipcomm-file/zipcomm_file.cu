@@ -454,9 +454,9 @@ std::string header_problem(const uint8_t* p, uint64_t bytes, Status st) {
   if (bytes >= sizeof(format::Header)) {
     format::Header h;
     std::memcpy(&h, p, sizeof h);
-    if (h.magic == format::MAGIC && h.version != format::VERSION)
-      return "zipcomm stream of format version " + std::to_string(h.version) + "; this build reads version " +
-             std::to_string(format::VERSION) + " (" + why + ")";
+    if (h.magic == format::MAGIC && (h.version < format::OLDEST_READ_VERSION || h.version > format::VERSION))
+      return "zipcomm stream of format version " + std::to_string(h.version) + "; this build reads versions " +
+             std::to_string(format::OLDEST_READ_VERSION) + " to " + std::to_string(format::VERSION) + " (" + why + ")";
     // A header that passed every other check but promises more bytes than there are: the file was cut.
     if (h.magic == format::MAGIC && st == Status::corrupt_stream && h.total_bytes > bytes)
       return "truncated zipcomm stream (" + std::to_string(bytes) + " of " + std::to_string(h.total_bytes) +
@@ -648,7 +648,7 @@ StreamStats stream_stats(const uint8_t* s, const format::Header& h) {
   uint64_t prev = 0;
   for (uint64_t c = 0; c < l.num_chunks; ++c) {
     uint64_t end = get_le(s + l.table_offset + 8 * c, 8);
-    if (end - prev == format::raw_chunk_bytes(d, format::chunk_elems(h.num_elements, c))) ++st.raw_chunks;
+    if (end - prev == format::raw_chunk_bytes(d, l.chunk_elems(c))) ++st.raw_chunks;
     prev = end;
   }
   return st;

@@ -96,7 +96,7 @@ class BlockDecodeReduce {
       const uint8_t *chunk, *low;
       uint32_t bytes, low_bytes;
       const bool range_ok = view.chunk(D, c, chunk, bytes) && view.chunk_low(D, c, low, low_bytes);
-      Status s = fused.DecodeReduce(chunk, bytes, format::chunk_elems(n, c), c * format::CHUNK_TILES,
+      Status s = fused.DecodeReduce(chunk, bytes, view.layout.chunk_elems(c), view.layout.chunk_first_tile(c),
                                     view.chunk_planes(D, c), view.check(c), local, out, op);
       if (!range_ok) s = Status::corrupt_stream;
       if (warp::lane_id() == 0) temp_.status.report(s);
@@ -155,7 +155,7 @@ class BlockDecodeForward {
       const bool range_ok = view.chunk(D, c, chunk, bytes) && view.chunk_low(D, c, low, low_bytes);
       uint8_t* fwd_chunk = range_ok ? fwd + (chunk - in) : nullptr;
       const warp::Planes fwd_planes{fwd + L.plane0_offset, fwd + L.widths_offset, fwd + (low - in), false};
-      Status s = fused.DecodeForward(chunk, bytes, format::chunk_elems(n, c), c * format::CHUNK_TILES,
+      Status s = fused.DecodeForward(chunk, bytes, L.chunk_elems(c), L.chunk_first_tile(c),
                                      view.chunk_planes(D, c), view.check(c), out, fwd_chunk, fwd_planes);
       if (!range_ok) s = Status::corrupt_stream;
       if (lane == 0) temp_.status.report(s);
@@ -168,8 +168,8 @@ class BlockDecodeForward {
 };
 
 /// \brief Decode + reduce + encode of a whole stream: out = encode(op(decode(in), pre(local))), with no
-/// uncompressed intermediate in memory. out: 16-byte aligned, out_capacity >= format::max_compressed_bytes
-/// (D, n); out_bytes receives the stream size (in every thread).
+/// uncompressed intermediate in memory, in the incoming stream's chunk size. out: 16-byte aligned, out_capacity
+/// >= format::max_compressed_bytes(D, n, that chunk_log2); out_bytes receives the stream size (in every thread).
 /// \code
 /// using Fused = zipcomm::block::BlockDecodeReduceEncode<zipcomm::DType::bf16, 8>;
 /// extern __shared__ Fused::TempStorage temp;      // ~133 KB for 8 warps: dynamic shared memory
@@ -222,14 +222,16 @@ class BlockDecodeReduceEncode {
     Status st = detail::open_exact<D, Code>(view, in, in_bytes, n);
     if (st == Status::ok && (!reduce_op_valid(op) || !out || reinterpret_cast<uintptr_t>(out) % 16 || (n && !local)))
       st = Status::invalid_argument;
-    if (st == Status::ok && out_capacity < format::max_compressed_bytes(D, n)) st = Status::buffer_too_small;
+    if (st == Status::ok && out_capacity < format::max_compressed_bytes(D, n, view.layout.chunk_log2))
+      st = Status::buffer_too_small;
     if (st != Status::ok) {
       if (group.thread_rank() == 0) temp_.status.report(st);
       return temp_.status.collect(group);
     }
     warp::LoadPairTable(temp_.dec_table, group);
     StreamSource source{warp::ReducedTileSource<D, Code>(temp_.dec_table, local, op), &view, &temp_.status};
-    const uint64_t total = Enc(temp_.enc).EncodeFrom(group, n, out, source);
+    // chunk c of the new stream is chunk c of the incoming one, decoded and reduced
+    const uint64_t total = Enc(temp_.enc, view.layout.chunk_log2).EncodeFrom(group, n, out, source);
     source.flush();
     const Status result = temp_.status.collect(group);
     out_bytes = result == Status::ok ? total : 0;

@@ -31,9 +31,10 @@ namespace block {
 /// auto cta = cooperative_groups::this_thread_block();
 /// uint64_t bytes = Enc(temp).Encode(cta, d_in, n, d_out);   // same value in every thread
 /// \endcode
-/// d_out must be 16-byte aligned with room for format::max_compressed_bytes(D, n). The planes and the
-/// table are written as chunks complete; the header is written last. A barrier (group.sync()) is needed
-/// before temp is reused for something else.
+/// d_out must be 16-byte aligned with room for format::max_compressed_bytes(D, n, chunk_log2). Chunks hold
+/// 2^chunk_log2 elements (a constructor argument; default 16384: the block's warps take them in rounds, one
+/// barrier each). The planes and the table are written as chunks complete; the header is written last. A
+/// barrier (group.sync()) is needed before temp is reused for something else.
 template <DType D, int WARPS, class Code = thread::PairCode>
 class BlockStreamEncoder {
   using WarpEnc = warp::WarpChunkEncoder<D, Code>;
@@ -45,7 +46,9 @@ class BlockStreamEncoder {
     uint32_t sizes[WARPS];
   };
 
-  ZIPCOMM_DEVICE explicit BlockStreamEncoder(TempStorage& temp) : temp_(temp) {}
+  /// chunk_log2: 12..14 (anything else is taken as 14).
+  ZIPCOMM_DEVICE explicit BlockStreamEncoder(TempStorage& temp, uint32_t chunk_log2 = format::MAX_CHUNK_LOG2)
+      : temp_(temp), chunk_log2_(format::chunk_log2_valid(chunk_log2) ? chunk_log2 : format::MAX_CHUNK_LOG2) {}
 
   /// Encodes in[0, n). With an avg `pre_op`, each element is first scaled (a rank's own contribution to a
   /// reduction, thread::reduce_pre); the other operators leave the input as it is. The fp8 dtypes have no
@@ -65,7 +68,7 @@ class BlockStreamEncoder {
   ZIPCOMM_DEVICE uint64_t EncodeFrom(Group& group, uint64_t n, uint8_t* out, Source& source) {
     const uint32_t warp_id = uint32_t(group.thread_rank()) / 32;
     const uint32_t lane = warp::lane_id();
-    const format::Layout L = format::layout_for(D, n);
+    const format::Layout L = format::layout_for(D, n, chunk_log2_);
     if (warp_id == 0) {
       format::for_section_gaps(L, lane, 32, [&](uint64_t b) { out[b] = 0; });
     }
@@ -78,12 +81,12 @@ class BlockStreamEncoder {
     for (uint64_t round = 0; round * WARPS < L.num_chunks; ++round) {
       const uint64_t c = round * WARPS + warp_id;
       const bool mine = c < L.num_chunks;
-      const uint32_t elems = mine ? format::chunk_elems(n, c) : 0;
-      const uint64_t first_tile = c * format::CHUNK_TILES;
+      const uint32_t elems = mine ? L.chunk_elems(c) : 0;
+      const uint64_t first_tile = L.chunk_first_tile(c);
       warp::ChunkInfo info{0, 0, false, 0};
       if (mine) {
         // every tile at full width: chunk c's low part starts where c full chunks' end
-        const uint64_t low_start = c * format::full_low_chunk_bytes(D, format::CHUNK_ELEMS);
+        const uint64_t low_start = c * format::full_low_chunk_bytes(D, 1u << chunk_log2_);
         source.begin(c, elems, first_tile);
         info = enc.Encode(elems, first_tile, source,
                           warp::Planes{out + L.plane0_offset, out + L.widths_offset, out + L.low_offset + low_start, true});
@@ -109,12 +112,13 @@ class BlockStreamEncoder {
     }
     const uint64_t total = L.exp_offset + base;
     if (group.thread_rank() == 0)
-      *reinterpret_cast<format::Header*>(out) = format::make_header(D, Code::ID, n, total, L.low_bytes);
+      *reinterpret_cast<format::Header*>(out) = format::make_header(D, Code::ID, n, chunk_log2_, total, L.low_bytes);
     return total;
   }
 
  private:
   TempStorage& temp_;
+  uint32_t chunk_log2_;
 };
 
 /// \brief Decodes a whole stream; each warp takes chunks warp, warp + WARPS, ... and hands every tile to
@@ -147,7 +151,9 @@ class BlockStreamDecoder {
   /// Reads and checks the header and the gaps between the stream's sections; on success n is the element count.
   ZIPCOMM_DEVICE static Status ReadHeader(const uint8_t* in, uint64_t in_bytes, uint64_t max_elems, uint64_t& n) {
     format::StreamView view;
-    return Open(in, in_bytes, max_elems, view, n);
+    const Status s = Open(in, in_bytes, max_elems, view);
+    n = s == Status::ok ? view.layout.n : 0;
+    return s;
   }
 
   template <class Group, class Sink>
@@ -155,8 +161,7 @@ class BlockStreamDecoder {
     const uint32_t warp_id = uint32_t(group.thread_rank()) / 32;
     const uint32_t lane = warp::lane_id();
     if (group.thread_rank() == 0) {
-      uint64_t n = 0;
-      const Status st = Open(in, in_bytes, max_elems, temp_.view, n);
+      const Status st = Open(in, in_bytes, max_elems, temp_.view);
       if (st != Status::ok) temp_.view.layout.num_chunks = 0;  // no chunk is read
       temp_.status = uint32_t(st);
     }
@@ -170,12 +175,12 @@ class BlockStreamDecoder {
     for (uint64_t c = warp_id; c < view.layout.num_chunks; c += WARPS) {
       const uint8_t *chunk, *low;
       uint32_t bytes, low_bytes;
-      const uint32_t elems = format::chunk_elems(view.layout.n, c);
+      const uint32_t elems = view.layout.chunk_elems(c);
       Status s = Status::ok;
       if (!view.chunk(D, c, chunk, bytes) || !view.chunk_low(D, c, low, low_bytes)) {
         s = Status::corrupt_stream;
       } else {
-        const uint64_t first_tile = c * format::CHUNK_TILES;
+        const uint64_t first_tile = view.layout.chunk_first_tile(c);
         auto chunk_sink = [&](uint32_t t, const uint32_t (&x)[warp::ITEMS], uint32_t cnt) {
           sink(first_tile + t, x, cnt);
         };
@@ -190,12 +195,10 @@ class BlockStreamDecoder {
   }
 
  private:
-  ZIPCOMM_DEVICE static Status Open(const uint8_t* in, uint64_t in_bytes, uint64_t max_elems, format::StreamView& view,
-                                    uint64_t& n) {
-    n = 0;
+  ZIPCOMM_DEVICE static Status Open(const uint8_t* in, uint64_t in_bytes, uint64_t max_elems,
+                                    format::StreamView& view) {
     Status s = view.open(in, in_bytes, D, Code::ID);
     if (s == Status::ok && view.layout.n > max_elems) s = Status::buffer_too_small;
-    if (s == Status::ok) n = view.layout.n;
     return s;
   }
 

@@ -10,10 +10,11 @@ namespace device {
 /// Run-time dispatch over (dtype, code); same arguments as the templates in device_codec.cuh.
 inline cudaError_t compress(DType dtype, CodeId code, void* d_temp_storage, size_t& temp_storage_bytes,
                             const void* d_in, uint64_t n, void* d_out, uint64_t out_capacity, uint64_t* d_out_bytes,
-                            Status* d_status, cudaStream_t stream = 0) {
+                            Status* d_status, cudaStream_t stream = 0,
+                            uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
   return thread::visit_codec(dtype, code, cudaErrorInvalidValue, [&](auto dt, auto c) {
     return compress<decltype(dt)::value, decltype(c)>(d_temp_storage, temp_storage_bytes, d_in, n, d_out,
-                                                      out_capacity, d_out_bytes, d_status, stream);
+                                                      out_capacity, d_out_bytes, d_status, stream, chunk_log2);
   });
 }
 

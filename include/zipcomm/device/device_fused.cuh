@@ -31,10 +31,11 @@ namespace device {
 template <DType D, class Code = thread::PairCode>
 cudaError_t compress_contribution(void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in, uint64_t n,
                                   const ReduceOp& op, void* d_out, uint64_t out_capacity, uint64_t* d_out_bytes,
-                                  Status* d_status, cudaStream_t stream = 0) {
+                                  Status* d_status, cudaStream_t stream = 0,
+                                  uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
   static_assert(comm_dtype_supported(D), "the fp8 dtypes are codec only: no fused steps");
   return detail::launch_compress<D, Code>(d_temp_storage, temp_storage_bytes, d_in, n, d_out, out_capacity,
-                                          d_out_bytes, d_status, stream, op);
+                                          d_out_bytes, d_status, stream, op, chunk_log2);
 }
 
 /// d_out[i] = combine(decode(d_in)[i], pre(d_local[i])) for i < n.
@@ -47,8 +48,9 @@ cudaError_t decompress_reduce(void* d_temp_storage, size_t& temp_storage_bytes, 
 }
 
 /// Writes encode(combine(decode(d_in)[i], pre(d_local[i]))) to d_out (16-byte aligned, out_capacity >=
-/// format::max_compressed_bytes(D, n)) and its size to *d_out_bytes. With an error status the stream and the
-/// size are unspecified (0 when the incoming header was rejected).
+/// format::max_compressed_bytes(D, n, the incoming stream's chunk_log2)) and its size to *d_out_bytes: a stream
+/// with the incoming one's chunk size. With an error status the stream and the size are unspecified (0 when
+/// the incoming header was rejected).
 template <DType D, class Code = thread::PairCode>
 cudaError_t decompress_reduce_compress(void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in,
                                        uint64_t in_bytes, const void* d_local, uint64_t n, const ReduceOp& op,

@@ -117,7 +117,7 @@ inline uint32_t encode_chunk(const uint32_t* bits, uint32_t elems, uint8_t* out)
   constexpr uint32_t EB = FB::EXP_BITS;
   const uint32_t tiles = format::chunk_tiles(elems);
   const uint32_t hdr = format::chunk_header_bytes(tiles);
-  uint8_t anchors[format::CHUNK_TILES], fracs[format::CHUNK_TILES];
+  uint8_t anchors[format::MAX_CHUNK_TILES], fracs[format::MAX_CHUNK_TILES];
   tile_scales<D>(bits, elems, tiles, anchors, fracs);
 
   LaneBitWriter lanes[format::LANES];
@@ -349,35 +349,35 @@ inline bool get_low_tile(const uint8_t* in, uint32_t valid, uint32_t code, uint3
 
 template <DType D, class Code>
 inline Status compress_typed(const uint8_t* src, uint64_t n, uint8_t* dst, uint64_t capacity, uint64_t* out_bytes,
-                             format::LowWidths widths) {
-  const uint64_t bound = format::max_compressed_bytes(D, n);
+                             format::LowWidths widths, uint32_t chunk_log2) {
+  const uint64_t bound = format::max_compressed_bytes(D, n, chunk_log2);
   if (capacity < bound) return Status::buffer_too_small;  // the stream may need every byte of the bound
   // The low section's length comes first: it sets where the exponent section starts.
-  const Layout fixed = format::layout_for(D, n);
-  std::vector<uint32_t> chunk_bits(format::CHUNK_ELEMS);
+  const Layout fixed = format::layout_for(D, n, chunk_log2);
+  std::vector<uint32_t> chunk_bits(format::MAX_CHUNK_ELEMS);
   std::vector<uint8_t> codes(fixed.num_tiles);
   std::vector<uint64_t> low_end(fixed.num_chunks);
   uint64_t low_bytes = 0;
   for (uint64_t c = 0; c < fixed.num_chunks; ++c) {
-    const uint32_t elems = format::chunk_elems(n, c);
-    for (uint32_t k = 0; k < elems; ++k) chunk_bits[k] = load_bits<D>(src, c * format::CHUNK_ELEMS + k);
+    const uint32_t elems = fixed.chunk_elems(c);
+    for (uint32_t k = 0; k < elems; ++k) chunk_bits[k] = load_bits<D>(src, (c << chunk_log2) + k);
     for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
       const uint32_t v = format::tile_valid_count(elems, t);
       const uint32_t code = tile_low_code<D>(chunk_bits.data() + t * format::TILE_ELEMS, v, widths);
-      codes[c * format::CHUNK_TILES + t] = uint8_t(code);
+      codes[fixed.chunk_first_tile(c) + t] = uint8_t(code);
       low_bytes += format::low_tile_bytes(D, code, v);
     }
     low_end[c] = low_bytes;
   }
-  const Layout l = format::layout_for(D, n, low_bytes);
+  const Layout l = format::layout_for(D, n, chunk_log2, low_bytes);
   std::memset(dst, 0, l.exp_offset);
   uint64_t exp_pos = 0;
   for (uint64_t c = 0; c < l.num_chunks; ++c) {
-    const uint32_t elems = format::chunk_elems(n, c);
-    split_plane0<D>(src, dst, l, chunk_bits.data(), c * format::CHUNK_ELEMS, elems);
+    const uint32_t elems = l.chunk_elems(c);
+    split_plane0<D>(src, dst, l, chunk_bits.data(), c << chunk_log2, elems);
     uint64_t low_at = l.low_offset + (c ? low_end[c - 1] : 0);
     for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
-      const uint64_t tile = c * format::CHUNK_TILES + t;
+      const uint64_t tile = l.chunk_first_tile(c) + t;
       const uint32_t v = format::tile_valid_count(elems, t);
       if (format::has_low(D)) dst[l.widths_offset + tile / 4] |= uint8_t(codes[tile] << (2 * (tile % 4)));
       put_low_tile<D>(chunk_bits.data() + t * format::TILE_ELEMS, v, codes[tile], dst + low_at);
@@ -389,7 +389,7 @@ inline Status compress_typed(const uint8_t* src, uint64_t n, uint8_t* dst, uint6
     put_u32(dst + l.check_offset + 4 * c, thread::chunk_check<D>(chunk_bits.data(), elems));
   }
   const uint64_t total = l.exp_offset + exp_pos;
-  Header h = format::make_header(D, Code::ID, n, total, low_bytes);
+  Header h = format::make_header(D, Code::ID, n, chunk_log2, total, low_bytes);
   std::memcpy(dst, &h, sizeof h);
   *out_bytes = total;
   return Status::ok;
@@ -404,7 +404,7 @@ inline Status merge_planes(const uint8_t* stream, const Layout& l, uint64_t c, u
     for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
       uint32_t values[format::TILE_ELEMS] = {};
       const uint32_t v = format::tile_valid_count(elems, t);
-      const uint64_t first = c * format::CHUNK_ELEMS + uint64_t(t) * format::TILE_ELEMS;
+      const uint64_t first = (c << l.chunk_log2) + uint64_t(t) * format::TILE_ELEMS;
       if (!get_bit_planes(stream + l.plane0_offset + format::plane0_bytes(D, first), v, format::plane0_planes(D),
                           values))
         return Status::corrupt_stream;  // a short last tile's padding bits are zero
@@ -412,15 +412,15 @@ inline Status merge_planes(const uint8_t* stream, const Layout& l, uint64_t c, u
     }
   } else {
     for (uint32_t k = 0; k < elems; ++k)
-      bits[k] = FB::assemble(0, stream[l.plane0_offset + c * format::CHUNK_ELEMS + k], 0);
+      bits[k] = FB::assemble(0, stream[l.plane0_offset + (c << l.chunk_log2) + k], 0);
   }
   if (!format::has_low(D)) return Status::ok;
   const uint64_t start = c ? get_u64(stream + l.low_table_offset + 8 * (c - 1)) : 0;
   const uint64_t end = get_u64(stream + l.low_table_offset + 8 * c);
-  if (!format::low_range_valid(D, l.n, c, start, end, l.low_bytes)) return Status::corrupt_stream;
+  if (!format::low_range_valid(D, l, c, start, end, l.low_bytes)) return Status::corrupt_stream;
   uint64_t at = start;
   for (uint32_t t = 0; t < format::chunk_tiles(elems); ++t) {
-    const uint64_t tile = c * format::CHUNK_TILES + t;
+    const uint64_t tile = l.chunk_first_tile(c) + t;
     const uint32_t code = (stream[l.widths_offset + tile / 4] >> (2 * (tile % 4))) & 3u;
     const uint32_t v = format::tile_valid_count(elems, t);
     if (code >= format::low_code_count(D)) return Status::corrupt_stream;
@@ -435,16 +435,15 @@ inline Status merge_planes(const uint8_t* stream, const Layout& l, uint64_t c, u
 
 template <DType D, class Code>
 inline Status decompress_typed(const uint8_t* src, const Header& h, uint8_t* dst) {
-  const uint64_t n = h.num_elements;
-  const Layout l = format::layout_for(D, n, h.exp_offset - h.low_offset);
+  const Layout l = format::layout_of(h);
   const uint64_t exp_bytes = h.total_bytes - l.exp_offset;
   if (!format::section_gaps_zero(src, l) || !format::widths_tail_zero(src, l)) return Status::corrupt_stream;
-  std::vector<uint32_t> chunk_bits(format::CHUNK_ELEMS);
+  std::vector<uint32_t> chunk_bits(format::MAX_CHUNK_ELEMS);
   uint64_t start = 0;
   for (uint64_t c = 0; c < l.num_chunks; ++c) {
     uint64_t end = get_u64(src + l.table_offset + 8 * c);
-    if (!format::chunk_range_valid(D, n, c, start, end, exp_bytes)) return Status::corrupt_stream;
-    uint32_t elems = format::chunk_elems(n, c);
+    if (!format::chunk_range_valid(D, l, c, start, end, exp_bytes)) return Status::corrupt_stream;
+    uint32_t elems = l.chunk_elems(c);
     Status s = merge_planes<D>(src, l, c, elems, chunk_bits.data());
     if (s != Status::ok) return s;
     uint64_t len = end - start;
@@ -452,7 +451,7 @@ inline Status decompress_typed(const uint8_t* src, const Header& h, uint8_t* dst
     if (s != Status::ok) return s;
     if (thread::chunk_check<D>(chunk_bits.data(), elems) != get_u32(src + l.check_offset + 4 * c))
       return Status::checksum_mismatch;
-    for (uint32_t k = 0; k < elems; ++k) store_bits<D>(dst, c * format::CHUNK_ELEMS + k, chunk_bits[k]);
+    for (uint32_t k = 0; k < elems; ++k) store_bits<D>(dst, (c << l.chunk_log2) + k, chunk_bits[k]);
     start = end;
   }
   if (start != exp_bytes) return Status::corrupt_stream;
@@ -469,17 +468,22 @@ inline Status read_header(const void* src, uint64_t bytes, Header* out) {
   return format::validate_header(*out, bytes);
 }
 
-/// Compresses n elements of `dtype` (raw bits at src, any alignment) into dst.
-/// dst_capacity must be at least format::max_compressed_bytes(dtype, n). `widths`: minimal writes the bytes of
-/// device::compress, full those of the fused and block-level writers.
+/// Compresses n elements of `dtype` (raw bits at src, any alignment) into dst, in chunks of 2^chunk_log2 elements
+/// (12..14; CHUNK_LOG2_AUTO: format::default_chunk_log2(n), as device::compress). dst_capacity must be at least
+/// format::max_compressed_bytes(dtype, n, chunk_log2). `widths`: minimal writes the bytes of device::compress,
+/// full those of the fused and block-level writers.
 inline Status compress(DType dtype, CodeId code, const void* src, uint64_t n, void* dst, uint64_t dst_capacity,
-                       uint64_t* out_bytes, format::LowWidths widths = format::LowWidths::minimal) {
-  if ((!src && n) || !dst || !out_bytes || !dtype_valid(uint8_t(dtype)) || !code_valid(uint8_t(code)))
+                       uint64_t* out_bytes, format::LowWidths widths = format::LowWidths::minimal,
+                       uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
+  if (chunk_log2 == format::CHUNK_LOG2_AUTO) chunk_log2 = format::default_chunk_log2(n);
+  if ((!src && n) || !dst || !out_bytes || !dtype_valid(uint8_t(dtype)) || !code_valid(uint8_t(code)) ||
+      !format::chunk_log2_valid(chunk_log2))
     return Status::invalid_argument;
   auto s = static_cast<const uint8_t*>(src);
   auto d = static_cast<uint8_t*>(dst);
   return thread::visit_codec(dtype, code, Status::invalid_argument, [&](auto dt, auto c) {
-    return detail::compress_typed<decltype(dt)::value, decltype(c)>(s, n, d, dst_capacity, out_bytes, widths);
+    return detail::compress_typed<decltype(dt)::value, decltype(c)>(s, n, d, dst_capacity, out_bytes, widths,
+                                                                     chunk_log2);
   });
 }
 

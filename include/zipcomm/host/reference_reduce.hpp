@@ -87,8 +87,9 @@ inline Status decompress_reduce(const void* in, uint64_t in_bytes, DType dtype, 
   return reduce(dtype, op, decoded.data(), local, out, n);
 }
 
-/// Decode + reduce + encode: out = encode(combine(decode(in), pre(local))), every tile's low bits at full
-/// width (the bytes of device::decompress_reduce_compress, which places them before it has seen a chunk).
+/// Decode + reduce + encode: out = encode(combine(decode(in), pre(local))) in the chunk size of `in`, every tile's
+/// low bits at full width (the bytes of device::decompress_reduce_compress, which places them before it has seen
+/// a chunk).
 inline Status decompress_reduce_compress(const void* in, uint64_t in_bytes, DType dtype, CodeId code,
                                          const void* local, uint64_t n, const ReduceOp& op, void* out,
                                          uint64_t out_capacity, uint64_t* out_bytes) {
@@ -98,19 +99,23 @@ inline Status decompress_reduce_compress(const void* in, uint64_t in_bytes, DTyp
   std::vector<uint8_t> reduced(n * format::elem_bytes(dtype));
   Status s = decompress_reduce(in, in_bytes, dtype, code, local, reduced.data(), n, op);
   if (s != Status::ok) return s;
-  s = compress(dtype, code, reduced.data(), n, out, out_capacity, out_bytes, format::LowWidths::full);
+  Header h;
+  s = read_header(in, in_bytes, &h);
+  if (s == Status::ok)
+    s = compress(dtype, code, reduced.data(), n, out, out_capacity, out_bytes, format::LowWidths::full, h.chunk_log2);
   if (s != Status::ok) *out_bytes = 0;
   return s;
 }
 
-/// A rank's first send: encode(pre(in)).
+/// A rank's first send: encode(pre(in)), in chunks of 2^chunk_log2 elements (as compress).
 inline Status compress_contribution(DType dtype, CodeId code, const void* in, uint64_t n, const ReduceOp& op,
-                                    void* out, uint64_t out_capacity, uint64_t* out_bytes) {
+                                    void* out, uint64_t out_capacity, uint64_t* out_bytes,
+                                    uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
   if (!comm_dtype_supported(dtype)) return Status::invalid_argument;
   std::vector<uint8_t> scaled(n * format::elem_bytes(dtype));
   Status s = reduce_pre(dtype, op, in, scaled.data(), n);
   if (s != Status::ok) return s;
-  return compress(dtype, code, scaled.data(), n, out, out_capacity, out_bytes);
+  return compress(dtype, code, scaled.data(), n, out, out_capacity, out_bytes, format::LowWidths::minimal, chunk_log2);
 }
 
 /// Decode + forward: out = decode(in); fwd = the stream's bytes, unchanged.

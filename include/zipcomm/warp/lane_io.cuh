@@ -245,13 +245,21 @@ struct LowCursor {
   ZIPCOMM_DEVICE uint32_t code(uint32_t t) const { return format::low_code_at(codes, t); }
 };
 
-/// The width codes of the chunk whose first tile is `first_tile` (16 bytes, 16-byte aligned: all of a
-/// chunk's codes, zero past its last tile).
-ZIPCOMM_DEVICE LowCursor load_low_codes(const uint8_t* widths, uint64_t first_tile) {
+/// The width codes of the chunk of `tiles` tiles whose first tile is `first_tile`: its words (16 tiles each,
+/// 4-byte aligned; a chunk's first tile is a multiple of 16), zero past them.
+ZIPCOMM_DEVICE LowCursor load_low_codes(const uint8_t* widths, uint64_t first_tile, uint32_t tiles) {
   LowCursor c;
-  const uint4 v = __ldg(reinterpret_cast<const uint4*>(widths + first_tile / 4));
-  c.codes[0] = v.x, c.codes[1] = v.y, c.codes[2] = v.z, c.codes[3] = v.w;
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(widths + first_tile / 4);
+#pragma unroll
+  for (uint32_t i = 0; i < 4; ++i) c.codes[i] = 16 * i < tiles ? __ldg(words + i) : 0u;
   return c;
+}
+/// Writes a chunk's width codes (its words only: the next chunk's codes may follow in the same 16 bytes).
+ZIPCOMM_DEVICE void store_low_codes(uint8_t* widths, uint64_t first_tile, uint32_t tiles, const uint32_t (&codes)[4]) {
+  uint32_t* words = reinterpret_cast<uint32_t*>(widths + first_tile / 4);
+#pragma unroll
+  for (uint32_t i = 0; i < 4; ++i)
+    if (16 * i < tiles) words[i] = codes[i];
 }
 
 /// A lane's bytes of PLANES bit-planes of its items (the fp16 low bits, the fp8 plane 0): bit i of byte j is bit

@@ -119,9 +119,7 @@ class WarpChunkDecoder {
         const uint64_t at = format::plane0_bytes(D, first_elem);
         copy_bytes(forward->planes.plane0 + at, planes.plane0 + at, uint32_t(format::plane0_bytes(D, elems)));
         if constexpr (format::has_low(D)) {
-          if (lane == 0)
-            *reinterpret_cast<uint4*>(forward->planes.widths + first_tile / 4) = make_uint4(
-                low_cursor_.codes[0], low_cursor_.codes[1], low_cursor_.codes[2], low_cursor_.codes[3]);
+          if (lane == 0) store_low_codes(forward->planes.widths, first_tile, tiles_, low_cursor_.codes);
           if (!bad_) copy_bytes(forward->planes.low, planes.low, planes.low_bytes);
         }
       }
@@ -236,7 +234,7 @@ class WarpChunkDecoder {
   // Otherwise no low bit is read (the chunk is corrupt).
   ZIPCOMM_DEVICE void BeginLow(const ConstPlanes& planes) {
     const uint32_t lane = lane_id();
-    low_cursor_ = load_low_codes(planes.widths, first_tile_);
+    low_cursor_ = load_low_codes(planes.widths, first_tile_, tiles_);
     uint32_t bytes = 0, bad_code = 0;
 #pragma unroll
     for (uint32_t k = lane; k < 64; k += 32) {

@@ -167,9 +167,9 @@ class WarpChunkEncoder {
     LowCursor low;
     if constexpr (format::has_low(D)) {
       if (!planes.full)
-        low = load_low_codes(planes.widths, first_tile);
+        low = load_low_codes(planes.widths, first_tile, tiles);
       else if (lane == 0)
-        *reinterpret_cast<uint4*>(planes.widths + first_tile / 4) = make_uint4(0u, 0u, 0u, 0u);
+        store_low_codes(planes.widths, first_tile, tiles, low.codes);  // all zero: full width
     }
 
     uint32_t t = 0;

@@ -56,7 +56,7 @@ struct PipelineShape {
 
 namespace p2p_detail {
 ZIPCOMM_HOST_DEVICE bool tier_valid(const PipelineTier& t) {
-  if (t.item_elems == 0 || t.item_elems % format::TILE_ELEMS || t.item_elems > uint32_t(format::CHUNK_ELEMS))
+  if (t.item_elems == 0 || t.item_elems % format::TILE_ELEMS || t.item_elems > uint32_t(format::MAX_CHUNK_ELEMS))
     return false;
   return t.frame_items != 0 && t.frame_items <= MAX_FRAME_ITEMS;
 }
@@ -82,7 +82,7 @@ ZIPCOMM_HOST_DEVICE uint32_t largest_item_elems(const PipelineShape& s) {
 /// Bytes of one item's planes section: the bytes [64, table_offset) of an item of `elems` as a one-chunk stream
 /// (plane 0, the width codes: all full), then its low section at full width.
 ZIPCOMM_HOST_DEVICE uint64_t item_plane_bytes(DType d, uint64_t elems) {
-  const format::Layout L = format::layout_for(d, elems);
+  const format::Layout L = format::layout_for(d, elems, format::MAX_CHUNK_LOG2);
   return L.table_offset - format::HEADER_BYTES + L.low_max_bytes;
 }
 /// Item table: per item {u32 end offset of its chunk stream (coded frames; 0 in raw ones), u32 check: the

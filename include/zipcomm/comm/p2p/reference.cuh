@@ -50,12 +50,12 @@ inline Status host_encode_frame(const FramePlan& plan, const FrameInfo& fi, Code
     for (uint32_t j = 0; j < fi.items; ++j) {
       const uint32_t elems = fi.item_elems_at(j);
       const uint64_t first = fi.first_elem + uint64_t(j) * fi.item_elems;
-      stream.assign(format::max_compressed_bytes(plan.dtype, elems), 0);
+      stream.assign(format::max_compressed_bytes(plan.dtype, elems, format::MAX_CHUNK_LOG2), 0);
       uint64_t bytes = 0;
       const Status s = host::compress(plan.dtype, code, message + first * eb, elems, stream.data(), stream.size(),
-                                      &bytes, format::LowWidths::full);
+                                      &bytes, format::LowWidths::full, format::MAX_CHUNK_LOG2);
       if (s != Status::ok) return s;
-      const format::Layout L = format::layout_for(plan.dtype, elems);
+      const format::Layout L = format::layout_for(plan.dtype, elems, format::MAX_CHUNK_LOG2);
       uint8_t* planes = frame.data() + item_planes_offset(plan, fi, j);
       std::memcpy(planes, stream.data() + format::HEADER_BYTES, L.table_offset - format::HEADER_BYTES);
       std::memcpy(planes + (L.table_offset - format::HEADER_BYTES), stream.data() + L.low_offset, L.low_max_bytes);
@@ -101,10 +101,11 @@ inline Status host_decode_frame(const FramePlan& plan, const FrameInfo& fi, Code
   for (uint32_t j = 0; j < fi.items; ++j) {
     const uint32_t end = item_end(table, j);
     const uint32_t elems = fi.item_elems_at(j);
-    const format::Layout L = format::layout_for(plan.dtype, elems);
+    const format::Layout L = format::layout_for(plan.dtype, elems, format::MAX_CHUNK_LOG2);
     // Rebuild the item's one-chunk stream and let the reference decoder check and decode it.
     stream.assign(L.exp_offset + (end - start), 0);
-    const format::Header vh = format::make_header(plan.dtype, code, elems, stream.size(), L.low_max_bytes);
+    const format::Header vh =
+        format::make_header(plan.dtype, code, elems, format::MAX_CHUNK_LOG2, stream.size(), L.low_max_bytes);
     std::memcpy(stream.data(), &vh, sizeof vh);
     const uint8_t* planes = frame + item_planes_offset(plan, fi, j);
     std::memcpy(stream.data() + format::HEADER_BYTES, planes, L.table_offset - format::HEADER_BYTES);

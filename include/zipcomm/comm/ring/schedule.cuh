@@ -226,7 +226,7 @@ ZIPCOMM_HOST_DEVICE uint64_t ring_rounds_per_pass(const RingWindowLayout& L, int
 
 /// Bytes a slot needs for a message of `elems` elements of dtype d, compressed or raw (whichever is larger).
 ZIPCOMM_HOST_DEVICE uint64_t ring_slot_need(DType d, uint64_t elems) {
-  const uint64_t coded = format::max_compressed_bytes(d, elems);
+  const uint64_t coded = format::max_compressed_bytes(d, elems, format::MAX_CHUNK_LOG2);  // the block encoder's
   const uint64_t raw = RING_RAW_HEADER_BYTES + elems * format::elem_bytes(d);
   return coded > raw ? coded : raw;
 }
@@ -234,7 +234,7 @@ ZIPCOMM_HOST_DEVICE uint64_t ring_slot_need(DType d, uint64_t elems) {
 /// Largest pipeline chunk whose message fits a slot of slot_bytes: whole 16384-element codec chunks when at
 /// least one fits, else whole granules; 0 when not even one granule fits.
 ZIPCOMM_HOST_DEVICE uint64_t ring_chunk_elems(DType d, uint64_t slot_bytes) {
-  const uint64_t steps[2] = {uint64_t(format::CHUNK_ELEMS), RING_GRANULE};
+  const uint64_t steps[2] = {uint64_t(format::MAX_CHUNK_ELEMS), RING_GRANULE};
   for (uint64_t step : steps) {
     uint64_t ce = slot_bytes / format::elem_bytes(d) / step * step;
     while (ce >= step && ring_slot_need(d, ce) > slot_bytes) ce -= step;
@@ -246,8 +246,8 @@ ZIPCOMM_HOST_DEVICE uint64_t ring_chunk_elems(DType d, uint64_t slot_bytes) {
 /// The default slot: one fp32 chunk of 8 x 16384 elements (one codec chunk per warp of an 8-warp block), or
 /// one bf16 or fp16 chunk of 16 codec chunks.
 ZIPCOMM_HOST_DEVICE uint64_t ring_default_slot_bytes() {
-  const uint64_t wide = ring_slot_need(DType::fp32, 8 * uint64_t(format::CHUNK_ELEMS));
-  const uint64_t half = ring_slot_need(DType::fp16, 16 * uint64_t(format::CHUNK_ELEMS));
+  const uint64_t wide = ring_slot_need(DType::fp32, 8 * uint64_t(format::MAX_CHUNK_ELEMS));
+  const uint64_t half = ring_slot_need(DType::fp16, 16 * uint64_t(format::MAX_CHUNK_ELEMS));
   return format::align_up(wide > half ? wide : half, RING_SLOT_ALIGN);
 }
 

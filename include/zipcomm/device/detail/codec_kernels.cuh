@@ -60,7 +60,9 @@ constexpr uint64_t LOOK_BACK_TIMEOUT_NS = 30000000000ull;
 struct CompressArgs {
   const void* in;
   uint64_t n;
+  uint32_t chunk_log2;       // chunks of 2^chunk_log2 elements
   uint8_t* out;
+  uint64_t out_capacity;
   uint64_t* out_bytes;
   Status* status;
   uint64_t* chunk_state;     // num_chunks words, zeroed before launch
@@ -104,16 +106,17 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
   // Full width: chunk c's low part starts where c full chunks' end. Minimal: the low table holds the scan of
   // the chunks' low lengths already.
   const bool full = !format::has_low(D) || args.low_widths == format::LowWidths::full;
-  const format::Layout fixed = format::layout_for(D, args.n);
+  const format::Layout fixed = format::layout_for(D, args.n, args.chunk_log2);
   uint64_t* low_table = reinterpret_cast<uint64_t*>(args.out + fixed.low_table_offset);
   const uint64_t low_bytes = full || fixed.num_chunks == 0 ? fixed.low_max_bytes : low_table[fixed.num_chunks - 1];
-  const format::Layout L = format::layout_for(D, args.n, low_bytes);
+  const format::Layout L = format::layout_for(D, args.n, args.chunk_log2, low_bytes);
 
   // Alignment gaps between sections are part of the stream: zero them (block 0, one warp).
   if (blockIdx.x == 0 && threadIdx.x < 32) {
     format::for_section_gaps(L, lane, 32, [&](uint64_t b) { args.out[b] = 0; });
     if (L.num_chunks == 0 && lane == 0) {
-      *reinterpret_cast<format::Header*>(args.out) = format::make_header(D, Code::ID, 0, L.exp_offset, 0);
+      *reinterpret_cast<format::Header*>(args.out) =
+          format::make_header(D, Code::ID, 0, args.chunk_log2, L.exp_offset, 0);
       *args.out_bytes = L.exp_offset;
     }
   }
@@ -124,10 +127,10 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
   uint8_t* exp_section = args.out + L.exp_offset;
 
   for (uint64_t c = next_chunk(args.chunk_counter); c < L.num_chunks; c = next_chunk(args.chunk_counter)) {
-    const uint32_t elems = format::chunk_elems(args.n, c);
-    const uint64_t first_tile = c * format::CHUNK_TILES;
+    const uint32_t elems = L.chunk_elems(c);
+    const uint64_t first_tile = L.chunk_first_tile(c);
     const uint64_t low_start =
-        full ? c * format::full_low_chunk_bytes(D, format::CHUNK_ELEMS) : (c ? low_table[c - 1] : 0);
+        full ? c * format::full_low_chunk_bytes(D, 1u << L.chunk_log2) : (c ? low_table[c - 1] : 0);
     const warp::Planes planes{args.out + L.plane0_offset, args.out + L.widths_offset,
                               args.out + L.low_offset + low_start, full};
     source.begin(c, elems, first_tile);
@@ -149,7 +152,8 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
       if (timed_out) report(args.status, Status::timeout);
       if (c + 1 == L.num_chunks) {
         const uint64_t total = L.exp_offset + exclusive + info.bytes;
-        *reinterpret_cast<format::Header*>(args.out) = format::make_header(D, Code::ID, args.n, total, low_bytes);
+        *reinterpret_cast<format::Header*>(args.out) =
+            format::make_header(D, Code::ID, args.n, args.chunk_log2, total, low_bytes);
         *args.out_bytes = total;
       }
     }
@@ -163,13 +167,13 @@ template <DType D>
 __global__ void __launch_bounds__(CodecPolicy::THREADS) low_widths_kernel(CompressArgs args) {
   using FB = thread::FloatBits<D>;
   const uint32_t lane = warp::lane_id();
-  const format::Layout L = format::layout_for(D, args.n);
+  const format::Layout L = format::layout_for(D, args.n, args.chunk_log2);
   uint64_t* low_table = reinterpret_cast<uint64_t*>(args.out + L.low_table_offset);
   warp::ArrayTileSource<D> source(args.in, args.pre_op);
   const uint64_t warps = uint64_t(gridDim.x) * (blockDim.x / 32);
   for (uint64_t c = blockIdx.x * uint64_t(blockDim.x / 32) + threadIdx.x / 32; c < L.num_chunks; c += warps) {
-    const uint32_t elems = format::chunk_elems(args.n, c), tiles = format::chunk_tiles(elems);
-    source.begin(c, elems, c * format::CHUNK_TILES);
+    const uint32_t elems = L.chunk_elems(c), tiles = format::chunk_tiles(elems);
+    source.begin(c, elems, L.chunk_first_tile(c));
     warp::LowCursor low;
     for (uint32_t t = 0; t < tiles; ++t) {
       uint32_t x[warp::ITEMS];
@@ -187,9 +191,7 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) low_widths_kernel(Compre
       else low.codes[3] |= bits_at;
       low.at += format::low_tile_bytes(D, code, format::tile_valid_count(elems, t));
     }
-    if (lane == 0)
-      *reinterpret_cast<uint4*>(args.out + L.widths_offset + c * 16) =
-          make_uint4(low.codes[0], low.codes[1], low.codes[2], low.codes[3]);
+    if (lane == 0) warp::store_low_codes(args.out + L.widths_offset, L.chunk_first_tile(c), tiles, low.codes);
     if (lane == 0) low_table[c] = low.at;
   }
 }
@@ -256,14 +258,14 @@ __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_kernel(De
   warp::WarpChunkDecoder<D, Code> dec(table);
   const bool vector = warp::aligned16(args.out);
   auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
-    const uint64_t first_tile = c * format::CHUNK_TILES;
+    const uint64_t first_tile = view.layout.chunk_first_tile(c);
     constexpr uint32_t TILE_BYTES = format::TILE_ELEMS * format::Traits<D>::ELEM_BYTES;
     const uint64_t lane_first = first_tile * format::TILE_ELEMS + warp::lane_id() * warp::ITEMS;
     uint8_t* lane_out = static_cast<uint8_t*>(args.out) + lane_first * format::Traits<D>::ELEM_BYTES;
     auto sink = [&](uint32_t t, const uint32_t (&x)[warp::ITEMS], uint32_t cnt) {
       warp::store_items_any<D>(lane_out + t * TILE_BYTES, vector, 0, cnt, x);
     };
-    return dec.Decode(chunk, bytes, format::chunk_elems(view.layout.n, c), first_tile, view.chunk_planes(D, c),
+    return dec.Decode(chunk, bytes, view.layout.chunk_elems(c), first_tile, view.chunk_planes(D, c),
                       view.check(c), sink);
   };
   HeaderOnly check;
@@ -324,20 +326,24 @@ inline size_t compress_temp_bytes(uint64_t num_chunks) { return 16 + 8 * num_chu
 constexpr uint64_t MAX_ELEMENTS = uint64_t(1) << 50;  // format::validate_header's bound
 
 /// Checks and prepares the arguments every stream-writing launch shares; Status::ok to go on.
-inline Status check_compress_args(DType d, void* d_temp, size_t temp_bytes, uint64_t n, const void* d_out,
-                                  uint64_t out_capacity) {
-  if (temp_bytes < compress_temp_bytes(format::layout_for(d, n).num_chunks) || !d_out ||
-      reinterpret_cast<uintptr_t>(d_out) % 16 || reinterpret_cast<uintptr_t>(d_temp) % 8 || n > MAX_ELEMENTS)
+inline Status check_compress_args(DType d, void* d_temp, size_t temp_bytes, uint64_t n, uint32_t chunk_log2,
+                                  const void* d_out, uint64_t out_capacity) {
+  if (!format::chunk_log2_valid(chunk_log2) || n > MAX_ELEMENTS ||
+      temp_bytes < compress_temp_bytes(format::layout_for(d, n, chunk_log2).num_chunks) || !d_out ||
+      reinterpret_cast<uintptr_t>(d_out) % 16 || reinterpret_cast<uintptr_t>(d_temp) % 8)
     return Status::invalid_argument;
-  if (out_capacity < format::max_compressed_bytes(d, n)) return Status::buffer_too_small;
+  if (out_capacity < format::max_compressed_bytes(d, n, chunk_log2)) return Status::buffer_too_small;
   return Status::ok;
 }
 
 template <DType D, class Code>
 cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, uint64_t n, void* d_out,
                             uint64_t out_capacity, uint64_t* d_out_bytes, Status* d_status, cudaStream_t stream,
-                            const ReduceOp& pre_op = ReduceOp::sum()) {
-  const format::Layout L = format::layout_for(D, n);
+                            const ReduceOp& pre_op = ReduceOp::sum(), uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
+  if (chunk_log2 == format::CHUNK_LOG2_AUTO) chunk_log2 = format::default_chunk_log2(n);
+  // an invalid chunk size is refused below; the size query still answers
+  const format::Layout L =
+      format::layout_for(D, n, format::chunk_log2_valid(chunk_log2) ? chunk_log2 : format::MAX_CHUNK_LOG2);
   size_t scan_bytes = low_scan_temp_bytes<D>(L.num_chunks);
   const size_t need = scan_bytes ? scan_temp_offset(L.num_chunks) + scan_bytes : compress_temp_bytes(L.num_chunks);
   if (d_temp == nullptr) {
@@ -345,7 +351,7 @@ cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, 
     return cudaSuccess;
   }
   if (!d_status || !d_out_bytes) return cudaErrorInvalidValue;
-  Status host_check = check_compress_args(D, d_temp, temp_bytes, n, d_out, out_capacity);
+  Status host_check = check_compress_args(D, d_temp, temp_bytes, n, chunk_log2, d_out, out_capacity);
   // fp8 never gets here with a pre-op other than sum: compress_contribution refuses fp8 at compile time.
   if (host_check == Status::ok && ((!d_in && n) || !reduce_op_valid(pre_op) || temp_bytes < need))
     host_check = Status::invalid_argument;
@@ -355,7 +361,9 @@ cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, 
   if (e != cudaSuccess) return e;
   CompressArgs args{d_in,
                     n,
+                    chunk_log2,
                     static_cast<uint8_t*>(d_out),
+                    out_capacity,
                     d_out_bytes,
                     d_status,
                     reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(d_temp) + 16),

@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_reduce_ke
   warp::LoadPairTable(table, cta);
   warp::WarpChunkDecodeReduce<D, Code> fused(table);
   auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
-    return fused.DecodeReduce(chunk, bytes, format::chunk_elems(args.n, c), c * format::CHUNK_TILES,
+    return fused.DecodeReduce(chunk, bytes, view.layout.chunk_elems(c), view.layout.chunk_first_tile(c),
                               view.chunk_planes(D, c), view.check(c), args.local, args.out, args.op);
   };
   HeaderOnly check;
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_forward_k
     forward_stream_frame<D>(args.in, args.fwd, L, c);
     uint8_t* fwd_chunk = bytes ? args.fwd + (chunk - args.in) : nullptr;
     const format::ConstPlanes planes = view.chunk_planes(D, c);
-    return fused.DecodeForward(chunk, bytes, format::chunk_elems(args.n, c), c * format::CHUNK_TILES, planes,
+    return fused.DecodeForward(chunk, bytes, L.chunk_elems(c), L.chunk_first_tile(c), planes,
                                view.check(c), args.out, fwd_chunk,
                                warp::Planes{args.fwd + L.plane0_offset, args.fwd + L.widths_offset,
                                             args.fwd + (planes.low - args.in), false});
@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_forward_k
   const bool ok =
       decode_chunks<D, Code>(args.in, args.in_bytes, args.n, true, args.status, args.chunk_counter, check, chunk_op);
   if (ok && args.n == 0 && blockIdx.x == 0 && threadIdx.x < 32)  // no chunk: the header travels alone
-    for (uint64_t b = threadIdx.x; b < format::layout_for(D, 0, 0).exp_offset; b += 32) args.fwd[b] = args.in[b];
+    for (uint64_t b = threadIdx.x; b < format::layout_for(D, 0, format::MAX_CHUNK_LOG2).exp_offset; b += 32)
+      args.fwd[b] = args.in[b];
 }
 
 /// Chunk c of the incoming stream, decoded and reduced tile by tile, for encode_chunks.
@@ -130,13 +131,18 @@ __global__ void __launch_bounds__(FusedEncodePolicy::THREADS)
   format::StreamView view;
   Status hs = view.open(in_args.in, in_args.in_bytes, D, Code::ID);
   if (hs == Status::ok && view.layout.n != in_args.n) hs = Status::size_mismatch;
+  // The new stream has the incoming one's chunks (a warp decodes a chunk and encodes it again).
+  CompressArgs args = out_args;
+  args.chunk_log2 = view.layout.chunk_log2;
+  if (hs == Status::ok && args.out_capacity < format::max_compressed_bytes(D, args.n, args.chunk_log2))
+    hs = Status::buffer_too_small;
   if (hs != Status::ok) {  // the same in every thread: the whole grid returns
     if (blockIdx.x == 0 && threadIdx.x == 0) report(out_args.status, hs);
     return;
   }
   StreamReducedSource<D, Code> source{warp::ReducedTileSource<D, Code>(smem.tables.decode, in_args.local, in_args.op),
                                      view};
-  encode_chunks<D, Code>(out_args, smem.warp[threadIdx.x / 32], smem.tables.encode, source);
+  encode_chunks<D, Code>(args, smem.warp[threadIdx.x / 32], smem.tables.encode, source);
 }
 
 template <DType D, class Code>
@@ -159,8 +165,8 @@ cudaError_t launch_decompress_reduce(void* d_temp, size_t& temp_bytes, const voi
   FusedArgs args{static_cast<const uint8_t*>(d_in), in_bytes, d_local, d_out, n, op, nullptr, 0, d_status,
                  static_cast<unsigned long long*>(d_temp)};
   const size_t smem = sizeof(warp::PairDecodeTable);
-  return launch_persistent(decompress_reduce_kernel<D, Code>, DecodePolicy::THREADS, smem,
-                           format::layout_for(D, n).num_chunks, stream, args);
+  return launch_persistent(decompress_reduce_kernel<D, Code>, DecodePolicy::THREADS, smem, format::most_chunks(n),
+                           stream, args);
 }
 
 template <DType D, class Code>
@@ -184,8 +190,8 @@ cudaError_t launch_decompress_forward(void* d_temp, size_t& temp_bytes, const vo
   FusedArgs args{static_cast<const uint8_t*>(d_in), in_bytes, nullptr, d_out, n, ReduceOp::sum(),
                  static_cast<uint8_t*>(d_fwd), fwd_capacity, d_status, static_cast<unsigned long long*>(d_temp)};
   const size_t smem = sizeof(warp::PairDecodeTable);
-  return launch_persistent(decompress_forward_kernel<D, Code>, DecodePolicy::THREADS, smem,
-                           format::layout_for(D, n).num_chunks, stream, args);
+  return launch_persistent(decompress_forward_kernel<D, Code>, DecodePolicy::THREADS, smem, format::most_chunks(n),
+                           stream, args);
 }
 
 template <DType D, class Code>
@@ -193,15 +199,19 @@ cudaError_t launch_decompress_reduce_compress(void* d_temp, size_t& temp_bytes, 
                                               const void* d_local, uint64_t n, const ReduceOp& op, void* d_out,
                                               uint64_t out_capacity, uint64_t* d_out_bytes, Status* d_status,
                                               cudaStream_t stream) {
-  const format::Layout L = format::layout_for(D, n);
-  const size_t need = compress_temp_bytes(L.num_chunks);
+  // The stream's chunk size is read on the device: temp storage for the smallest chunks, the output capacity
+  // checked here against the largest ones' bound and on the device against the stream's.
+  const uint64_t chunks = format::most_chunks(n);
+  const size_t need = compress_temp_bytes(chunks);
   if (d_temp == nullptr) {
     temp_bytes = need;
     return cudaSuccess;
   }
   if (!d_status || !d_out_bytes) return cudaErrorInvalidValue;
   Status host_check = check_decompress_args(d_in, in_bytes, d_temp, temp_bytes);
-  if (host_check == Status::ok) host_check = check_compress_args(D, d_temp, temp_bytes, n, d_out, out_capacity);
+  if (host_check == Status::ok && temp_bytes < need) host_check = Status::invalid_argument;
+  if (host_check == Status::ok)
+    host_check = check_compress_args(D, d_temp, temp_bytes, n, format::MAX_CHUNK_LOG2, d_out, out_capacity);
   if (host_check == Status::ok && ((n && !d_local) || !reduce_op_valid(op))) host_check = Status::invalid_argument;
   if (host_check != Status::ok) return fail_in_stream(d_status, host_check, stream);
   cudaError_t e = cudaMemsetAsync(d_temp, 0, need, stream);
@@ -212,7 +222,9 @@ cudaError_t launch_decompress_reduce_compress(void* d_temp, size_t& temp_bytes, 
                     nullptr};
   CompressArgs out_args{nullptr,
                         n,
+                        format::MAX_CHUNK_LOG2,  // the incoming stream's, set on the device
                         static_cast<uint8_t*>(d_out),
+                        out_capacity,
                         d_out_bytes,
                         d_status,
                         reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(d_temp) + 16),
@@ -222,7 +234,7 @@ cudaError_t launch_decompress_reduce_compress(void* d_temp, size_t& temp_bytes, 
   const size_t smem = sizeof(FusedEncodeSmem<D, Code, FusedEncodePolicy::WARPS>);
   auto kernel = decompress_reduce_compress_kernel<D, Code>;
   int grid = 1;
-  e = persistent_grid(kernel, FusedEncodePolicy::THREADS, smem, L.num_chunks, grid);
+  e = persistent_grid(kernel, FusedEncodePolicy::THREADS, smem, chunks, grid);
   if (e != cudaSuccess) return e;
   kernel<<<grid, FusedEncodePolicy::THREADS, smem, stream>>>(in_args, out_args);
   return cudaGetLastError();

@@ -136,7 +136,7 @@ ZIPCOMM_DEVICE void BlockFrameReceiver<D, WARPS, Code>::Receive(Group& g, const 
         __threadfence();  // the warp's own overflow writes, before the decoder's loads
         const warp::Planes at = p2p_detail::item_planes<D>(const_cast<uint8_t*>(base + planes_at), elems);
         const warp::ConstPlanes planes{at.plane0, at.widths, at.low,
-                                       uint32_t(format::layout_for(D, elems).low_max_bytes)};
+                                       uint32_t(format::layout_for(D, elems, format::MAX_CHUNK_LOG2).low_max_bytes)};
         auto sink = [&](uint32_t t, const uint32_t(&x)[warp::ITEMS], uint32_t cnt) {
           const uint64_t at = uint64_t(t) * format::TILE_ELEMS + lane * warp::ITEMS;
           if (vector)

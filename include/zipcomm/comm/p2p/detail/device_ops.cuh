@@ -196,7 +196,7 @@ struct WarpItemCheck {
 /// start, its width codes (all full) and its low part at full width, as a one-chunk stream lays them out.
 template <DType D>
 ZIPCOMM_DEVICE warp::Planes item_planes(uint8_t* planes_section, uint32_t elems) {
-  const format::Layout L = format::layout_for(D, elems);
+  const format::Layout L = format::layout_for(D, elems, format::MAX_CHUNK_LOG2);
   return warp::Planes{planes_section, planes_section + (L.widths_offset - format::HEADER_BYTES),
                       planes_section + (L.table_offset - format::HEADER_BYTES), true};
 }
