@@ -356,7 +356,8 @@ double exponent_entropy_bits(DType d, const uint8_t* src, uint64_t n) {
   return h;
 }
 
-nb::dict stats(const AnyArray& x, const std::optional<std::string>& declared, const std::string& code) {
+nb::dict stats(const AnyArray& x, const std::optional<std::string>& declared, const std::string& code,
+               uint32_t chunk_log2) {
   const std::string where = "zipcomm.stats";
   require_known_device(x.device_type(), where);
   if (on_gpu(x.device_type()))
@@ -367,7 +368,8 @@ nb::dict stats(const AnyArray& x, const std::optional<std::string>& declared, co
   const CodeId c = parse_code(code, where);
   require_c_contiguous(x, where, "the array");
   const uint64_t n = x.size();
-  const uint64_t capacity = format::max_compressed_bytes(d, n);
+  chunk_log2 = chunk_log2_for(chunk_log2, n, where);
+  const uint64_t capacity = format::max_compressed_bytes(d, n, chunk_log2);
   std::vector<uint8_t> stream(capacity);
   uint64_t bytes = 0;
   Status s;
@@ -375,7 +377,7 @@ nb::dict stats(const AnyArray& x, const std::optional<std::string>& declared, co
   const auto* src = static_cast<const uint8_t*>(x.data());
   {
     nb::gil_scoped_release unlocked;
-    s = zipcomm::host::compress(d, c, src, n, stream.data(), capacity, &bytes);
+    s = zipcomm::host::compress(d, c, src, n, stream.data(), capacity, &bytes, format::LowWidths::minimal, chunk_log2);
     h0 = exponent_entropy_bits(d, src, n);
   }
   check_status(s, where);
@@ -626,7 +628,7 @@ NB_MODULE(_zipcomm_ext, m) {
   m.def("cuda_empty", &cuda_empty, "device"_a, "count"_a, "dtype"_a);
   m.def("info", &info, "buf"_a, "stream"_a = 0);
   m.def("header_fields", &header_fields, "buf"_a, "stream"_a, "where"_a);
-  m.def("stats", &stats, "x"_a, "dtype"_a.none(), "code"_a);
+  m.def("stats", &stats, "x"_a, "dtype"_a.none(), "code"_a, "chunk_log2"_a);
   m.def("cuda_device_count", &cuda_device_count);
   register_quant(m);
   nb::class_<WeightSyncLinks>(m, "WeightSyncLinks", "zipcomm.WeightSync's links (private)")

@@ -397,17 +397,17 @@ def info(buf: Any, *, stream: Any = None) -> dict[str, Any]:
     return _ext.info(buf)
 
 
-def stats(x: Any, code: str = "pair", *, dtype: Any = None) -> dict[str, Any]:
+def stats(x: Any, code: str = "pair", *, dtype: Any = None, chunk_elements: int | None = None) -> dict[str, Any]:
     """How well a host array compresses: compresses it (host codec) and measures the stream.
 
-    Takes the same x, code and dtype as compress. Returns a dict: dtype, code, elements, original_bytes,
+    Takes the same x, code, dtype and chunk_elements as compress. Returns a dict: dtype, code, elements, original_bytes,
     compressed_bytes, ratio (compressed / original, every byte counted), bits_per_element, chunks, raw_chunks,
     exponent_entropy_bits (order-0 entropy of the exponent field, bits per element), entropy_bound (the ratio
     of an ideal order-0 exponent coder with sign and mantissa raw), and the header fields of info().
     """
     where = "zipcomm.stats"
     arg, declared = _array_argument(x, _canonical_dtype(dtype, where), where)
-    return _ext.stats(arg, declared, code)
+    return _ext.stats(arg, declared, code, _chunk_log2(chunk_elements, where))
 
 
 def status_string(status: Status) -> str:

@@ -39,7 +39,7 @@ def test_build_info_and_cuda_available() -> None:
 
 def test_help_explains_format_and_statuses() -> None:
     text = pydoc.render_doc(zipcomm.compress, renderer=pydoc.plaintext)
-    for words in ("Wire format v5", "docs/FORMAT.md", "header", "plane0", "chunk table", "exponent section",
+    for words in ("Wire format v6", "docs/FORMAT.md", "header", "plane0", "chunk table", "exponent section",
                   "checksum_mismatch", "corrupt_stream", "bad_header", "unsupported_version", "C-contiguous"):
         assert words in text, words
     for name in ("decompress", "info", "stats", "max_compressed_bytes", "cuda_available", "build_info"):
@@ -51,11 +51,13 @@ def test_max_compressed_bytes_bounds_random_bits(rng: np.random.Generator) -> No
                        ("fp8_e5m2", np.uint8)):
         for n in (0, 1, 255, 16385, 50000):
             x = rng.integers(0, np.iinfo(bits).max, n, dtype=bits, endpoint=True)
-            bound = zipcomm.max_compressed_bytes(n, kind)
-            assert len(zipcomm.compress(x, dtype=kind)) <= bound
+            for chunk_elements in (None, 4096, 8192, 16384):
+                bound = zipcomm.max_compressed_bytes(n, kind, chunk_elements)
+                assert len(zipcomm.compress(x, dtype=kind, chunk_elements=chunk_elements)) <= bound
     assert zipcomm.max_compressed_bytes(0, "fp32") == zipcomm.HEADER_BYTES
-    assert zipcomm.max_compressed_bytes(np.int64(40000), np.float16) == 80256
-    assert zipcomm.max_compressed_bytes(40000, "bfloat16") == 80112
+    # docs/FORMAT.md section 15 (16384-element chunks)
+    assert zipcomm.max_compressed_bytes(np.int64(40000), np.float16, 16384) == 80256
+    assert zipcomm.max_compressed_bytes(40000, "bfloat16", chunk_elements=16384) == 80112
 
 
 def test_info_fields(rng: np.random.Generator) -> None:
@@ -65,17 +67,19 @@ def test_info_fields(rng: np.random.Generator) -> None:
     assert info["dtype"] == "fp32" and info["code"] == "pair" and info["version"] == 6
     assert info["elements"] == 20000 and info["original_bytes"] == 80000
     assert info["compressed_bytes"] == len(buf) and info["buffer_bytes"] == len(buf) + 3
-    assert info["chunks"] == 2 and info["raw_chunks"] == 2
+    assert info["chunks"] == 5 and info["raw_chunks"] == 5 and info["chunk_elements"] == 4096
     assert info["ratio"] == pytest.approx(len(buf) / 80000)
 
 
 def test_stats_of_real_gradients() -> None:
     x = read_data("llama_grads.bf16", np.uint16)
-    stats = zipcomm.stats(x, dtype="bf16")
+    stats = zipcomm.stats(x, dtype="bf16", chunk_elements=16384)
     assert stats["elements"] == x.size and stats["original_bytes"] == x.nbytes
-    assert stats["compressed_bytes"] == len(zipcomm.compress(x, dtype="bf16"))
+    assert stats["compressed_bytes"] == len(zipcomm.compress(x, dtype="bf16", chunk_elements=16384))
     assert stats["ratio"] == pytest.approx(0.66931, abs=5e-5)  # tests/data/README.md
     assert stats["raw_chunks"] == 0 and stats["chunks"] == 4
+    small = zipcomm.stats(x, dtype="bf16")  # 65536 elements: 4096-element chunks by default
+    assert small["chunks"] == 16 and small["compressed_bytes"] == len(zipcomm.compress(x, dtype="bf16"))
     assert 0 < stats["exponent_entropy_bits"] < 8
     assert 0.5 < stats["entropy_bound"] < 1
     assert stats["bits_per_element"] == pytest.approx(16 * stats["ratio"])
