@@ -215,34 +215,20 @@ struct DecompressArgs {
   unsigned long long* chunk_counter;  // zeroed before launch; warps take chunks from it (balances uneven chunks)
 };
 
-/// Shared memory of a kernel whose warps decode: the table, and the stream's view, opened by one thread (warps
-/// read it per chunk, so its offsets take no registers across the chunk loop).
-struct DecodeSmem {
-  warp::PairDecodeTable table;
-  format::StreamView view;
-  Status header;
-};
-
 /// The body of every kernel that reads a stream: checks the header (exact: n must equal `n_or_capacity`;
 /// else n <= it; then check(view) -> Status for what else the caller needs), then warps take chunks from the
 /// counter and run chunk_op(c, chunk, bytes, view) -> Status (bytes = 0 for a chunk whose table entries are
 /// inconsistent: chunk_op must read nothing of it). Returns whether the header passed (the same in every thread).
-/// Every thread of the block calls it.
 template <DType D, class Code, class Check, class ChunkOp>
-ZIPCOMM_DEVICE bool decode_chunks(DecodeSmem& smem, const uint8_t* in, uint64_t in_bytes, uint64_t n_or_capacity,
-                                  bool exact, Status* status, unsigned long long* counter, Check& check,
-                                  ChunkOp& chunk_op) {
-  format::StreamView& view = smem.view;
-  if (threadIdx.x == 0) {
-    Status hs = view.open(in, in_bytes, D, Code::ID);
-    if (hs == Status::ok && exact && view.layout.n != n_or_capacity) hs = Status::size_mismatch;
-    if (hs == Status::ok && !exact && view.layout.n > n_or_capacity) hs = Status::buffer_too_small;
-    if (hs == Status::ok) hs = check(view);
-    smem.header = hs;
-  }
-  __syncthreads();
-  if (smem.header != Status::ok) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) report(status, smem.header);
+ZIPCOMM_DEVICE bool decode_chunks(const uint8_t* in, uint64_t in_bytes, uint64_t n_or_capacity, bool exact,
+                                  Status* status, unsigned long long* counter, Check& check, ChunkOp& chunk_op) {
+  format::StreamView view;
+  Status hs = view.open(in, in_bytes, D, Code::ID);
+  if (hs == Status::ok && exact && view.layout.n != n_or_capacity) hs = Status::size_mismatch;
+  if (hs == Status::ok && !exact && view.layout.n > n_or_capacity) hs = Status::buffer_too_small;
+  if (hs == Status::ok) hs = check(view);
+  if (hs != Status::ok) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) report(status, hs);
     return false;
   }
   for (uint64_t c = next_chunk(counter); c < view.layout.num_chunks; c = next_chunk(counter)) {
@@ -266,10 +252,10 @@ struct HeaderOnly {
 template <DType D, class Code>
 __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_kernel(DecompressArgs args) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& smem = *reinterpret_cast<DecodeSmem*>(smem_raw);
+  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(smem_raw);
   auto cta = cooperative_groups::this_thread_block();
-  warp::LoadPairTable(smem.table, cta);
-  warp::WarpChunkDecoder<D, Code> dec(smem.table);
+  warp::LoadPairTable(table, cta);
+  warp::WarpChunkDecoder<D, Code> dec(table);
   const bool vector = warp::aligned16(args.out);
   auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
     const uint64_t first_tile = view.layout.chunk_first_tile(c);
@@ -283,8 +269,8 @@ __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_kernel(De
                       view.check(c), sink);
   };
   HeaderOnly check;
-  decode_chunks<D, Code>(smem, args.in, args.in_bytes, args.out_capacity, false, args.status, args.chunk_counter,
-                         check, chunk_op);
+  decode_chunks<D, Code>(args.in, args.in_bytes, args.out_capacity, false, args.status, args.chunk_counter, check,
+                         chunk_op);
 }
 
 /// Grid of a persistent kernel: as many blocks as fit on the GPU at once, no more than the work needs.
@@ -426,7 +412,7 @@ cudaError_t launch_decompress(void* d_temp, size_t& temp_bytes, const void* d_in
   if (e != cudaSuccess) return e;
   DecompressArgs args{static_cast<const uint8_t*>(d_in), in_bytes,  d_out,
                       out_capacity_elems,                d_status, static_cast<unsigned long long*>(d_temp)};
-  const size_t smem = sizeof(DecodeSmem);
+  const size_t smem = sizeof(warp::PairDecodeTable);
   // The element count lives in the header on the device: size the grid for the whole GPU.
   return launch_persistent(decompress_kernel<D, Code>, DecodePolicy::THREADS, smem, uint64_t(1) << 40, stream, args);
 }

@@ -48,17 +48,16 @@ struct FusedArgs {
 template <DType D, class Code>
 __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_reduce_kernel(FusedArgs args) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& smem = *reinterpret_cast<DecodeSmem*>(smem_raw);
+  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(smem_raw);
   auto cta = cooperative_groups::this_thread_block();
-  warp::LoadPairTable(smem.table, cta);
-  warp::WarpChunkDecodeReduce<D, Code> fused(smem.table);
+  warp::LoadPairTable(table, cta);
+  warp::WarpChunkDecodeReduce<D, Code> fused(table);
   auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
     return fused.DecodeReduce(chunk, bytes, view.layout.chunk_elems(c), view.layout.chunk_first_tile(c),
                               view.chunk_planes(D, c), view.check(c), args.local, args.out, args.op);
   };
   HeaderOnly check;
-  decode_chunks<D, Code>(smem, args.in, args.in_bytes, args.n, true, args.status, args.chunk_counter, check,
-                         chunk_op);
+  decode_chunks<D, Code>(args.in, args.in_bytes, args.n, true, args.status, args.chunk_counter, check, chunk_op);
 }
 
 /// The part of a forwarded stream that is neither raw bits nor chunk streams, spread over the chunks' warps:
@@ -81,10 +80,10 @@ ZIPCOMM_DEVICE void forward_stream_frame(const uint8_t* in, uint8_t* fwd, const 
 template <DType D, class Code>
 __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_forward_kernel(FusedArgs args) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& smem = *reinterpret_cast<DecodeSmem*>(smem_raw);
+  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(smem_raw);
   auto cta = cooperative_groups::this_thread_block();
-  warp::LoadPairTable(smem.table, cta);
-  warp::WarpChunkDecodeForward<D, Code> fused(smem.table);
+  warp::LoadPairTable(table, cta);
+  warp::WarpChunkDecodeForward<D, Code> fused(table);
   auto check = [&](const format::StreamView& view) {
     return view.total_bytes() > args.fwd_capacity ? Status::buffer_too_small : Status::ok;
   };
@@ -98,8 +97,8 @@ __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_forward_k
                                warp::Planes{args.fwd + L.plane0_offset, args.fwd + L.widths_offset,
                                             args.fwd + (planes.low - args.in), false});
   };
-  const bool ok = decode_chunks<D, Code>(smem, args.in, args.in_bytes, args.n, true, args.status, args.chunk_counter,
-                                         check, chunk_op);
+  const bool ok =
+      decode_chunks<D, Code>(args.in, args.in_bytes, args.n, true, args.status, args.chunk_counter, check, chunk_op);
   if (ok && args.n == 0 && blockIdx.x == 0 && threadIdx.x < 32)  // no chunk: the header travels alone
     for (uint64_t b = threadIdx.x; b < format::layout_for(D, 0, format::MAX_CHUNK_LOG2).exp_offset; b += 32)
       args.fwd[b] = args.in[b];
@@ -165,7 +164,7 @@ cudaError_t launch_decompress_reduce(void* d_temp, size_t& temp_bytes, const voi
   if (e != cudaSuccess) return e;
   FusedArgs args{static_cast<const uint8_t*>(d_in), in_bytes, d_local, d_out, n, op, nullptr, 0, d_status,
                  static_cast<unsigned long long*>(d_temp)};
-  const size_t smem = sizeof(DecodeSmem);
+  const size_t smem = sizeof(warp::PairDecodeTable);
   return launch_persistent(decompress_reduce_kernel<D, Code>, DecodePolicy::THREADS, smem, format::most_chunks(n),
                            stream, args);
 }
@@ -190,7 +189,7 @@ cudaError_t launch_decompress_forward(void* d_temp, size_t& temp_bytes, const vo
   if (e != cudaSuccess) return e;
   FusedArgs args{static_cast<const uint8_t*>(d_in), in_bytes, nullptr, d_out, n, ReduceOp::sum(),
                  static_cast<uint8_t*>(d_fwd), fwd_capacity, d_status, static_cast<unsigned long long*>(d_temp)};
-  const size_t smem = sizeof(DecodeSmem);
+  const size_t smem = sizeof(warp::PairDecodeTable);
   return launch_persistent(decompress_forward_kernel<D, Code>, DecodePolicy::THREADS, smem, format::most_chunks(n),
                            stream, args);
 }
