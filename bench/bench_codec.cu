@@ -150,7 +150,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   const uint64_t eb = format::elem_bytes(D);
   const uint64_t n = mib * 1024 * 1024 / eb;
   const std::vector<uint8_t> host = bench::tiled_sample(sample, n * eb, eb);
-  if (chunk_log2 == format::CHUNK_LOG2_AUTO) chunk_log2 = format::default_chunk_log2(n);
+  chunk_log2 = format::resolve_chunk_log2(chunk_log2, n);
   const uint64_t cap = format::max_compressed_bytes(D, n, chunk_log2);
   void *d_in, *d_out, *d_back, *d_temp;
   uint64_t* d_bytes;

@@ -314,6 +314,10 @@ ZIPCOMM_HOST_DEVICE constexpr uint32_t default_chunk_log2(uint64_t n) {
 ZIPCOMM_HOST_DEVICE constexpr bool chunk_log2_valid(uint32_t chunk_log2) {
   return chunk_log2 >= MIN_CHUNK_LOG2 && chunk_log2 <= MAX_CHUNK_LOG2;
 }
+/// An encoder's chunk_log2 argument as it codes n elements: CHUNK_LOG2_AUTO becomes default_chunk_log2(n).
+ZIPCOMM_HOST_DEVICE constexpr uint32_t resolve_chunk_log2(uint32_t chunk_log2, uint64_t n) {
+  return chunk_log2 == CHUNK_LOG2_AUTO ? default_chunk_log2(n) : chunk_log2;
+}
 /// The most chunks a stream of n elements can have (the smallest chunks): for work sized before the stream's
 /// header is read.
 ZIPCOMM_HOST_DEVICE constexpr uint64_t most_chunks(uint64_t n) { return div_up(n, uint64_t(1) << MIN_CHUNK_LOG2); }

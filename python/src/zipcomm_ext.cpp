@@ -98,7 +98,7 @@ format::Header read_device_header(const AnyArray& buf, uintptr_t stream, const s
 
 /// chunk_log2 as given (0: the default for n), checked.
 uint32_t chunk_log2_for(uint32_t chunk_log2, uint64_t n, const std::string& where) {
-  if (chunk_log2 == format::CHUNK_LOG2_AUTO) return format::default_chunk_log2(n);
+  chunk_log2 = format::resolve_chunk_log2(chunk_log2, n);
   if (!format::chunk_log2_valid(chunk_log2))
     throw nb::value_error((where + ": chunks hold 4096, 8192 or 16384 elements").c_str());
   return chunk_log2;

@@ -23,7 +23,7 @@ template <DType D, class Code>
 DeviceResult device_compress(const std::vector<uint8_t>& raw, size_t in_offset = 0,
                              uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
   const uint64_t n = raw.size() / format::elem_bytes(D);
-  const uint32_t log2 = chunk_log2 == format::CHUNK_LOG2_AUTO ? format::default_chunk_log2(n) : chunk_log2;
+  const uint32_t log2 = format::resolve_chunk_log2(chunk_log2, n);
   DeviceBuffer in(raw.size() + in_offset + 16), out(format::max_compressed_bytes(D, n, log2)), meta(64);
   CUDA_OK(cudaMemcpy(in.as(in_offset), raw.data(), raw.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(out.ptr, 0xCD, out.bytes));  // poison: every stream byte must be written
@@ -76,7 +76,7 @@ void check_round_trip(const std::vector<uint8_t>& raw, size_t in_offset = 0, siz
                       uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
   const uint64_t n = raw.size() / format::elem_bytes(D);
   CAPTURE(n, in_offset, out_offset, int(D), int(Code::ID), chunk_log2);
-  const uint32_t log2 = chunk_log2 == format::CHUNK_LOG2_AUTO ? format::default_chunk_log2(n) : chunk_log2;
+  const uint32_t log2 = format::resolve_chunk_log2(chunk_log2, n);
   std::vector<uint8_t> ref(format::max_compressed_bytes(D, n, log2));
   uint64_t ref_bytes = 0;
   REQUIRE(host::compress(D, Code::ID, raw.data(), n, ref.data(), ref.size(), &ref_bytes, format::LowWidths::minimal,

@@ -161,7 +161,7 @@ constexpr uint32_t kChunkLog2s[] = {12, 13, 14};
 inline std::vector<uint8_t> compress_ok(CodeId code, const Tensor& t,
                                         format::LowWidths widths = format::LowWidths::minimal,
                                         uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
-  if (chunk_log2 == format::CHUNK_LOG2_AUTO) chunk_log2 = format::default_chunk_log2(t.n);
+  chunk_log2 = format::resolve_chunk_log2(chunk_log2, t.n);
   const uint64_t bound = format::max_compressed_bytes(t.dtype, t.n, chunk_log2);
   std::vector<uint8_t> buf(bound + 2 * kGuard, kGuardByte);
   uint64_t out = ~0ull;
@@ -199,7 +199,7 @@ inline std::vector<uint8_t> roundtrip(CodeId code, const Tensor& t, uint32_t chu
   std::vector<uint8_t> s = compress_ok(code, t, format::LowWidths::minimal, chunk_log2);
   format::Header h;
   REQUIRE(host::read_header(s.data(), s.size(), &h) == Status::ok);
-  REQUIRE(h.chunk_log2 == (chunk_log2 == format::CHUNK_LOG2_AUTO ? format::default_chunk_log2(t.n) : chunk_log2));
+  REQUIRE(h.chunk_log2 == format::resolve_chunk_log2(chunk_log2, t.n));
   REQUIRE(h.num_elements == t.n);
   REQUIRE(h.total_bytes == s.size());
   REQUIRE(h.dtype == uint8_t(t.dtype));

@@ -475,7 +475,7 @@ inline Status read_header(const void* src, uint64_t bytes, Header* out) {
 inline Status compress(DType dtype, CodeId code, const void* src, uint64_t n, void* dst, uint64_t dst_capacity,
                        uint64_t* out_bytes, format::LowWidths widths = format::LowWidths::minimal,
                        uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
-  if (chunk_log2 == format::CHUNK_LOG2_AUTO) chunk_log2 = format::default_chunk_log2(n);
+  chunk_log2 = format::resolve_chunk_log2(chunk_log2, n);
   if ((!src && n) || !dst || !out_bytes || !dtype_valid(uint8_t(dtype)) || !code_valid(uint8_t(code)) ||
       !format::chunk_log2_valid(chunk_log2))
     return Status::invalid_argument;

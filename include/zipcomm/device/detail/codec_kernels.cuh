@@ -340,7 +340,7 @@ template <DType D, class Code>
 cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, uint64_t n, void* d_out,
                             uint64_t out_capacity, uint64_t* d_out_bytes, Status* d_status, cudaStream_t stream,
                             const ReduceOp& pre_op = ReduceOp::sum(), uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
-  if (chunk_log2 == format::CHUNK_LOG2_AUTO) chunk_log2 = format::default_chunk_log2(n);
+  chunk_log2 = format::resolve_chunk_log2(chunk_log2, n);
   // an invalid chunk size is refused below; the size query still answers
   const format::Layout L =
       format::layout_for(D, n, format::chunk_log2_valid(chunk_log2) ? chunk_log2 : format::MAX_CHUNK_LOG2);
