@@ -73,23 +73,28 @@ class WarpChunkDecodeReduce {
     // The local operand of tile t + 1 loads while tile t decodes.
     LaneItemsPrefetch<D> y_next;
     y_next.Issue(local, vector, lane_first, format::lane_valid_count(elems, 0, lane_id()));
-    for (uint32_t t = 0; t < dec.tiles(); ++t) {
-      uint32_t x[ITEMS], y[ITEMS];
-      uint32_t yw[ITEMS / 2];
-      const bool words = vector && detail::take_sum_words<D>(op, dec, t, y_next, yw);  // stored as decoded
-      if (!words) y_next.Take(y);
-      if (t + 1 < dec.tiles())
-        y_next.Issue(local, vector, lane_first + uint64_t(t + 1) * format::TILE_ELEMS,
-                     format::lane_valid_count(elems, t + 1, lane_id()));
-      if constexpr (format::Traits<D>::ELEM_BYTES == 2) {
-        if (words) {
-          uint32_t w[ITEMS / 2];
+    uint32_t t = 0;
+    if constexpr (format::Traits<D>::ELEM_BYTES == 2) {
+      // Full tiles of a 16-bit sum: whole words, in a loop of its own (no spills at 64 registers: 680 -> 840 GB/s)
+      if (vector && op.id == ReduceOpId::sum) {
+        for (; t < dec.fast_tiles(); ++t) {
+          uint32_t yw[ITEMS / 2], w[ITEMS / 2];
+          y_next.TakeWords(yw);
+          if (t + 1 < dec.tiles())
+            y_next.Issue(local, vector, lane_first + uint64_t(t + 1) * format::TILE_ELEMS,
+                         format::lane_valid_count(elems, t + 1, lane_id()));
           detail::decode_sum_words<D>(dec, t, yw, w);
           *reinterpret_cast<uint4*>(static_cast<uint8_t*>(out) + (lane_first + uint64_t(t) * format::TILE_ELEMS) * 2) =
               make_uint4(w[0], w[1], w[2], w[3]);
-          continue;
         }
       }
+    }
+    for (; t < dec.tiles(); ++t) {
+      uint32_t x[ITEMS], y[ITEMS];
+      y_next.Take(y);
+      if (t + 1 < dec.tiles())
+        y_next.Issue(local, vector, lane_first + uint64_t(t + 1) * format::TILE_ELEMS,
+                     format::lane_valid_count(elems, t + 1, lane_id()));
       if (t < dec.fast_tiles()) {  // a constant count: the store is one vector
         dec.DecodeFastTile(t, x);
         thread::reduce_items<D>(op, x, y);
