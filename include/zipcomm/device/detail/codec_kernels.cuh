@@ -162,34 +162,74 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
 
 /// Compress's first pass (fp16, fp32): each chunk's width codes, the narrowest whose dropped low bits are zero
 /// in every element of the tile, into the stream, and the length of its low part into the low table (a scan
-/// then turns the lengths into end offsets). A warp per chunk.
+/// then turns the lengths into end offsets). A warp per chunk; the full tiles of a 16-byte aligned input are read
+/// WIDTH_BATCH at a time, every load in flight before the first is used, and without a pre-op their low bits are
+/// gathered on whole words.
 template <DType D>
 __global__ void __launch_bounds__(CodecPolicy::THREADS) low_widths_kernel(CompressArgs args) {
   using FB = thread::FloatBits<D>;
+  constexpr uint32_t EB = format::Traits<D>::ELEM_BYTES, TILE_BYTES = format::TILE_ELEMS * EB;
+  constexpr uint32_t VECS = warp::ITEMS * EB / 16;  // a lane's 16-byte vectors per tile
+  constexpr uint32_t WIDTH_BATCH = 8 / VECS;        // fp16 pass 134 -> 93 us, fp32 105 -> 91 (H100, 256 MiB)
+  constexpr uint32_t LOW_MASK = EB == 2 ? 0x00070007u : 0x0000FFFFu;  // FB::low of each element of a word
   const uint32_t lane = warp::lane_id();
   const format::Layout L = format::layout_for(D, args.n, args.chunk_log2);
   uint64_t* low_table = reinterpret_cast<uint64_t*>(args.out + L.low_table_offset);
-  warp::ArrayTileSource<D> source(args.in, args.pre_op);
+  const bool vector = warp::aligned16(args.in), plain = args.pre_op.id != ReduceOpId::avg;
   const uint64_t warps = uint64_t(gridDim.x) * (blockDim.x / 32);
   for (uint64_t c = blockIdx.x * uint64_t(blockDim.x / 32) + threadIdx.x / 32; c < L.num_chunks; c += warps) {
     const uint32_t elems = L.chunk_elems(c), tiles = format::chunk_tiles(elems);
-    source.begin(c, elems, L.chunk_first_tile(c));
+    const uint32_t full = vector ? elems / format::TILE_ELEMS : 0u;  // tiles read as whole vectors
+    const uint64_t lane_first = L.chunk_first_tile(c) * format::TILE_ELEMS + lane * warp::ITEMS;
     warp::LowCursor low;
-    for (uint32_t t = 0; t < tiles; ++t) {
-      uint32_t x[warp::ITEMS];
-      source(t, x);
-      const uint32_t cnt = format::lane_valid_count(elems, t, lane);
-      uint32_t bits = 0;
-#pragma unroll
-      for (int i = 0; i < warp::ITEMS; ++i)
-        if (uint32_t(i) < cnt) bits |= FB::low(x[i]);
+    auto add_tile = [&](uint32_t t, uint32_t bits) {
       const uint32_t code = thread::low_code_for<D>(__reduce_or_sync(warp::FULL_MASK, bits));
-      const uint32_t bits_at = code << (2 * (t % 16));
+      const uint32_t bits_at = code << (2 * (t % 16));  // a constant index each: codes stays in registers
       if (t < 16) low.codes[0] |= bits_at;
       else if (t < 32) low.codes[1] |= bits_at;
       else if (t < 48) low.codes[2] |= bits_at;
       else low.codes[3] |= bits_at;
       low.at += format::low_tile_bytes(D, code, format::tile_valid_count(elems, t));
+    };
+    uint32_t t = 0;
+    for (; t + WIDTH_BATCH <= full; t += WIDTH_BATCH) {
+      const uint4* at = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(args.in) + lane_first * EB);
+      uint4 v[WIDTH_BATCH][VECS];
+#pragma unroll
+      for (uint32_t b = 0; b < WIDTH_BATCH; ++b)
+#pragma unroll
+        for (uint32_t k = 0; k < VECS; ++k) v[b][k] = __ldg(at + (t + b) * (TILE_BYTES / 16) + k);
+#pragma unroll
+      for (uint32_t b = 0; b < WIDTH_BATCH; ++b) {
+        uint32_t w[4 * VECS];
+#pragma unroll
+        for (uint32_t k = 0; k < VECS; ++k) w[4 * k] = v[b][k].x, w[4 * k + 1] = v[b][k].y, w[4 * k + 2] = v[b][k].z,
+                                            w[4 * k + 3] = v[b][k].w;
+        uint32_t bits = 0;
+        if (plain) {
+#pragma unroll
+          for (uint32_t k = 0; k < 4 * VECS; ++k) bits |= w[k] & LOW_MASK;
+        } else {
+          uint32_t x[warp::ITEMS];
+#pragma unroll
+          for (uint32_t i = 0; i < warp::ITEMS; ++i) x[i] = EB == 4 ? w[i] : (w[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+          thread::pre_items<D>(args.pre_op, x);
+#pragma unroll
+          for (uint32_t i = 0; i < warp::ITEMS; ++i) bits |= FB::low(x[i]);
+        }
+        add_tile(t + b, bits);
+      }
+    }
+    for (; t < tiles; ++t) {  // the rest: partial tiles, an unaligned input
+      uint32_t x[warp::ITEMS];
+      const uint32_t cnt = format::lane_valid_count(elems, t, lane);
+      warp::load_items_any<D>(args.in, vector, lane_first + uint64_t(t) * format::TILE_ELEMS, cnt, x);
+      thread::pre_items<D>(args.pre_op, x);
+      uint32_t bits = 0;
+#pragma unroll
+      for (int i = 0; i < warp::ITEMS; ++i)
+        if (uint32_t(i) < cnt) bits |= FB::low(x[i]);
+      add_tile(t, bits);
     }
     if (lane == 0) warp::store_low_codes(args.out + L.widths_offset, L.chunk_first_tile(c), tiles, low.codes);
     if (lane == 0) low_table[c] = low.at;
