@@ -290,32 +290,13 @@ ZIPCOMM_DEVICE uint64_t lane_plane0_bits_at(uint64_t first) {
   return (first / format::TILE_ELEMS) * format::plane0_tile_bytes(D) + lane_id();
 }
 
-/// Writes the raw bits of a lane's items of one tile (its first item is element `first`): plane 0 (a byte per
-/// element; fp8: the lane's bytes of the tile's bit-planes), low bits at width `code` into the tile's low part
-/// `tile_low` (the tile has `tile_valid` elements; a lane's `count` of them). Bytes and bits of a short last
-/// tile that no element owns are written as zero.
+/// The low bits of a lane's items of one tile at width `code` into the tile's low part `tile_low` (the tile has
+/// `tile_valid` elements; a lane's `count` of them), as write_planes writes them.
 template <DType D>
-ZIPCOMM_DEVICE void write_planes(uint8_t* plane0, uint8_t* tile_low, uint32_t code, uint32_t tile_valid,
-                                 uint64_t first, uint32_t count, const uint32_t (&x)[ITEMS]) {
+ZIPCOMM_DEVICE void write_low_bits(uint8_t* tile_low, uint32_t code, uint32_t tile_valid, uint32_t count,
+                                   const uint32_t (&x)[ITEMS]) {
   using FB = thread::FloatBits<D>;
   const uint32_t lane = lane_id();
-  uint32_t p0[ITEMS];
-#pragma unroll
-  for (int i = 0; i < ITEMS; ++i) p0[i] = FB::plane0(x[i]);
-  if constexpr (format::plane0_bit_planes(D)) {
-    constexpr uint32_t P = format::plane0_planes(D);
-    const uint32_t w = pack_bit_planes<P>(p0, count);
-    uint8_t* at = plane0 + lane_plane0_bits_at<D>(first);
-#pragma unroll
-    for (uint32_t j = 0; j < P; ++j) at[j * format::LANES] = uint8_t(w >> (8 * j));
-  } else if (count == ITEMS) {
-    *reinterpret_cast<uint2*>(plane0 + first) =
-        make_uint2(p0[0] | p0[1] << 8 | p0[2] << 16 | p0[3] << 24, p0[4] | p0[5] << 8 | p0[6] << 16 | p0[7] << 24);
-  } else {
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i)
-      if (uint32_t(i) < count) plane0[first + i] = uint8_t(p0[i]);
-  }
   uint32_t lo[ITEMS];
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) lo[i] = uint32_t(i) < count ? FB::low(x[i]) : 0u;
@@ -338,6 +319,34 @@ ZIPCOMM_DEVICE void write_planes(uint8_t* plane0, uint8_t* tile_low, uint32_t co
                      lo[4] >> 8 | (lo[5] >> 8) << 8 | (lo[6] >> 8) << 16 | (lo[7] >> 8) << 24);
     }
   }
+}
+
+/// Writes the raw bits of a lane's items of one tile (its first item is element `first`): plane 0 (a byte per
+/// element; fp8: the lane's bytes of the tile's bit-planes), low bits at width `code` into the tile's low part
+/// `tile_low` (the tile has `tile_valid` elements; a lane's `count` of them). Bytes and bits of a short last
+/// tile that no element owns are written as zero.
+template <DType D>
+ZIPCOMM_DEVICE void write_planes(uint8_t* plane0, uint8_t* tile_low, uint32_t code, uint32_t tile_valid,
+                                 uint64_t first, uint32_t count, const uint32_t (&x)[ITEMS]) {
+  using FB = thread::FloatBits<D>;
+  uint32_t p0[ITEMS];
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) p0[i] = FB::plane0(x[i]);
+  if constexpr (format::plane0_bit_planes(D)) {
+    constexpr uint32_t P = format::plane0_planes(D);
+    const uint32_t w = pack_bit_planes<P>(p0, count);
+    uint8_t* at = plane0 + lane_plane0_bits_at<D>(first);
+#pragma unroll
+    for (uint32_t j = 0; j < P; ++j) at[j * format::LANES] = uint8_t(w >> (8 * j));
+  } else if (count == ITEMS) {
+    *reinterpret_cast<uint2*>(plane0 + first) =
+        make_uint2(p0[0] | p0[1] << 8 | p0[2] << 16 | p0[3] << 24, p0[4] | p0[5] << 8 | p0[6] << 16 | p0[7] << 24);
+  } else {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+      if (uint32_t(i) < count) plane0[first + i] = uint8_t(p0[i]);
+  }
+  write_low_bits<D>(tile_low, code, tile_valid, count, x);
 }
 
 /// A lane's raw bits for one tile, as loaded: the plane-0 bytes of its 8 items (zero past `count`; fp8: its
