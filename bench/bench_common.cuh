@@ -79,43 +79,58 @@ inline std::vector<uint8_t> tiled_sample(const std::vector<uint8_t>& sample, uin
 /// --chunk-log2 N and --chunk-sweep; exits with a usage line on anything else.
 struct Options {
   std::string data = "tests/data", json;
-  uint64_t mib = 256;
+  uint64_t mib = 256;          // the message size (the first of mibs)
+  std::vector<uint64_t> mibs;  // --mib A,B,...: message sizes, where the bench takes several
   int reps = 20;
   std::vector<int> sms;  // SM counts to confine the timed operations to, besides the whole GPU
   uint32_t chunk_log2 = 0;  // device compress's chunk size (0: the format's default for the size)
   bool chunk_sweep = false;  // device encode / decode against message and chunk size
 };
-inline Options parse_options(int argc, char** argv, bool codec = false) {
+/// Positive integers separated by commas, each at most `max`; exits with a message naming `flag` otherwise.
+inline std::vector<uint64_t> parse_list(const char* flag, const std::string& list, uint64_t max) {
+  std::vector<uint64_t> v;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, comma - at);
+    char* end = nullptr;
+    const unsigned long long x = std::strtoull(item.c_str(), &end, 10);
+    if (item.empty() || item[0] == '-' || *end != '\0' || x == 0 || x > max)
+      std::fprintf(stderr, "%s takes positive integers up to %llu separated by commas (got \"%s\")\n", flag,
+                   (unsigned long long)max, list.c_str()),
+          std::exit(2);
+    v.push_back(x);
+    at = comma + 1;
+  }
+  return v;
+}
+
+/// codec: zipcomm_bench's flags too; sizes: --mib may list several message sizes.
+inline Options parse_options(int argc, char** argv, bool codec = false, bool sizes = false) {
   Options o;
   auto usage = [&] {
-    std::fprintf(stderr, "usage: %s [--data DIR] [--mib 256] [--reps 20] [--json FILE]%s\n", argv[0],
+    std::fprintf(stderr, "usage: %s [--data DIR] [--mib %s] [--reps 20] [--json FILE]%s\n", argv[0],
+                 sizes ? "256[,M...]" : "256",
                  codec ? " [--sms N[,M...]] [--chunk-log2 12|13|14] [--chunk-sweep]" : "");
     std::exit(2);
   };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--data" && i + 1 < argc) o.data = argv[++i];
-    else if (a == "--mib" && i + 1 < argc) o.mib = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--mib" && i + 1 < argc) {
+      o.mibs = parse_list("--mib", argv[++i], uint64_t(1) << 20);
+      if (o.mibs.size() > 1 && !sizes) std::fprintf(stderr, "--mib takes one size here\n"), std::exit(2);
+      o.mib = o.mibs.front();
+    }
     else if (a == "--reps" && i + 1 < argc) o.reps = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc) o.json = argv[++i];
     else if (codec && a == "--chunk-log2" && i + 1 < argc) o.chunk_log2 = uint32_t(std::atoi(argv[++i]));
     else if (codec && a == "--chunk-sweep") o.chunk_sweep = true;
     else if (codec && a == "--sms" && i + 1 < argc) {
-      const std::string list = argv[++i];
-      for (size_t at = 0; at <= list.size();) {
-        const size_t comma = std::min(list.find(',', at), list.size());
-        const std::string item = list.substr(at, comma - at);
-        char* end = nullptr;
-        const long v = std::strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || v <= 0 || v > 1 << 20)
-          std::fprintf(stderr, "--sms takes positive SM counts separated by commas (got \"%s\")\n", list.c_str()),
-              std::exit(2);
-        o.sms.push_back(int(v));
-        at = comma + 1;
-      }
+      for (uint64_t v : parse_list("--sms", argv[++i], uint64_t(1) << 20)) o.sms.push_back(int(v));
     } else usage();
   }
-  if (o.mib == 0 || o.reps <= 0) std::fprintf(stderr, "--mib and --reps must be positive\n"), std::exit(2);
+  if (o.mibs.empty()) o.mibs.push_back(o.mib);
+  if (o.reps <= 0) std::fprintf(stderr, "--reps must be positive\n"), std::exit(2);
   return o;
 }
 

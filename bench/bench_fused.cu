@@ -10,7 +10,8 @@
 //   uncompressed reduce      reads 2B, writes B
 // Data: the real sample tiled to --mib MiB as the incoming message; the local operand is the same sample
 // rotated by 1/3 (a second rank's values of the same kind).
-// Usage: zipcomm_bench_fused [--data DIR] [--mib 256] [--reps 20] [--json FILE]
+// Usage: zipcomm_bench_fused [--data DIR] [--mib 256[,M...]] [--reps 20] [--json FILE]
+// Several sizes (--mib 2,4,8,16,32,256: the hops of rings over a message) each get their own copy roofline.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -49,6 +50,8 @@ __global__ void uncompressed_reduce(const void* acc, const void* local, void* ou
 struct Row {
   std::string data, dtype, op, what;
   double ratio, gbps, roof_pct, ms;
+  uint64_t mib = 0;
+  double copy_tbps = 0;
 };
 
 template <DType D>
@@ -165,43 +168,54 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bench::Options opt = bench::parse_options(argc, argv);
+  const bench::Options opt = bench::parse_options(argc, argv, /*codec=*/false, /*sizes=*/true);
   const std::string& data = opt.data;
   const std::string& json = opt.json;
-  const uint64_t mib = opt.mib;
   const int reps = opt.reps;
   if (!bench::gpu_count("zipcomm_bench_fused")) return 0;
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  const double copy_tbps = bench::copy_roofline_tbps(mib * 1024 * 1024, reps);
 
   auto file = [&](const char* f) { return bench::read_data_file(data, f); };
+  const std::vector<uint8_t> bf16 = file("llama_grads.bf16"), fp16 = file("llama_grads_scaled.f16"),
+                             fp32 = file("llama_grads.f32");
   std::vector<Row> rows;
   const std::vector<ReduceOp> all_ops = {ReduceOp::sum(), ReduceOp::prod(), ReduceOp::min(), ReduceOp::max(),
                                          ReduceOp::avg(8)};
-  bench_dataset<DType::bf16>("llama_grads", file("llama_grads.bf16"), mib, reps, copy_tbps, all_ops, rows);
-  bench_dataset<DType::fp16>("llama_grads_scaled", file("llama_grads_scaled.f16"), mib, reps, copy_tbps,
-                             {ReduceOp::sum()}, rows);
-  bench_dataset<DType::fp32>("llama_grads", file("llama_grads.f32"), mib, reps, copy_tbps, {ReduceOp::sum()}, rows);
+  for (const uint64_t mib : opt.mibs) {
+    const double copy_tbps = bench::copy_roofline_tbps(mib * 1024 * 1024, reps);
+    const size_t first = rows.size();
+    bench_dataset<DType::bf16>("llama_grads", bf16, mib, reps, copy_tbps, all_ops, rows);
+    bench_dataset<DType::fp16>("llama_grads_scaled", fp16, mib, reps, copy_tbps, {ReduceOp::sum()}, rows);
+    bench_dataset<DType::fp32>("llama_grads", fp32, mib, reps, copy_tbps, {ReduceOp::sum()}, rows);
+    for (size_t i = first; i < rows.size(); ++i) rows[i].mib = mib, rows[i].copy_tbps = copy_tbps;
+  }
 
-  std::printf("\nzipcomm fused-step benchmark on %s (%d SMs); %llu MiB messages, median of %d\n", prop.name,
-              prop.multiProcessorCount, (unsigned long long)mib, reps);
-  std::printf("device copy roofline: %.2f TB/s (read + write)\n\n", copy_tbps);
-  std::printf("%-19s %-5s %-4s %-40s %7s %9s %8s %7s\n", "data", "dtype", "op", "step", "ratio", "GB/s", "ms",
-              "%roof");
-  for (const Row& r : rows)
+  std::printf("\nzipcomm fused-step benchmark on %s (%d SMs); median of %d\n", prop.name, prop.multiProcessorCount,
+              reps);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    if (i == 0 || rows[i - 1].mib != r.mib) {
+      std::printf("\n%llu MiB messages; device copy roofline: %.2f TB/s (read + write)\n\n", (unsigned long long)r.mib,
+                  r.copy_tbps);
+      std::printf("%-19s %-5s %-4s %-40s %7s %9s %8s %7s\n", "data", "dtype", "op", "step", "ratio", "GB/s", "ms",
+                  "%roof");
+    }
     std::printf("%-19s %-5s %-4s %-40s %7.4f %9.1f %8.3f %6.1f%%\n", r.data.c_str(), r.dtype.c_str(), r.op.c_str(),
                 r.what.c_str(), r.ratio, r.gbps, r.ms, r.roof_pct);
+  }
   std::printf("\nGB/s counts uncompressed message bytes; %%roof = (bytes the step reads + writes) / copy TB/s,\n"
               "over the measured time. Every fused result was checked against the uncompressed path.\n");
   if (!json.empty()) {
     std::ofstream o(json);
-    o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"copy_tbps\": " << copy_tbps << ",\n  \"mib\": " << mib
-      << ",\n  \"reps\": " << reps << ",\n  \"rows\": [\n";
+    // copy_tbps and mib at the top are the first size's; each row has its own.
+    o << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"copy_tbps\": " << rows.front().copy_tbps
+      << ",\n  \"mib\": " << opt.mib << ",\n  \"reps\": " << reps << ",\n  \"rows\": [\n";
     bench::write_json_rows(o, rows, [](std::ostream& o, const Row& r) {
       o << "{\"data\": \"" << r.data << "\", \"dtype\": \"" << r.dtype << "\", \"op\": \"" << r.op
-        << "\", \"step\": \"" << r.what << "\", \"ratio\": " << r.ratio << ", \"gbps\": " << r.gbps
-        << ", \"ms\": " << r.ms << ", \"roof_pct\": " << r.roof_pct << "}";
+        << "\", \"step\": \"" << r.what << "\", \"mib\": " << r.mib << ", \"copy_tbps\": " << r.copy_tbps
+        << ", \"ratio\": " << r.ratio << ", \"gbps\": " << r.gbps << ", \"ms\": " << r.ms
+        << ", \"roof_pct\": " << r.roof_pct << "}";
     });
     o << "  ]\n}\n";
   }

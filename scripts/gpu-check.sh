@@ -162,6 +162,10 @@ fi
 if want fused; then
   $BUILD/bench/zipcomm_bench_fused --data tests/data --mib $MIB --reps 20 --json "$OUT/bench_fused.json" > "$OUT/bench_fused.txt" 2>&1
   log "bench_fused rc=$?"
+  # The sizes of ring hops (a message over its ranks): where each step's chains, not the GPU's width, bound it
+  timeout 300 $BUILD/bench/zipcomm_bench_fused --data tests/data --mib 2,4,8,16,32 --reps 10 \
+    --json "$OUT/bench_fused_sizes.json" > "$OUT/bench_fused_sizes.txt" 2>&1
+  log "bench_fused (2-32 MiB) rc=$?"
 fi
 # Quantization tier (lossy): quantize/dequantize on the bf16 tensors, b = 4/6/8, G = 32/128, both modes, against the
 # copy roofline and next to the lossless codec
