@@ -25,6 +25,12 @@ ZIPCOMM_DEVICE uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
   return r;
 }
+/// Two elements in one word, the first in the low half, as the packed full-tile paths code them: 16-bit elements
+/// whole, fp32 elements by their upper halves (sign, exponent and top 7 mantissa bits: a bf16 pattern).
+template <DType D>
+ZIPCOMM_DEVICE uint32_t packed_pair(uint32_t a, uint32_t b) {
+  return prmt(a, b, D == DType::fp32 ? 0x7632u : 0x5410u);
+}
 /// Brings the line holding p into L1 without a register: a load waits for every load of its scoreboard issued
 /// before it, so a register prefetch is only as early as the latest load; a line in L1 makes the late one cheap.
 ZIPCOMM_DEVICE void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }

@@ -139,8 +139,11 @@ class WarpChunkEncoder {
   using FB = thread::FloatBits<D>;
   static constexpr uint32_t EXP_BITS = FB::EXP_BITS;
   static constexpr uint32_t LANE_WORDS = format::LANE_WORD_LIMIT;
-  // 16-bit full tiles are coded two elements per word: check, maximum, symbols (bf16: planes too) on packed pairs.
-  static constexpr bool PACKED = D == DType::bf16 || D == DType::fp16;
+  // Full tiles are coded two elements per word: maximum, symbols and plane bytes on packed pairs (fp32: its upper
+  // halves, which are bf16 patterns; the low halves go to the width writer; fp32 encode 765-771 -> 889-910 GB/s, H100).
+  static constexpr bool PACKED = D == DType::bf16 || D == DType::fp16 || D == DType::fp32;
+  static constexpr DType HALF = D == DType::fp32 ? DType::bf16 : D;  // what a packed word's halves are
+  using PB = thread::FloatBits<HALF>;
 
  public:
   struct TempStorage {
@@ -181,7 +184,7 @@ class WarpChunkEncoder {
       for (; t < full_tiles; ++t) {
         uint32_t x[ITEMS];
         load(t, x);
-        if constexpr (format::has_low(D)) {  // fp16: the low bits by the per-item writer (none at the narrow width)
+        if constexpr (format::has_low(D)) {  // the low bits by the per-item writer (fp16: none at the narrow width)
           const uint32_t code = low.code(t);
           write_low_bits<D>(planes.low + low.at, code, format::TILE_ELEMS, ITEMS, x);
           low.at += format::low_tile_bytes(D, code, format::TILE_ELEMS);
@@ -353,27 +356,29 @@ class WarpChunkEncoder {
     ++words_;
   }
 
-  // A full 16-bit tile (the lane's 8 items; plane0_at is where its 8 plane bytes go); returns the updated check.
+  // A full tile (the lane's 8 items; plane0_at is where its 8 plane bytes go); returns the updated check.
   ZIPCOMM_DEVICE uint32_t FullTilePacked(uint32_t t, const uint32_t (&x)[ITEMS], uint8_t* plane0_at, uint32_t check) {
     const uint32_t lane = lane_id();
     uint32_t w[ITEMS / 2], top[ITEMS / 2];
 #pragma unroll
     for (int p = 0; p < ITEMS / 2; ++p) {
-      w[p] = prmt(x[2 * p], x[2 * p + 1], 0x5410u);
-      top[p] = w[p] >> (FB::MANT_BITS - 7);  // each half's top 7 mantissa bits in its low byte (fp16: 3 bits down)
+      w[p] = packed_pair<D>(x[2 * p], x[2 * p + 1]);
+      top[p] = w[p] >> (PB::MANT_BITS - 7);  // each half's top 7 mantissa bits in its low byte (fp16: 3 bits down)
     }
     // Plane bytes: those 7 bits under the sign (the top bit of each half's high byte); fp16 encode 663 -> 718 GB/s.
     *reinterpret_cast<uint2*>(plane0_at) =
         make_uint2((prmt(top[0], top[1], 0x6420u) & 0x7F7F7F7Fu) | (prmt(w[0], w[1], 0x7531u) & 0x80808080u),
                    (prmt(top[2], top[3], 0x6420u) & 0x7F7F7F7Fu) | (prmt(w[2], w[3], 0x7531u) & 0x80808080u));
+    if constexpr (D == DType::fp32) check = thread::ChunkCheck::add_items<D>(check, x, ITEMS);  // whole elements
     uint32_t mag = 0;
 #pragma unroll
     for (int p = 0; p < ITEMS / 2; ++p) {
-      check = thread::ChunkCheck::round(check, w[p]);
+      if constexpr (D != DType::fp32) check = thread::ChunkCheck::round(check, w[p]);
       mag = __vmaxu2(mag, w[p] & 0x7FFF7FFFu);
     }
+    // fp32: the largest upper half is the largest magnitude's, whose exponent and top mantissa bits it holds.
     mag = __reduce_max_sync(FULL_MASK, max(mag & 0xFFFFu, mag >> 16));
-    const uint32_t a = mag >> FB::MANT_BITS, f = thread::fraction_of<D>(mag);
+    const uint32_t a = mag >> PB::MANT_BITS, f = thread::fraction_of<HALF>(mag);
     if (lane == (t & 31u)) (t < 32 ? anchor_lo_ : anchor_hi_) = a;
     if (lane == t / 4) frac_byte_ |= f << (2 * (t & 3u));
     if (a == 0) return check;  // all exponents zero: nothing to code
@@ -385,7 +390,7 @@ class WarpChunkEncoder {
     uint32_t s[ITEMS / 2], dmax = 0;
 #pragma unroll
     for (int p = 0; p < ITEMS / 2; ++p) {
-      const uint32_t e2 = (w[p] >> FB::MANT_BITS) & (EXP_MASK | EXP_MASK << 16);
+      const uint32_t e2 = (w[p] >> PB::MANT_BITS) & (EXP_MASK | EXP_MASK << 16);
       const uint32_t nonzero = prmt(e2 + 0x7FFF7FFFu, 0u, 0xBB99u);  // 0xFFFF in each half whose e != 0
       const uint32_t d2 = (a2 - e2) & nonzero;
       dmax = __vmaxu2(dmax, d2);

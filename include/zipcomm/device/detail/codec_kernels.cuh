@@ -193,9 +193,9 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) low_widths_kernel(Compre
       else low.codes[3] |= bits_at;
       low.at += format::low_tile_bytes(D, code, format::tile_valid_count(elems, t));
     };
+    const uint4* at = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(args.in) + lane_first * EB);
     uint32_t t = 0;
     for (; t + WIDTH_BATCH <= full; t += WIDTH_BATCH) {
-      const uint4* at = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(args.in) + lane_first * EB);
       uint4 v[WIDTH_BATCH][VECS];
 #pragma unroll
       for (uint32_t b = 0; b < WIDTH_BATCH; ++b)
@@ -258,9 +258,13 @@ struct DecompressArgs {
 };
 
 /// The body of every kernel that reads a stream: checks the header (exact: n must equal `n_or_capacity`;
-/// else n <= it; then check(view) -> Status for what else the caller needs), then warps take chunks from the
-/// counter and run chunk_op(c, chunk, bytes, view) -> Status (bytes = 0 for a chunk whose table entries are
+/// else n <= it; then check(view) -> Status for what else the caller needs), then every warp runs
+/// chunk_op(c, chunk, bytes, view) -> Status on its chunks (bytes = 0 for a chunk whose table entries are
 /// inconsistent: chunk_op must read nothing of it). Returns whether the header passed (the same in every thread).
+/// The first round of chunks goes round robin over the blocks (chunk c to block c % grid): a call of fewer chunks
+/// than warps then keeps every SM busy, where from the counter its chunks crowd into the blocks that start first
+/// (bf16 decode at 16 MiB 476 -> 614 GB/s, 32 MiB 571 -> 673, 2-8 MiB +8%; H100). Later rounds come from the
+/// counter, which balances uneven chunks.
 template <DType D, class Code, class Check, class ChunkOp>
 ZIPCOMM_DEVICE bool decode_chunks(const uint8_t* in, uint64_t in_bytes, uint64_t n_or_capacity, bool exact,
                                   Status* status, unsigned long long* counter, Check& check, ChunkOp& chunk_op) {
@@ -273,7 +277,10 @@ ZIPCOMM_DEVICE bool decode_chunks(const uint8_t* in, uint64_t in_bytes, uint64_t
     if (blockIdx.x == 0 && threadIdx.x == 0) report(status, hs);
     return false;
   }
-  for (uint64_t c = next_chunk(counter); c < view.layout.num_chunks; c = next_chunk(counter)) {
+  const uint64_t first_round = uint64_t(gridDim.x) * (blockDim.x / 32);
+  // Through a shuffle, as the counter's chunks come: computed in place, decode + reduce spills at 64 registers.
+  uint64_t c = __shfl_sync(warp::FULL_MASK, blockIdx.x + uint64_t(gridDim.x) * (threadIdx.x / 32), 0);
+  for (; c < view.layout.num_chunks; c = first_round + next_chunk(counter)) {
     const uint8_t* chunk;
     uint32_t bytes;
     const uint8_t* low;
