@@ -264,7 +264,7 @@ struct DecompressArgs {
 /// The first round of chunks goes round robin over the blocks (chunk c to block c % grid): a call of fewer chunks
 /// than warps then keeps every SM busy, where from the counter its chunks crowd into the blocks that start first
 /// (bf16 decode at 16 MiB 476 -> 614 GB/s, 32 MiB 571 -> 673, 2-8 MiB +8%; H100). Later rounds come from the
-/// counter, which balances uneven chunks.
+/// counter, which balances uneven chunks. So every warp of the grid must call it, the counter zeroed at launch.
 template <DType D, class Code, class Check, class ChunkOp>
 ZIPCOMM_DEVICE bool decode_chunks(const uint8_t* in, uint64_t in_bytes, uint64_t n_or_capacity, bool exact,
                                   Status* status, unsigned long long* counter, Check& check, ChunkOp& chunk_op) {
