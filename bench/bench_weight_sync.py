@@ -89,7 +89,8 @@ def main() -> int:
                             "budget", 0.0)
         measure(f"quantized {choice}", quantize=plan)
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+    # "-dirty" when the tree measured is not the commit's
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip()
     gpu = torch.cuda.get_device_name()
     print(f"WeightSync over the pinned-host link: {len(trainer)} bf16 tensors, {total / 2**30:.2f} GiB, {gpu}, "

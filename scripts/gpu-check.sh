@@ -28,7 +28,7 @@ BUILD=build-gpu-check
 export NCCL_NVLS_ENABLE=0
 log() { echo "=== $* ===" | tee -a "$OUT/summary.txt"; }
 { nvidia-smi; nvidia-smi topo -m; nvcc --version; git log -1 --oneline 2>/dev/null; } > "$OUT/machine.txt" 2>&1
-log "commit $(git rev-parse --short HEAD 2>/dev/null) on $(nvidia-smi -L | head -1)"
+log "commit $(git describe --always --dirty 2>/dev/null) on $(nvidia-smi -L | head -1)"
 
 # The Python package: nothing to fetch there (the machine's python3 has torch, CuPy, NumPy, ml_dtypes, pytest,
 # nanobind and scikit-build-core); installed into a folder of its own, on PYTHONPATH.

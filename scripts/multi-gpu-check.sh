@@ -61,7 +61,7 @@ NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
   git log -1 --oneline 2>/dev/null
   env | grep -E '^(NCCL|CUDA)_' | sort
 } > "$OUT/machine.log" 2>&1
-log "commit $(git rev-parse --short HEAD 2>/dev/null); $NG GPU(s): $(nvidia-smi -L 2>/dev/null | head -1 | sed 's/ (UUID.*//'); NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
+log "commit $(git describe --always --dirty 2>/dev/null); $NG GPU(s): $(nvidia-smi -L 2>/dev/null | head -1 | sed 's/ (UUID.*//'); NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
 { echo "--- nvidia-smi topo -m"; nvidia-smi topo -m 2>&1; echo "---"; } >> "$S"
 if [ "$NG" -lt 2 ]; then
   log "fewer than 2 GPUs: nothing multi-GPU to run here (scripts/gpu-check.sh is the one-GPU check)"
