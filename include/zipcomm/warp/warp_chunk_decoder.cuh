@@ -65,9 +65,13 @@ class WarpChunkDecoder {
   // in a few instructions (fp32: the pair's upper halves, which are bf16 patterns; the low halves join them after;
   // fp32 decode 1,301-1,314 -> 1,517-1,540 GB/s, H100).
   static constexpr bool PACKED = D == DType::bf16 || D == DType::fp16 || D == DType::fp32;
-  static constexpr DType HALF = D == DType::fp32 ? DType::bf16 : D;  // what a packed word's halves are
+  static constexpr DType HALF = packed_half<D>;
   static constexpr uint32_t PACKED_SHIFT = PACKED ? thread::FloatBits<HALF>::MANT_BITS - 7 : 0;  // bf16 0, fp16 3
+  // fp8 full tiles decode into the lane's two words: four elements per word, plane 0 by a bit transpose.
+  static constexpr bool BYTES = is_fp8(D);
   static constexpr uint32_t PLANES_AHEAD = 4;  // bf16 decode 981 -> 1,020 GB/s (H100); 8 ahead: 908
+  // Bytes from one tile's plane 0 to the next at a lane's place in it.
+  static constexpr uint32_t PLANE_TILE_BYTES = BYTES ? format::plane0_tile_bytes(D) : format::TILE_ELEMS;
 
  public:
   ZIPCOMM_DEVICE explicit WarpChunkDecoder(const PairDecodeTable& table)
@@ -132,7 +136,7 @@ class WarpChunkDecoder {
     words_ = detail::ZERO_WORD;  // what Load() reads of a lane without words or a chunk found corrupt
     last_ = interleaved_ = tail_at_ = 0;
     tile_af_ = 0;
-    plane_at_ = reinterpret_cast<const uint2*>(planes.plane0 + lane_first_);
+    plane_at_ = planes.plane0 + (BYTES ? lane_plane0_bits_at<D>(lane_first_) : lane_first_);
     if (!raw_) {
       const uint32_t hdr = format::chunk_header_bytes(tiles_), counts = format::lane_counts_offset(tiles_);
       // Warp-uniform: nothing of a chunk with an impossible size is read.
@@ -173,27 +177,32 @@ class WarpChunkDecoder {
 
   /// Tiles in the chunk begun last.
   ZIPCOMM_DEVICE uint32_t tiles() const { return tiles_; }
-  /// Its first tiles that DecodeFastTile may decode (the full tiles of a coded bf16, fp16 or fp32 chunk; else 0).
-  ZIPCOMM_DEVICE uint32_t fast_tiles() const { return PACKED && !raw_ ? full_tiles_ : 0u; }
+  /// Its first tiles that DecodeFastTile may decode (the full tiles of a coded chunk; else 0).
+  ZIPCOMM_DEVICE uint32_t fast_tiles() const { return (PACKED || BYTES) && !raw_ ? full_tiles_ : 0u; }
   /// DecodeFastTile with the items two per word, the first in the low half (16-bit dtypes).
   ZIPCOMM_DEVICE void DecodeFastWords(uint32_t t, uint32_t (&w)[ITEMS / 2]) {
-    static_assert(D != DType::fp32, "two items per word: 16-bit dtypes");
-    uint32_t low_halves[ITEMS / 2];
-    if constexpr (PACKED) FullTilePacked(t, w, low_halves);
+    static_assert(PACKED && D != DType::fp32, "two items per word: 16-bit dtypes");
+    FullTilePacked(t, w);
   }
   /// DecodeTile for t < fast_tiles(): 8 items.
   ZIPCOMM_DEVICE void DecodeFastTile(uint32_t t, uint32_t (&x)[ITEMS]) {
-    if constexpr (PACKED) {
+    if constexpr (D == DType::fp32) {
       uint32_t w[ITEMS / 2], low_halves[ITEMS / 2];
-      FullTilePacked(t, w, low_halves);
-      if constexpr (D == DType::fp32) {
 #pragma unroll
-        for (int p = 0; p < ITEMS / 2; ++p)
-          x[2 * p] = prmt(low_halves[p], w[p], 0x5410u), x[2 * p + 1] = prmt(low_halves[p], w[p], 0x7632u);
-        check_acc_ = thread::ChunkCheck::add_items<D>(check_acc_, x, ITEMS);
-      } else {
-        unpack_words(w, x);
-      }
+      for (int p = 0; p < ITEMS / 2; ++p) low_halves[p] = next_.low[p];  // before next_ takes tile t + 1
+      FullTilePacked(t, w);
+#pragma unroll
+      for (int p = 0; p < ITEMS / 2; ++p)
+        x[2 * p] = prmt(low_halves[p], w[p], 0x5410u), x[2 * p + 1] = prmt(low_halves[p], w[p], 0x7632u);
+      check_acc_ = thread::ChunkCheck::add_items<D>(check_acc_, x, ITEMS);
+    } else if constexpr (PACKED) {
+      uint32_t w[ITEMS / 2];
+      FullTilePacked(t, w);
+      unpack_words(w, x);
+    } else if constexpr (BYTES) {
+      uint32_t lo, hi;
+      FullTileBytes(t, lo, hi);
+      unpack_bytes(lo, hi, x);
     }
   }
 
@@ -431,42 +440,47 @@ class WarpChunkDecoder {
     return (a2 - entry) & ~prmt(entry, 0u, 0xBB99u) & Code::D_FIELDS;
   }
 
-  // A full tile into w (element 2p in the low half of w[p]; fp32: their upper halves, and their low halves in
-  // low_halves); the tile's anchor and fraction checked on the packed words, the chunk check too (16-bit dtypes).
-  ZIPCOMM_DEVICE void FullTilePacked(uint32_t t, uint32_t (&w)[ITEMS / 2], uint32_t (&low_halves)[ITEMS / 2]) {
-    const LanePlanes<D>& planes = next_;  // loaded while the previous tile decoded
-    if constexpr (D == DType::fp32) {
+  // The exponents of a full tile of anchor a != 0, pair by pair into e: place(both fields of pair p, where a
+  // decode entry keeps its d fields) from one refill and four lookups, or, where some lane met an escape or an
+  // ESC symbol, join(the two items' exponent fields) from GeneralTile, decoding again from the same state.
+  template <class Place, class Join>
+  ZIPCOMM_DEVICE void FullTileExponents(uint32_t a, uint32_t f, uint32_t (&e)[ITEMS / 2], Place place, Join join) {
+    const uint32_t table_f = table_ + 4 * Code::WINDOWS * f;
+    const uint32_t hi = hi_, mid = mid_, lo = lo_, avail = avail_, fetched = fetched_;
+    const uint32_t a2 = a << 7 | a << 23 | Code::FILL;
+    uint32_t flags = 0, dmax = 0;
 #pragma unroll
-      for (int p = 0; p < ITEMS / 2; ++p) low_halves[p] = planes.low[p];  // read before next_ takes tile t + 1
+    for (int p = 0; p < ITEMS / 2; ++p) {
+      if (p == 0) RefillTile();  // four pairs take at most 48 bits
+      const uint32_t entry = Lookup(table_f);
+      Consume(entry & Code::LEN_MASK);
+      flags |= entry;
+      dmax = __vmaxu2(dmax, entry & Code::D_FIELDS);
+      e[p] = place(PackedExponents(entry, a2));
     }
+    if (__any_sync(FULL_MASK, flags & Code::SLOW)) {
+      hi_ = hi, mid_ = mid, lo_ = lo, avail_ = avail, fetched_ = fetched;
+      ahead_ = Load(fetched), after_ = Load(fetched + 1);
+      uint32_t exps[ITEMS];
+      GeneralTile(table_f, f, a, ITEMS, exps);
+#pragma unroll
+      for (int p = 0; p < ITEMS / 2; ++p) e[p] = join(exps[2 * p], exps[2 * p + 1]);
+    } else {
+      // Both d fields below the anchor: a - 1 - d borrows from the guard bit above its field otherwise.
+      bad_ |= ((a2 - 0x00800080u - dmax) & 0x80008000u) != 0x80008000u;
+    }
+  }
+
+  // A full tile into w (element 2p in the low half of w[p]; fp32: their upper halves); the tile's anchor and
+  // fraction checked on the packed words, the chunk check too (16-bit dtypes).
+  ZIPCOMM_DEVICE void FullTilePacked(uint32_t t, uint32_t (&w)[ITEMS / 2]) {
+    const LanePlanes<D>& planes = next_;  // loaded while the previous tile decoded
     const uint32_t af = AnchorFraction(t), a = af >> 2, f = af & 3u;
     uint32_t e[ITEMS / 2] = {};
-    if (a != 0) {
-      const uint32_t table_f = table_ + 4 * Code::WINDOWS * f;
-      const uint32_t hi = hi_, mid = mid_, lo = lo_, avail = avail_, fetched = fetched_;
-      const uint32_t a2 = a << 7 | a << 23 | Code::FILL;
-      uint32_t flags = 0, dmax = 0;
-#pragma unroll
-      for (int p = 0; p < ITEMS / 2; ++p) {
-        if (p == 0) RefillTile();  // four pairs take at most 48 bits
-        const uint32_t entry = Lookup(table_f);
-        Consume(entry & Code::LEN_MASK);
-        flags |= entry;
-        dmax = __vmaxu2(dmax, entry & Code::D_FIELDS);
-        e[p] = PackedExponents(entry, a2) << PACKED_SHIFT;
-      }
-      if (__any_sync(FULL_MASK, flags & Code::SLOW)) {
-        hi_ = hi, mid_ = mid, lo_ = lo, avail_ = avail, fetched_ = fetched;
-        ahead_ = Load(fetched), after_ = Load(fetched + 1);
-        uint32_t exps[ITEMS];
-        GeneralTile(table_f, f, a, ITEMS, exps);
-#pragma unroll
-        for (int p = 0; p < ITEMS / 2; ++p) e[p] = packed_pair<D>(exps[2 * p], exps[2 * p + 1]);
-      } else {
-        // Both d fields below the anchor: a - 1 - d borrows from the guard bit above its field otherwise.
-        bad_ |= ((a2 - 0x00800080u - dmax) & 0x80008000u) != 0x80008000u;
-      }
-    }
+    if (a != 0)
+      FullTileExponents(
+          a, f, e, [](uint32_t fields) { return fields << PACKED_SHIFT; },
+          [](uint32_t e0, uint32_t e1) { return packed_pair<D>(e0, e1); });
     // Plane bytes 2p and 2p + 1 each fill both bytes of a half: its top bit is the sign, its low 7 bits the top
     // of the mantissa.
     const uint2 p0 = planes.p0;
@@ -489,17 +503,54 @@ class WarpChunkDecoder {
       if constexpr (D != DType::fp32) check_acc_ = thread::ChunkCheck::round(check_acc_, w[p]);
     }
     // The planes of tile t + PLANES_AHEAD go to L1 now (the load below waits for the latest word load too).
-    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(plane_at_ + (t + PLANES_AHEAD) * (format::TILE_ELEMS / 8));
+    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(plane_at_ + (t + PLANES_AHEAD) * PLANE_TILE_BYTES);
     // The next tile's planes load into the registers just read: loaded earlier, they would need a copy at the
     // end of the tile, which waits for the load.
     if (!format::has_low(D) && t + 1 < full_tiles_)
-      next_.p0 = __ldg(plane_at_ + (t + 1) * (format::TILE_ELEMS / 8));
+      next_.p0 = __ldg(reinterpret_cast<const uint2*>(plane_at_ + (t + 1) * PLANE_TILE_BYTES));
     else if (t + 1 < tiles_)
       next_ = LoadPlanes(t + 1);
     mag = __reduce_max_sync(FULL_MASK, max(mag & 0xFFFFu, mag >> 16));
     // The stored anchor and fraction must describe the decoded tile: its largest magnitude's exponent and top
     // two mantissa bits.
     if ((mag >> (thread::FloatBits<HALF>::MANT_BITS - 2)) != (a << 2 | f)) bad_ = 1u;
+  }
+
+  // A full fp8 tile into lo (items 0-3, the first in the low byte) and hi (items 4-7); anchor, fraction and the
+  // chunk check on those words.
+  ZIPCOMM_DEVICE void FullTileBytes(uint32_t t, uint32_t& lo, uint32_t& hi) {
+    constexpr uint32_t MANT = FB::MANT_BITS, ONES = 0x01010101u;
+    const uint32_t planes = next_.p0.x;  // loaded while the previous tile decoded
+    const uint32_t af = AnchorFraction(t), a = af >> 2, f = af & 3u;
+    uint32_t e[ITEMS / 2] = {};  // pair p's exponents in place: item 2p's in byte 0, item 2p + 1's in byte 2
+    if (a != 0)
+      FullTileExponents(
+          a, f, e, [](uint32_t fields) { return fields >> (7 - MANT); },
+          [](uint32_t e0, uint32_t e1) { return e0 | e1 << 16; });
+    uint32_t v[2];
+    bit_planes_to_bytes<format::plane0_planes(D)>(planes, v[0], v[1]);
+    uint32_t w[2], mag2 = 0;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      // v = sign << MANT | mantissa: the sign to bit 7, the exponents between.
+      w[k] = ((v[k] << (7 - MANT)) & 0x80808080u) | (v[k] & ((1u << MANT) - 1u) * ONES) |
+             prmt(e[2 * k], e[2 * k + 1], 0x6420u);
+      mag2 = __vmaxu2(mag2, __vmaxu2(w[k] & 0x007F007Fu, (w[k] >> 8) & 0x007F007Fu));
+      check_acc_ = thread::ChunkCheck::round(check_acc_, w[k]);
+    }
+    lo = w[0], hi = w[1];
+    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(plane_at_ + (t + PLANES_AHEAD) * PLANE_TILE_BYTES);
+    if (t + 1 < full_tiles_) {  // into the register just read, as in FullTilePacked
+      const uint8_t* at = plane_at_ + (t + 1) * PLANE_TILE_BYTES;
+      uint32_t bits = 0;
+#pragma unroll
+      for (uint32_t j = 0; j < format::plane0_planes(D); ++j) bits |= uint32_t(__ldg(at + j * format::LANES)) << (8 * j);
+      next_.p0.x = bits;
+    } else if (t + 1 < tiles_) {
+      next_ = LoadPlanes(t + 1);
+    }
+    const uint32_t mag = __reduce_max_sync(FULL_MASK, max(mag2 & 0xFFFFu, mag2 >> 16));
+    if ((mag >> (MANT - 2)) != af) bad_ = 1u;
   }
 
   ZIPCOMM_DEVICE uint32_t CodedTile(uint32_t t, uint32_t (&x)[ITEMS]) {
@@ -568,7 +619,7 @@ class WarpChunkDecoder {
   uint32_t bad_ = 0;
   uint32_t check_acc_ = 0, expected_check_ = 0;  // this lane's ChunkCheck word; the chunk's stored check
   uint32_t tile_af_ = 0;  // a << 2 | f of tile lane (low half) and of tile lane + 32 (high half)
-  const uint2* plane_at_ = nullptr;  // the lane's plane bytes of tile 0 (8 bytes, a tile every 256)
+  const uint8_t* plane_at_ = nullptr;  // the lane's plane-0 bytes of tile 0 (a tile every PLANE_TILE_BYTES)
   uint32_t count_ = 0, fetched_ = 0;                // the lane's words: in its stream, taken so far
   uint32_t last_ = 0;                               // index of the last word Load() reads
   uint32_t interleaved_ = 0, tail_at_ = 0;          // where its words are (format::lane_word_index)

@@ -142,8 +142,10 @@ class WarpChunkEncoder {
   // Full tiles are coded two elements per word: maximum, symbols and plane bytes on packed pairs (fp32: its upper
   // halves, which are bf16 patterns; the low halves go to the width writer; fp32 encode 765-771 -> 889-910 GB/s, H100).
   static constexpr bool PACKED = D == DType::bf16 || D == DType::fp16 || D == DType::fp32;
-  static constexpr DType HALF = D == DType::fp32 ? DType::bf16 : D;  // what a packed word's halves are
+  static constexpr DType HALF = packed_half<D>;
   using PB = thread::FloatBits<HALF>;
+  // fp8 full tiles on the lane's two words: four elements per word, plane 0 by a bit transpose.
+  static constexpr bool BYTES = is_fp8(D);
 
  public:
   struct TempStorage {
@@ -190,6 +192,14 @@ class WarpChunkEncoder {
           low.at += format::low_tile_bytes(D, code, format::TILE_ELEMS);
         }
         check = FullTilePacked(t, x, plane0_at + t * format::TILE_ELEMS, check);
+      }
+    } else if constexpr (BYTES) {
+      uint8_t* plane0_at = planes.plane0 + lane_plane0_bits_at<D>(first_tile * format::TILE_ELEMS);
+#pragma unroll 2
+      for (; t < full_tiles; ++t) {
+        uint32_t x[ITEMS];
+        load(t, x);
+        check = FullTileBytes(t, x, plane0_at + t * format::plane0_tile_bytes(D), check);
       }
     }
     for (; t < tiles; ++t) {
@@ -403,6 +413,60 @@ class WarpChunkEncoder {
         Append2(Entry(table_f, s[p] & 0xFFFFu, s[p] >> 16), Entry(table_f, s[p + 1] & 0xFFFFu, s[p + 1] >> 16));
     } else {
       // ESC symbols: their raw exponents follow the pair's codeword.
+#pragma unroll
+      for (int p = 0; p < ITEMS / 2; ++p) {
+        const uint32_t s0 = Code::symbol_of(FB::exponent(x[2 * p]), a);
+        const uint32_t s1 = Code::symbol_of(FB::exponent(x[2 * p + 1]), a);
+        Append(Entry(table_f, s0, s1));
+        if (s0 == Code::ESC) Append(FB::exponent(x[2 * p]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
+        if (s1 == Code::ESC) Append(FB::exponent(x[2 * p + 1]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
+      }
+    }
+    return check;
+  }
+
+  // A full fp8 tile (plane0_at: the lane's byte of the tile's first bit-plane); returns the updated check.
+  ZIPCOMM_DEVICE uint32_t FullTileBytes(uint32_t t, const uint32_t (&x)[ITEMS], uint8_t* plane0_at, uint32_t check) {
+    constexpr uint32_t MANT = FB::MANT_BITS, ONES = 0x01010101u;
+    constexpr uint32_t P = format::plane0_planes(D);
+    const uint32_t lane = lane_id();
+    // Plain shifts (not prmt) join the items, so the compiler folds them with the loader's split of the words.
+    const uint32_t w[2] = {x[0] | x[1] << 8 | x[2] << 16 | x[3] << 24, x[4] | x[5] << 8 | x[6] << 16 | x[7] << 24};
+    uint32_t v[2], mag2 = 0;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      v[k] = ((w[k] >> (7 - MANT)) & (ONES << MANT)) | (w[k] & ((1u << MANT) - 1u) * ONES);  // sign << MANT | m
+      mag2 = __vmaxu2(mag2, __vmaxu2(w[k] & 0x007F007Fu, (w[k] >> 8) & 0x007F007Fu));
+      check = thread::ChunkCheck::round(check, w[k]);
+    }
+    const uint32_t bits = bytes_to_bit_planes<P>(v[0], v[1]);
+#pragma unroll
+    for (uint32_t j = 0; j < P; ++j) plane0_at[j * format::LANES] = uint8_t(bits >> (8 * j));
+    const uint32_t mag = __reduce_max_sync(FULL_MASK, max(mag2 & 0xFFFFu, mag2 >> 16));
+    const uint32_t a = mag >> MANT, f = thread::fraction_of<D>(mag);
+    if (lane == (t & 31u)) (t < 32 ? anchor_lo_ : anchor_hi_) = a;
+    if (lane == t / 4) frac_byte_ |= f << (2 * (t & 3u));
+    if (a == 0) return check;  // all exponents zero: nothing to code
+
+    // Symbols of four items at once: d = a - e (e <= a: no borrow between bytes), ZERO where e = 0; an ESC (d >= 16,
+    // e5m2 only) sends the tile to the per-item path.
+    constexpr uint32_t EXP_MASK = ((1u << EXP_BITS) - 1u) * ONES;
+    uint32_t s[2], dor = 0;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t e4 = (w[k] >> MANT) & EXP_MASK;
+      const uint32_t nonzero = prmt(e4 + 0x7F7F7F7Fu, 0u, 0xBA98u);  // 0xFF in each byte whose e != 0
+      const uint32_t d4 = (a * ONES - e4) & nonzero;
+      dor |= d4;
+      s[k] = d4 | (~nonzero & Code::ZERO * ONES);
+    }
+    const uint32_t table_f = table_ + 4 * Code::NUM_PAIRS * f;
+    static_assert(Code::NUM_D == 16, "d < 16: bit 4 of a byte marks an ESC");
+    if (EXP_BITS == 4 || !__any_sync(FULL_MASK, dor & 0x10101010u)) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+        Append2(Entry(table_f, s[k] & 0xFFu, (s[k] >> 8) & 0xFFu), Entry(table_f, (s[k] >> 16) & 0xFFu, s[k] >> 24));
+    } else {
 #pragma unroll
       for (int p = 0; p < ITEMS / 2; ++p) {
         const uint32_t s0 = Code::symbol_of(FB::exponent(x[2 * p]), a);

@@ -135,7 +135,7 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
   for (uint64_t c = next_chunk(args.chunk_counter); c < L.num_chunks; c = next_chunk(args.chunk_counter)) {
     const uint32_t elems = L.chunk_elems(c);
     const uint64_t first_tile = L.chunk_first_tile(c);
-    uint64_t low_start = c * format::full_low_chunk_bytes(D, 1u << L.chunk_log2);
+    uint64_t low_start = full ? c * format::full_low_chunk_bytes(D, 1u << L.chunk_log2) : 0u;
     if (!full) {
       bool timed_out = false;
       low_start = look_back(args.low_state, c, timed_out);
@@ -347,11 +347,13 @@ inline cudaError_t sm_count(int& sms) {
   return e == cudaSuccess ? cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) : e;
 }
 
-/// Grid of a persistent kernel: as many blocks as fit on the GPU at once, no more than the work needs.
+/// Grid of a persistent kernel: as many blocks as fit on the GPU at once, no more than the work needs. `sms`: the
+/// device's SM count when the caller has it (0: asked here).
 template <class Kernel>
-inline cudaError_t persistent_grid(Kernel kernel, int threads, size_t smem, uint64_t work_items, int& grid) {
-  int sms = 0, per_sm = 0;
-  cudaError_t e = sm_count(sms);
+inline cudaError_t persistent_grid(Kernel kernel, int threads, size_t smem, uint64_t work_items, int& grid,
+                                   int sms = 0) {
+  int per_sm = 0;
+  cudaError_t e = sms > 0 ? cudaSuccess : sm_count(sms);
   if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
   if (e != cudaSuccess) return e;
@@ -364,9 +366,9 @@ inline cudaError_t persistent_grid(Kernel kernel, int threads, size_t smem, uint
 
 template <class Kernel, class Args>
 inline cudaError_t launch_persistent(Kernel kernel, int threads, size_t smem, uint64_t work_items, cudaStream_t stream,
-                                     const Args& args) {
+                                     const Args& args, int sms = 0) {
   int grid = 1;
-  cudaError_t e = persistent_grid(kernel, threads, smem, work_items, grid);
+  cudaError_t e = persistent_grid(kernel, threads, smem, work_items, grid, sms);
   if (e != cudaSuccess) return e;
   kernel<<<grid, threads, smem, stream>>>(args);
   return cudaGetLastError();
@@ -434,6 +436,8 @@ cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, 
                     static_cast<unsigned long long*>(d_temp),
                     pre_op,
                     format::LowWidths::minimal};
+  int sms = 0;
+  if ((e = sm_count(sms)) != cudaSuccess) return e;
   if constexpr (format::has_low(D)) {  // only fp16 and fp32 have width codes to pick first
     // The low parts' offsets come from the encoder's look-back: a CUB scan between the passes cost two launches
     // (fp32 encode at 16 MiB 267-270 -> 307-316 GB/s, fp16 at 4 MiB 73-74 -> 90-93; H100).
@@ -441,16 +445,14 @@ cudaError_t launch_compress(void* d_temp, size_t& temp_bytes, const void* d_in, 
     args.low_total = reinterpret_cast<unsigned long long*>(width_temp);
     args.low_state = reinterpret_cast<uint64_t*>(width_temp + 16);
     if (L.num_chunks) {
-      e = launch_persistent(low_widths_kernel<D>, CodecPolicy::THREADS, 0, L.num_chunks, stream, args);
+      e = launch_persistent(low_widths_kernel<D>, CodecPolicy::THREADS, 0, L.num_chunks, stream, args, sms);
       if (e != cudaSuccess) return e;
     }
   }
   const size_t smem = sizeof(EncodeSmem<D, Code, CodecPolicy::WARPS>);
-  int sms = 0;
-  if ((e = sm_count(sms)) != cudaSuccess) return e;
   const int threads = L.num_chunks <= uint64_t(sms) * CodecPolicy::WARPS ? CodecPolicy::SMALL_CALL_THREADS
                                                                           : CodecPolicy::THREADS;
-  return launch_persistent(compress_kernel<D, Code>, threads, smem, L.num_chunks, stream, args);
+  return launch_persistent(compress_kernel<D, Code>, threads, smem, L.num_chunks, stream, args, sms);
 }
 
 /// Checks the arguments every stream-reading launch shares; Status::ok to go on.
