@@ -8,6 +8,7 @@
 #include <cub/warp/warp_scan.cuh>
 
 #include "../format.hpp"
+#include "../thread/bit_planes.hpp"
 #include "../thread/float_bits.hpp"
 
 namespace zipcomm {
@@ -291,32 +292,6 @@ ZIPCOMM_DEVICE uint32_t bit_planes_item(uint32_t w, int i) {
 #pragma unroll
   for (uint32_t j = 0; j < PLANES; ++j) v |= ((w >> (8 * j + i)) & 1u) << (PLANES - 1 - j);
   return v;
-}
-
-/// pack_bit_planes of a full lane at once: v of items 0-3 in the bytes of lo, 4-7 in those of hi (each below
-/// 2^PLANES) to the PLANES plane bytes. An 8x8 bit transpose in two swaps and a merge (Hacker's Delight 7-3),
-/// then the planes' order reversed; bit_planes_to_bytes undoes it. fp8 plane 0 in about 12 instructions a lane.
-template <uint32_t PLANES>
-ZIPCOMM_DEVICE uint32_t bytes_to_bit_planes(uint32_t lo, uint32_t hi) {
-  static_assert(PLANES == 3 || PLANES == 4, "the fp8 sign-mantissa values");
-  uint32_t x = lo | hi << 4;  // byte k: item k in the low nibble, item k + 4 in the high one
-  uint32_t t = (x ^ (x >> 14)) & 0x0000CCCCu;
-  x ^= t ^ (t << 14);
-  t = (x ^ (x >> 7)) & 0x00AA00AAu;
-  x ^= t ^ (t << 7);  // byte b: bit b of every item
-  return prmt(x, 0u, PLANES == 4 ? 0x0123u : 0x4012u);
-}
-/// The values of a full lane's items from its PLANES plane bytes: items 0-3 in the bytes of lo, 4-7 in hi.
-template <uint32_t PLANES>
-ZIPCOMM_DEVICE void bit_planes_to_bytes(uint32_t planes, uint32_t& lo, uint32_t& hi) {
-  static_assert(PLANES == 3 || PLANES == 4, "the fp8 sign-mantissa values");
-  uint32_t x = prmt(planes, 0u, PLANES == 4 ? 0x0123u : 0x4012u);  // byte b: bit b of every item
-  uint32_t t = (x ^ (x >> 7)) & 0x00AA00AAu;
-  x ^= t ^ (t << 7);
-  t = (x ^ (x >> 14)) & 0x0000CCCCu;
-  x ^= t ^ (t << 14);
-  lo = x & 0x0F0F0F0Fu;
-  hi = (x >> 4) & 0x0F0F0F0Fu;
 }
 
 /// Where the bit-planes of the tile holding element `first` start in plane 0 (fp8), at this lane's byte.

@@ -528,7 +528,7 @@ class WarpChunkDecoder {
           a, f, e, [](uint32_t fields) { return fields >> (7 - MANT); },
           [](uint32_t e0, uint32_t e1) { return e0 | e1 << 16; });
     uint32_t v[2];
-    bit_planes_to_bytes<format::plane0_planes(D)>(planes, v[0], v[1]);
+    thread::bit_planes_to_bytes<format::plane0_planes(D)>(planes, v[0], v[1]);
     uint32_t w[2], mag2 = 0;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {

@@ -439,7 +439,7 @@ class WarpChunkEncoder {
       mag2 = __vmaxu2(mag2, __vmaxu2(w[k] & 0x007F007Fu, (w[k] >> 8) & 0x007F007Fu));
       check = thread::ChunkCheck::round(check, w[k]);
     }
-    const uint32_t bits = bytes_to_bit_planes<P>(v[0], v[1]);
+    const uint32_t bits = thread::bytes_to_bit_planes<P>(v[0], v[1]);
 #pragma unroll
     for (uint32_t j = 0; j < P; ++j) plane0_at[j * format::LANES] = uint8_t(bits >> (8 * j));
     const uint32_t mag = __reduce_max_sync(FULL_MASK, max(mag2 & 0xFFFFu, mag2 >> 16));
