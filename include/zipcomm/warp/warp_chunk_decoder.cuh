@@ -264,6 +264,7 @@ class WarpChunkDecoder {
       bytes += format::low_tile_bytes(D, code, format::tile_valid_count(elems_, k));
     }
     const uint32_t total = __reduce_add_sync(FULL_MASK, bytes);
+    low_empty_ = total == 0;
     if (__any_sync(FULL_MASK, bad_code) || total != planes.low_bytes) {
       bad_ = 1u;
       const uint32_t none = format::low_none_code(D) * 0x55555555u;
@@ -505,8 +506,9 @@ class WarpChunkDecoder {
     // The planes of tile t + PLANES_AHEAD go to L1 now (the load below waits for the latest word load too).
     if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(plane_at_ + (t + PLANES_AHEAD) * PLANE_TILE_BYTES);
     // The next tile's planes load into the registers just read: loaded earlier, they would need a copy at the
-    // end of the tile, which waits for the load.
-    if (!format::has_low(D) && t + 1 < full_tiles_)
+    // end of the tile, which waits for the load. A chunk with no low bits (bf16 values in fp16 or fp32) takes
+    // plane 0 alone, as bf16 does.
+    if ((!format::has_low(D) || low_empty_) && t + 1 < full_tiles_)
       next_.p0 = __ldg(reinterpret_cast<const uint2*>(plane_at_ + (t + 1) * PLANE_TILE_BYTES));
     else if (t + 1 < tiles_)
       next_ = LoadPlanes(t + 1);
@@ -613,6 +615,7 @@ class WarpChunkDecoder {
   const uint8_t* plane0_ = nullptr;
   const uint8_t* low_ = nullptr;  // the chunk's low part
   LowCursor low_cursor_{};        // its width codes; where the next tile to load starts
+  bool low_empty_ = false;        // no tile of the chunk stores low bits
   uint64_t first_tile_ = 0, lane_first_ = 0;
   uint32_t bytes_ = 0, elems_ = 0, tiles_ = 0, full_tiles_ = 0;
   bool raw_ = false;
