@@ -272,26 +272,19 @@ ZIPCOMM_DEVICE void store_low_codes(uint8_t* widths, uint64_t first_tile, uint32
     if (16 * i < tiles) words[i] = codes[i];
 }
 
-/// A lane's bytes of PLANES bit-planes of its items (the fp16 low bits, the fp8 plane 0): bit i of byte j is bit
-/// (PLANES - 1 - j) of v[i], for the items i < count (the other bits zero).
+/// A lane's bytes of PLANES bit-planes of its 8 items (the fp16 low bits, the fp8 plane 0): bit i of byte j is bit
+/// (PLANES - 1 - j) of v[i] (each below 2^PLANES; a short lane's missing items zero).
 template <uint32_t PLANES>
-ZIPCOMM_DEVICE uint32_t pack_bit_planes(const uint32_t (&v)[ITEMS], uint32_t count) {
-  uint32_t w = 0;
-#pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const uint32_t vi = uint32_t(i) < count ? v[i] : 0u;
-#pragma unroll
-    for (uint32_t j = 0; j < PLANES; ++j) w |= ((vi >> (PLANES - 1 - j)) & 1u) << (8 * j + i);
-  }
-  return w;
+ZIPCOMM_DEVICE uint32_t pack_bit_planes(const uint32_t (&v)[ITEMS]) {
+  return thread::bytes_to_bit_planes<PLANES>(v[0] | v[1] << 8 | v[2] << 16 | v[3] << 24,
+                                             v[4] | v[5] << 8 | v[6] << 16 | v[7] << 24);
 }
-/// Item i's value from pack_bit_planes' bytes.
+/// The items' values from pack_bit_planes' bytes.
 template <uint32_t PLANES>
-ZIPCOMM_DEVICE uint32_t bit_planes_item(uint32_t w, int i) {
-  uint32_t v = 0;
-#pragma unroll
-  for (uint32_t j = 0; j < PLANES; ++j) v |= ((w >> (8 * j + i)) & 1u) << (PLANES - 1 - j);
-  return v;
+ZIPCOMM_DEVICE void unpack_bit_planes(uint32_t planes, uint32_t (&v)[ITEMS]) {
+  uint32_t lo, hi;
+  thread::bit_planes_to_bytes<PLANES>(planes, lo, hi);
+  unpack_bytes(lo, hi, v);
 }
 
 /// Where the bit-planes of the tile holding element `first` start in plane 0 (fp8), at this lane's byte.
@@ -312,7 +305,7 @@ ZIPCOMM_DEVICE void write_low_bits(uint8_t* tile_low, uint32_t code, uint32_t ti
   for (int i = 0; i < ITEMS; ++i) lo[i] = uint32_t(i) < count ? FB::low(x[i]) : 0u;
   if constexpr (D == DType::fp16) {
     if (code == 0) {  // three bit-planes: mantissa bits 2, 1, 0; byte = lane, bit = item
-      const uint32_t w = pack_bit_planes<3>(lo, count);
+      const uint32_t w = pack_bit_planes<3>(lo);
       tile_low[lane] = uint8_t(w);
       tile_low[32 + lane] = uint8_t(w >> 8);
       tile_low[64 + lane] = uint8_t(w >> 16);
@@ -344,7 +337,9 @@ ZIPCOMM_DEVICE void write_planes(uint8_t* plane0, uint8_t* tile_low, uint32_t co
   for (int i = 0; i < ITEMS; ++i) p0[i] = FB::plane0(x[i]);
   if constexpr (format::plane0_bit_planes(D)) {
     constexpr uint32_t P = format::plane0_planes(D);
-    const uint32_t w = pack_bit_planes<P>(p0, count);
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) p0[i] = uint32_t(i) < count ? p0[i] : 0u;
+    const uint32_t w = pack_bit_planes<P>(p0);
     uint8_t* at = plane0 + lane_plane0_bits_at<D>(first);
 #pragma unroll
     for (uint32_t j = 0; j < P; ++j) at[j * format::LANES] = uint8_t(w >> (8 * j));
@@ -432,21 +427,19 @@ ZIPCOMM_DEVICE LanePlanes<D> load_planes(const uint8_t* plane0, const uint8_t* t
 template <DType D>
 ZIPCOMM_DEVICE void unpack_planes(const LanePlanes<D>& r, uint32_t (&x)[ITEMS]) {
   using FB = thread::FloatBits<D>;
+  uint32_t p0[ITEMS], lo[ITEMS] = {};
+  if constexpr (format::plane0_bit_planes(D))
+    unpack_bit_planes<format::plane0_planes(D)>(r.p0.x, p0);
+  else
+    unpack_bytes(r.p0.x, r.p0.y, p0);
+  if constexpr (D == DType::fp16) {
+    unpack_bit_planes<3>(r.low[0], lo);
+  } else if constexpr (D == DType::fp32) {
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    uint32_t p0;
-    if constexpr (format::plane0_bit_planes(D))
-      p0 = bit_planes_item<format::plane0_planes(D)>(r.p0.x, i);
-    else
-      p0 = ((i < 4 ? r.p0.x : r.p0.y) >> (8 * (i % 4))) & 0xFFu;
-    uint32_t lo = 0;
-    if constexpr (D == DType::fp16) {
-      lo = bit_planes_item<3>(r.low[0], i);
-    } else if constexpr (D == DType::fp32) {
-      lo = (r.low[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
-    }
-    x[i] = FB::assemble(0, p0, lo);
+    for (int i = 0; i < ITEMS; ++i) lo[i] = (r.low[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
   }
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) x[i] = FB::assemble(0, p0[i], lo[i]);
 }
 
 }  // namespace warp

@@ -490,9 +490,10 @@ class WarpChunkDecoder {
     uint32_t low[ITEMS / 2] = {};
     if constexpr (D == DType::fp16) {
       if (planes.low[0] != 0) {  // the tile's three low bit-planes (zero at the narrow width)
-#pragma unroll
-        for (int p = 0; p < ITEMS / 2; ++p)
-          low[p] = bit_planes_item<3>(planes.low[0], 2 * p) | bit_planes_item<3>(planes.low[0], 2 * p + 1) << 16;
+        uint32_t lo, hi;         // the items' low bits, a byte each
+        thread::bit_planes_to_bytes<3>(planes.low[0], lo, hi);
+        low[0] = prmt(lo, 0u, 0x4140u), low[1] = prmt(lo, 0u, 0x4342u);  // two items a word, a half each
+        low[2] = prmt(hi, 0u, 0x4140u), low[3] = prmt(hi, 0u, 0x4342u);
       }
     }
     uint32_t mag = 0;

@@ -366,6 +366,18 @@ class WarpChunkEncoder {
     ++words_;
   }
 
+  // A full lane's four pairs of a tile with an ESC symbol: the raw exponent of each ESC follows its pair's codeword.
+  ZIPCOMM_DEVICE void AppendWithEscapes(uint32_t table_f, uint32_t a, const uint32_t (&x)[ITEMS]) {
+#pragma unroll
+    for (int p = 0; p < ITEMS / 2; ++p) {
+      const uint32_t s0 = Code::symbol_of(FB::exponent(x[2 * p]), a);
+      const uint32_t s1 = Code::symbol_of(FB::exponent(x[2 * p + 1]), a);
+      Append(Entry(table_f, s0, s1));
+      if (s0 == Code::ESC) Append(FB::exponent(x[2 * p]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
+      if (s1 == Code::ESC) Append(FB::exponent(x[2 * p + 1]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
+    }
+  }
+
   // A full tile (the lane's 8 items; plane0_at is where its 8 plane bytes go); returns the updated check.
   ZIPCOMM_DEVICE uint32_t FullTilePacked(uint32_t t, const uint32_t (&x)[ITEMS], uint8_t* plane0_at, uint32_t check) {
     const uint32_t lane = lane_id();
@@ -412,15 +424,7 @@ class WarpChunkEncoder {
       for (int p = 0; p < ITEMS / 2; p += 2)
         Append2(Entry(table_f, s[p] & 0xFFFFu, s[p] >> 16), Entry(table_f, s[p + 1] & 0xFFFFu, s[p + 1] >> 16));
     } else {
-      // ESC symbols: their raw exponents follow the pair's codeword.
-#pragma unroll
-      for (int p = 0; p < ITEMS / 2; ++p) {
-        const uint32_t s0 = Code::symbol_of(FB::exponent(x[2 * p]), a);
-        const uint32_t s1 = Code::symbol_of(FB::exponent(x[2 * p + 1]), a);
-        Append(Entry(table_f, s0, s1));
-        if (s0 == Code::ESC) Append(FB::exponent(x[2 * p]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
-        if (s1 == Code::ESC) Append(FB::exponent(x[2 * p + 1]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
-      }
+      AppendWithEscapes(table_f, a, x);
     }
     return check;
   }
@@ -467,14 +471,7 @@ class WarpChunkEncoder {
       for (int k = 0; k < 2; ++k)
         Append2(Entry(table_f, s[k] & 0xFFu, (s[k] >> 8) & 0xFFu), Entry(table_f, (s[k] >> 16) & 0xFFu, s[k] >> 24));
     } else {
-#pragma unroll
-      for (int p = 0; p < ITEMS / 2; ++p) {
-        const uint32_t s0 = Code::symbol_of(FB::exponent(x[2 * p]), a);
-        const uint32_t s1 = Code::symbol_of(FB::exponent(x[2 * p + 1]), a);
-        Append(Entry(table_f, s0, s1));
-        if (s0 == Code::ESC) Append(FB::exponent(x[2 * p]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
-        if (s1 == Code::ESC) Append(FB::exponent(x[2 * p + 1]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
-      }
+      AppendWithEscapes(table_f, a, x);
     }
     return check;
   }
