@@ -1,5 +1,5 @@
-// The word-at-a-time fp8 plane 0 of a lane (thread::bytes_to_bit_planes / bit_planes_to_bytes) against the
-// format's layout as the host reference writes it (host::detail::put_bit_planes).
+// A lane's bit-planes by words (thread::bytes_to_bit_planes / bit_planes_to_bytes: fp8 plane 0, fp16 low bits)
+// against the format's layout as the host reference writes it (host::detail::put_bit_planes).
 #include "test_util.hpp"
 
 #include <zipcomm/host/reference_codec.hpp>

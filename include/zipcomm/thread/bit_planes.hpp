@@ -1,6 +1,7 @@
-// Thread level: the fp8 plane 0 of a lane's 8 items (format::plane0_planes bit-planes, byte j holding bit
-// (planes - 1 - j) of each item's sign-mantissa value, bit i = item i) to and from the values themselves, a byte
-// each, whole words at a time: an 8x8 bit transpose by two swaps and a split (Hacker's Delight, section 7-3).
+// Thread level: the bit-planes of a lane's 8 items (fp8 plane 0: format::plane0_planes of them; fp16 low bits:
+// three), byte j holding bit (planes - 1 - j) of each item's value, bit i = item i, to and from the values
+// themselves, a byte each, whole words at a time: an 8x8 bit transpose by two swaps and a split (Hacker's Delight,
+// section 7-3).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,7 @@ namespace thread {
 /// Bytes 0..planes-1 of x in reverse order (the planes' bit order against a value's), the rest zero.
 template <uint32_t PLANES>
 ZIPCOMM_HOST_DEVICE uint32_t reverse_plane_bytes(uint32_t x) {
-  static_assert(PLANES == 3 || PLANES == 4, "the fp8 sign-mantissa values");
+  static_assert(PLANES == 3 || PLANES == 4, "3 or 4 planes: fp8 plane 0, fp16 low bits");
 #if defined(__CUDA_ARCH__)
   return __byte_perm(x, 0u, PLANES == 4 ? 0x0123u : 0x4012u);
 #else

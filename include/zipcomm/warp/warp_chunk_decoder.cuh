@@ -547,7 +547,8 @@ class WarpChunkDecoder {
       const uint8_t* at = plane_at_ + (t + 1) * PLANE_TILE_BYTES;
       uint32_t bits = 0;
 #pragma unroll
-      for (uint32_t j = 0; j < format::plane0_planes(D); ++j) bits |= uint32_t(__ldg(at + j * format::LANES)) << (8 * j);
+      for (uint32_t j = 0; j < format::plane0_planes(D); ++j)
+        bits |= uint32_t(__ldg(at + j * format::LANES)) << (8 * j);
       next_.p0.x = bits;
     } else if (t + 1 < tiles_) {
       next_ = LoadPlanes(t + 1);
