@@ -405,8 +405,8 @@ class WarpChunkEncoder {
     if (lane == t / 4) frac_byte_ |= f << (2 * (t & 3u));
     if (a == 0) return check;  // all exponents zero: nothing to code
 
-    // Symbols of both halves at once: d = a - e, ZERO (16) where e = 0; d >= 16 (an ESC) sends the tile to the
-    // per-item path.
+    // Symbols of both halves at once: d = a - e, ZERO (16) where e = 0; d >= 16 (an ESC) sends the tile to
+    // AppendWithEscapes.
     const uint32_t a2 = a | a << 16;
     constexpr uint32_t EXP_MASK = (1u << EXP_BITS) - 1u;
     uint32_t s[ITEMS / 2], dmax = 0;
@@ -453,7 +453,7 @@ class WarpChunkEncoder {
     if (a == 0) return check;  // all exponents zero: nothing to code
 
     // Symbols of four items at once: d = a - e (e <= a: no borrow between bytes), ZERO where e = 0; an ESC (d >= 16,
-    // e5m2 only) sends the tile to the per-item path.
+    // e5m2 only) sends the tile to AppendWithEscapes.
     constexpr uint32_t EXP_MASK = ((1u << EXP_BITS) - 1u) * ONES;
     uint32_t s[2], dor = 0;
 #pragma unroll
