@@ -39,6 +39,10 @@ constexpr DType packed_half = D == DType::fp32 ? DType::bf16 : D;
 /// before it, so a register prefetch is only as early as the latest load; a line in L1 makes the late one cheap.
 ZIPCOMM_DEVICE void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
+// The larger of each 16-bit half's two fp8 magnitudes (sign bits cleared) in a word of four; the max of both halves
+// is the word's. Two __vmaxu2 instead of four byte extractions.
+ZIPCOMM_DEVICE uint32_t byte_magnitudes_max2(uint32_t w) { return __vmaxu2(w & 0x007F007Fu, (w >> 8) & 0x007F007Fu); }
+
 ZIPCOMM_DEVICE uint32_t lanemask_lt() { return (1u << lane_id()) - 1u; }
 
 /// Where a lane's `count` words sit among its coded chunk's words (format::lane_word_index): the warp's smallest

@@ -538,7 +538,7 @@ class WarpChunkDecoder {
       // v = sign << MANT | mantissa: the sign to bit 7, the exponents between.
       w[k] = ((v[k] << (7 - MANT)) & 0x80808080u) | (v[k] & ((1u << MANT) - 1u) * ONES) |
              prmt(e[2 * k], e[2 * k + 1], 0x6420u);
-      mag2 = __vmaxu2(mag2, __vmaxu2(w[k] & 0x007F007Fu, (w[k] >> 8) & 0x007F007Fu));
+      mag2 = __vmaxu2(mag2, byte_magnitudes_max2(w[k]));
       check_acc_ = thread::ChunkCheck::round(check_acc_, w[k]);
     }
     lo = w[0], hi = w[1];

@@ -226,9 +226,7 @@ class WarpChunkEncoder {
       mag = __reduce_max_sync(FULL_MASK, mag);
       const uint32_t a = mag >> FB::MANT_BITS;
       const uint32_t f = thread::fraction_of<D>(mag);
-      // The chunk header's bytes stay in registers: lane t % 32 holds tile t's anchor, lane t / 4 its fraction.
-      if (lane == (t & 31u)) (t < 32 ? anchor_lo_ : anchor_hi_) = a;
-      if (lane == t / 4) frac_byte_ |= f << (2 * (t & 3u));
+      KeepHeader(t, a, f);
       if (a == 0) continue;  // all exponents zero: nothing to code
 
       uint32_t sym[ITEMS];
@@ -327,6 +325,13 @@ class WarpChunkEncoder {
   }
 
  private:
+  // The chunk header's bytes stay in registers: lane t % 32 holds tile t's anchor, lane t / 4 its fraction.
+  ZIPCOMM_DEVICE void KeepHeader(uint32_t t, uint32_t a, uint32_t f) {
+    const uint32_t lane = lane_id();
+    if (lane == (t & 31u)) (t < 32 ? anchor_lo_ : anchor_hi_) = a;
+    if (lane == t / 4) frac_byte_ |= f << (2 * (t & 3u));
+  }
+
   // The encode entry of pair (s0, s1) under the tile's table.
   ZIPCOMM_DEVICE static uint32_t Entry(uint32_t table_f, uint32_t s0, uint32_t s1) {
     uint32_t e;
@@ -380,7 +385,6 @@ class WarpChunkEncoder {
 
   // A full tile (the lane's 8 items; plane0_at is where its 8 plane bytes go); returns the updated check.
   ZIPCOMM_DEVICE uint32_t FullTilePacked(uint32_t t, const uint32_t (&x)[ITEMS], uint8_t* plane0_at, uint32_t check) {
-    const uint32_t lane = lane_id();
     uint32_t w[ITEMS / 2], top[ITEMS / 2];
 #pragma unroll
     for (int p = 0; p < ITEMS / 2; ++p) {
@@ -401,8 +405,7 @@ class WarpChunkEncoder {
     // fp32: the largest upper half is the largest magnitude's, whose exponent and top mantissa bits it holds.
     mag = __reduce_max_sync(FULL_MASK, max(mag & 0xFFFFu, mag >> 16));
     const uint32_t a = mag >> PB::MANT_BITS, f = thread::fraction_of<HALF>(mag);
-    if (lane == (t & 31u)) (t < 32 ? anchor_lo_ : anchor_hi_) = a;
-    if (lane == t / 4) frac_byte_ |= f << (2 * (t & 3u));
+    KeepHeader(t, a, f);
     if (a == 0) return check;  // all exponents zero: nothing to code
 
     // Symbols of both halves at once: d = a - e, ZERO (16) where e = 0; d >= 16 (an ESC) sends the tile to
@@ -433,14 +436,13 @@ class WarpChunkEncoder {
   ZIPCOMM_DEVICE uint32_t FullTileBytes(uint32_t t, const uint32_t (&x)[ITEMS], uint8_t* plane0_at, uint32_t check) {
     constexpr uint32_t MANT = FB::MANT_BITS, ONES = 0x01010101u;
     constexpr uint32_t P = format::plane0_planes(D);
-    const uint32_t lane = lane_id();
     // Plain shifts (not prmt) join the items, so the compiler folds them with the loader's split of the words.
     const uint32_t w[2] = {x[0] | x[1] << 8 | x[2] << 16 | x[3] << 24, x[4] | x[5] << 8 | x[6] << 16 | x[7] << 24};
     uint32_t v[2], mag2 = 0;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       v[k] = ((w[k] >> (7 - MANT)) & (ONES << MANT)) | (w[k] & ((1u << MANT) - 1u) * ONES);  // sign << MANT | m
-      mag2 = __vmaxu2(mag2, __vmaxu2(w[k] & 0x007F007Fu, (w[k] >> 8) & 0x007F007Fu));
+      mag2 = __vmaxu2(mag2, byte_magnitudes_max2(w[k]));
       check = thread::ChunkCheck::round(check, w[k]);
     }
     const uint32_t bits = thread::bytes_to_bit_planes<P>(v[0], v[1]);
@@ -448,8 +450,7 @@ class WarpChunkEncoder {
     for (uint32_t j = 0; j < P; ++j) plane0_at[j * format::LANES] = uint8_t(bits >> (8 * j));
     const uint32_t mag = __reduce_max_sync(FULL_MASK, max(mag2 & 0xFFFFu, mag2 >> 16));
     const uint32_t a = mag >> MANT, f = thread::fraction_of<D>(mag);
-    if (lane == (t & 31u)) (t < 32 ? anchor_lo_ : anchor_hi_) = a;
-    if (lane == t / 4) frac_byte_ |= f << (2 * (t & 3u));
+    KeepHeader(t, a, f);
     if (a == 0) return check;  // all exponents zero: nothing to code
 
     // Symbols of four items at once: d = a - e (e <= a: no borrow between bytes), ZERO where e = 0; an ESC (d >= 16,

@@ -135,8 +135,10 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
   for (uint64_t c = next_chunk(args.chunk_counter); c < L.num_chunks; c = next_chunk(args.chunk_counter)) {
     const uint32_t elems = L.chunk_elems(c);
     const uint64_t first_tile = L.chunk_first_tile(c);
-    uint64_t low_start = full ? c * format::full_low_chunk_bytes(D, 1u << L.chunk_log2) : 0u;
-    if (!full) {
+    uint64_t low_start;
+    if (full) {
+      low_start = c * format::full_low_chunk_bytes(D, 1u << L.chunk_log2);
+    } else {
       bool timed_out = false;
       low_start = look_back(args.low_state, c, timed_out);
       if (lane == 0) {
