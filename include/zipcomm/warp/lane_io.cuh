@@ -60,6 +60,11 @@ ZIPCOMM_DEVICE LaneWordPlace lane_word_place(uint32_t count) {
   return {interleaved, tail_before};
 }
 
+/// Two words of a lane's 8 one-byte items (fp8, plane bytes), item 0 in the low byte of x: plain shifts, which the
+/// compiler folds with a split of the same words.
+ZIPCOMM_DEVICE uint2 pack_bytes(const uint32_t (&v)[ITEMS]) {
+  return make_uint2(v[0] | v[1] << 8 | v[2] << 16 | v[3] << 24, v[4] | v[5] << 8 | v[6] << 16 | v[7] << 24);
+}
 /// The 8 one-byte items of two words (fp8), first item in the low byte of lo.
 ZIPCOMM_DEVICE void unpack_bytes(uint32_t lo, uint32_t hi, uint32_t (&x)[ITEMS]) {
 #pragma unroll
@@ -120,8 +125,7 @@ ZIPCOMM_DEVICE void store_items(void* dst, uint64_t first, uint32_t count, const
   constexpr uint32_t EB = format::Traits<D>::ELEM_BYTES;
   if (VECTOR && count == ITEMS) {
     if constexpr (EB == 1) {
-      *reinterpret_cast<uint2*>(static_cast<uint8_t*>(dst) + first) =
-          make_uint2(x[0] | x[1] << 8 | x[2] << 16 | x[3] << 24, x[4] | x[5] << 8 | x[6] << 16 | x[7] << 24);
+      *reinterpret_cast<uint2*>(static_cast<uint8_t*>(dst) + first) = pack_bytes(x);
       return;
     }
     uint4* p = reinterpret_cast<uint4*>(static_cast<uint8_t*>(dst) + first * EB);
@@ -280,8 +284,8 @@ ZIPCOMM_DEVICE void store_low_codes(uint8_t* widths, uint64_t first_tile, uint32
 /// (PLANES - 1 - j) of v[i] (each below 2^PLANES; a short lane's missing items zero).
 template <uint32_t PLANES>
 ZIPCOMM_DEVICE uint32_t pack_bit_planes(const uint32_t (&v)[ITEMS]) {
-  return thread::bytes_to_bit_planes<PLANES>(v[0] | v[1] << 8 | v[2] << 16 | v[3] << 24,
-                                             v[4] | v[5] << 8 | v[6] << 16 | v[7] << 24);
+  const uint2 bytes = pack_bytes(v);
+  return thread::bytes_to_bit_planes<PLANES>(bytes.x, bytes.y);
 }
 /// The items' values from pack_bit_planes' bytes.
 template <uint32_t PLANES>
@@ -348,8 +352,7 @@ ZIPCOMM_DEVICE void write_planes(uint8_t* plane0, uint8_t* tile_low, uint32_t co
 #pragma unroll
     for (uint32_t j = 0; j < P; ++j) at[j * format::LANES] = uint8_t(w >> (8 * j));
   } else if (count == ITEMS) {
-    *reinterpret_cast<uint2*>(plane0 + first) =
-        make_uint2(p0[0] | p0[1] << 8 | p0[2] << 16 | p0[3] << 24, p0[4] | p0[5] << 8 | p0[6] << 16 | p0[7] << 24);
+    *reinterpret_cast<uint2*>(plane0 + first) = pack_bytes(p0);
   } else {
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i)

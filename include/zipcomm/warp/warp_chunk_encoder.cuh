@@ -436,8 +436,8 @@ class WarpChunkEncoder {
   ZIPCOMM_DEVICE uint32_t FullTileBytes(uint32_t t, const uint32_t (&x)[ITEMS], uint8_t* plane0_at, uint32_t check) {
     constexpr uint32_t MANT = FB::MANT_BITS, ONES = 0x01010101u;
     constexpr uint32_t P = format::plane0_planes(D);
-    // Plain shifts (not prmt) join the items, so the compiler folds them with the loader's split of the words.
-    const uint32_t w[2] = {x[0] | x[1] << 8 | x[2] << 16 | x[3] << 24, x[4] | x[5] << 8 | x[6] << 16 | x[7] << 24};
+    const uint2 bytes = pack_bytes(x);  // folded with the loader's split of the same words
+    const uint32_t w[2] = {bytes.x, bytes.y};
     uint32_t v[2], mag2 = 0;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
