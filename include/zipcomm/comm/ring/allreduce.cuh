@@ -25,6 +25,7 @@
 #include "../../block/block_fused.cuh"
 #include "../../block/block_stream_codec.cuh"
 #include "../../config.hpp"
+#include "../../detail/dynamic_smem.cuh"
 #include "../../format.hpp"
 #include "../../thread/pair_code.hpp"
 #include "../../thread/reduce_op.hpp"
@@ -229,12 +230,12 @@ class BlockRingAllreduce {
 template <DType D, bool COMPRESSED>
 __global__ void __launch_bounds__(RING_THREADS, ZIPCOMM_RING_MIN_BLOCKS_PER_SM)
     ring_allreduce_kernel(const RingLaunch a) {
-  extern __shared__ __align__(16) unsigned char ring_smem[];
   using Ring = BlockRingAllreduce<D, COMPRESSED>;
   auto cta = cooperative_groups::this_thread_block();
   const int rank = a.first_rank + int(blockIdx.x) / a.part.channels;
   const int channel = int(blockIdx.x) % a.part.channels;
-  (void)Ring(*reinterpret_cast<typename Ring::TempStorage*>(ring_smem)).Run(cta, a, rank, channel);
+  auto& temp = *reinterpret_cast<typename Ring::TempStorage*>(zipcomm::detail::dynamic_smem_bytes);
+  (void)Ring(temp).Run(cta, a, rank, channel);
 }
 
 template <DType D, bool COMPRESSED>

@@ -16,6 +16,7 @@
 
 #include "../../config.hpp"
 #include "../../detail/bounded_wait.cuh"
+#include "../../detail/dynamic_smem.cuh"
 #include "../../detail/look_back.cuh"
 #include "../../format.hpp"
 #include "../../thread/pair_code.hpp"
@@ -264,8 +265,7 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS) low_widths_kernel(Compre
 template <DType D, class Code>
 __global__ void __launch_bounds__(CodecPolicy::THREADS, CodecPolicy::ENCODE_MIN_BLOCKS<D>)
     compress_kernel(CompressArgs args) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& smem = *reinterpret_cast<EncodeSmem<D, Code, CodecPolicy::WARPS>*>(smem_raw);
+  auto& smem = *reinterpret_cast<EncodeSmem<D, Code, CodecPolicy::WARPS>*>(zipcomm::detail::dynamic_smem_bytes);
   auto cta = cooperative_groups::this_thread_block();
   warp::LoadPairTable(smem.table, cta);
   warp::ArrayTileSource<D> source(args.in, args.pre_op);
@@ -324,8 +324,7 @@ struct HeaderOnly {
 
 template <DType D, class Code>
 __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_kernel(DecompressArgs args) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(smem_raw);
+  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(zipcomm::detail::dynamic_smem_bytes);
   auto cta = cooperative_groups::this_thread_block();
   warp::LoadPairTable(table, cta);
   warp::WarpChunkDecoder<D, Code> dec(table);

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "../../config.hpp"
+#include "../../detail/dynamic_smem.cuh"
 #include "../../format.hpp"
 #include "../../thread/reduce_op.hpp"
 #include "../../warp/lane_io.cuh"
@@ -47,8 +48,7 @@ struct FusedArgs {
 
 template <DType D, class Code>
 __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_reduce_kernel(FusedArgs args) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(smem_raw);
+  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(zipcomm::detail::dynamic_smem_bytes);
   auto cta = cooperative_groups::this_thread_block();
   warp::LoadPairTable(table, cta);
   warp::WarpChunkDecodeReduce<D, Code> fused(table);
@@ -79,8 +79,7 @@ ZIPCOMM_DEVICE void forward_stream_frame(const uint8_t* in, uint8_t* fwd, const 
 
 template <DType D, class Code>
 __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_forward_kernel(FusedArgs args) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(smem_raw);
+  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(zipcomm::detail::dynamic_smem_bytes);
   auto cta = cooperative_groups::this_thread_block();
   warp::LoadPairTable(table, cta);
   warp::WarpChunkDecodeForward<D, Code> fused(table);
@@ -124,8 +123,8 @@ struct StreamReducedSource {
 template <DType D, class Code>
 __global__ void __launch_bounds__(FusedEncodePolicy::THREADS)
     decompress_reduce_compress_kernel(FusedArgs in_args, CompressArgs out_args) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& smem = *reinterpret_cast<FusedEncodeSmem<D, Code, FusedEncodePolicy::WARPS>*>(smem_raw);
+  auto& smem =
+      *reinterpret_cast<FusedEncodeSmem<D, Code, FusedEncodePolicy::WARPS>*>(zipcomm::detail::dynamic_smem_bytes);
   auto cta = cooperative_groups::this_thread_block();
   warp::LoadPairTable(smem.tables, cta);
   format::StreamView view;

@@ -3,6 +3,7 @@
 
 #include <cooperative_groups.h>
 
+#include "../../../detail/dynamic_smem.cuh"
 #include "../kernels.cuh"
 
 namespace zipcomm {
@@ -10,10 +11,9 @@ namespace comm {
 
 template <DType D, class Code>
 __global__ void __launch_bounds__(P2PPolicy::THREADS, 2) p2p_recv_kernel(RecvArgs a) {
-  extern __shared__ __align__(16) unsigned char p2p_smem[];
   auto cta = cooperative_groups::this_thread_block();
-  BlockFrameReceiver<D, P2PPolicy::WARPS, Code>(*reinterpret_cast<P2PRecvStorage<D, Code>*>(p2p_smem))
-      .Receive(cta, a);
+  auto& temp = *reinterpret_cast<P2PRecvStorage<D, Code>*>(zipcomm::detail::dynamic_smem_bytes);
+  BlockFrameReceiver<D, P2PPolicy::WARPS, Code>(temp).Receive(cta, a);
 }
 
 }  // namespace comm
