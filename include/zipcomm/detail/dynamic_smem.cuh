@@ -2,14 +2,12 @@
 // declaration); each launch passes sizeof of the kernel's storage type, and the kernel casts this array to it.
 #pragma once
 
-#include "../config.hpp"
-
 namespace zipcomm {
 namespace detail {
 
 #ifdef __CUDACC__
-// Declared once at namespace scope: a cast inside the kernel keeps the kernel's code as with a local declaration
-// (an accessor function moved address arithmetic in the encoder's SASS).
+// A plain declaration, cast inside each kernel: that compiles as a kernel-local declaration does, where an
+// accessor function changes the encoder's code.
 extern __shared__ __align__(16) unsigned char dynamic_smem_bytes[];
 #endif
 
