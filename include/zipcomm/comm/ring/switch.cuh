@@ -2,8 +2,8 @@
 // C++17, host only, so that the host tests check the very function RingCommunicator calls.
 //
 // Compression pays only where the link is much slower than the codec: the ring then moves ~0.67 of the raw
-// bytes (bf16 gradients) but every hop also decodes and encodes. At today's codec speed (~0.5 TB/s per GPU)
-// that never pays against NVLink or a GPU's own HBM, and the measured one-GPU ring (8 simulated ranks, H200)
+// bytes (bf16 gradients) but every hop also decodes, reduces and encodes, at ~0.5 TB/s of bf16 per GPU (an
+// H100): that never pays against NVLink or a GPU's own HBM, and the measured one-GPU ring (8 simulated ranks)
 // is faster raw at every size. So without a measurement the switch runs the raw ring; a measurement
 // (RingCommunicator::calibrate), a user threshold (RingOptions::raw_below_bytes) or RingMode::compressed
 // enables compression. docs/RING.md, "Raw switch".
