@@ -13,7 +13,8 @@
 // calibrate() measures both on this communicator and automatic then follows the measurements; without them
 // it follows RingOptions::raw_below_bytes if the user set it, else it runs the raw ring, which is the right
 // choice whenever the ranks share a GPU or reach each other over NVLink (a compressed hop's decode + reduce +
-// encode, ~0.5 TB/s of bf16 on an H100, is slower than either link). RingCallInfo says which ring a call ran and why.
+// encode, ~0.5 TB/s of bf16 on an H100, is slower than either link). RingCallInfo says which ring a call ran
+// and why.
 #pragma once
 
 #include <cuda_runtime.h>
