@@ -105,7 +105,7 @@ uint32_t chunk_log2_for(uint32_t chunk_log2, uint64_t n, const std::string& wher
 }
 
 nb::object compress(const AnyArray& x, const std::optional<std::string>& declared, const std::string& code,
-                    uint32_t chunk_log2) {
+                    uint32_t chunk_log2, uint32_t threads) {
   const std::string where = "zipcomm.compress";
   require_known_device(x.device_type(), where);
   if (on_gpu(x.device_type())) throw nb::value_error((where + ": a CUDA array goes through compress_gpu").c_str());
@@ -121,7 +121,7 @@ nb::object compress(const AnyArray& x, const std::optional<std::string>& declare
   {
     nb::gil_scoped_release unlocked;
     s = zipcomm::host::compress(d, c, x.data(), n, out.get(), capacity, &bytes, format::LowWidths::minimal,
-                                chunk_log2);
+                                chunk_log2, threads);
   }
   check_status(s, where);
   // Give back the unused tail of the bound (realloc to a smaller size does not move in practice).
@@ -132,7 +132,7 @@ nb::object compress(const AnyArray& x, const std::optional<std::string>& declare
   return numpy_owning(out.release(), bytes, nb::dtype<uint8_t>());
 }
 
-nb::object decompress(const AnyArray& buf, std::optional<WritableArray> out) {
+nb::object decompress(const AnyArray& buf, std::optional<WritableArray> out, uint32_t threads) {
   const std::string where = "zipcomm.decompress";
   require_stream_bytes(buf, where);
   const uint64_t in_bytes = buf.size();
@@ -149,7 +149,7 @@ nb::object decompress(const AnyArray& buf, std::optional<WritableArray> out) {
     require_out_shape(*out, h.num_elements, where);
     {
       nb::gil_scoped_release unlocked;
-      s = zipcomm::host::decompress(buf.data(), in_bytes, out->data(), out_bytes);
+      s = zipcomm::host::decompress(buf.data(), in_bytes, out->data(), out_bytes, threads);
     }
     check_status(s, where);
     return nb::none();
@@ -157,7 +157,7 @@ nb::object decompress(const AnyArray& buf, std::optional<WritableArray> out) {
   HostBuffer dst = host_alloc(out_bytes);
   {
     nb::gil_scoped_release unlocked;
-    s = zipcomm::host::decompress(buf.data(), in_bytes, dst.get(), out_bytes);
+    s = zipcomm::host::decompress(buf.data(), in_bytes, dst.get(), out_bytes, threads);
   }
   check_status(s, where);
   return numpy_owning(dst.release(), h.num_elements, result_dtype(d, true));
@@ -377,7 +377,8 @@ nb::dict stats(const AnyArray& x, const std::optional<std::string>& declared, co
   const auto* src = static_cast<const uint8_t*>(x.data());
   {
     nb::gil_scoped_release unlocked;
-    s = zipcomm::host::compress(d, c, src, n, stream.data(), capacity, &bytes, format::LowWidths::minimal, chunk_log2);
+    s = zipcomm::host::compress(d, c, src, n, stream.data(), capacity, &bytes, format::LowWidths::minimal, chunk_log2,
+                                0);
     h0 = exponent_entropy_bits(d, src, n);
   }
   check_status(s, where);
@@ -595,8 +596,8 @@ NB_MODULE(_zipcomm_ext, m) {
   });
 
   m.def("status_string", [](Status s) { return std::string(zipcomm::status_string(s)); }, "status"_a);
-  m.def("compress", &compress, "x"_a, "dtype"_a.none(), "code"_a, "chunk_log2"_a);
-  m.def("decompress", &decompress, "buf"_a, "out"_a.none());
+  m.def("compress", &compress, "x"_a, "dtype"_a.none(), "code"_a, "chunk_log2"_a, "threads"_a);
+  m.def("decompress", &decompress, "buf"_a, "out"_a.none(), "threads"_a);
   m.def("max_compressed_bytes", &max_compressed_bytes, "n"_a, "dtype"_a, "chunk_log2"_a);
   m.def("compress_capacity", &compress_capacity, "x"_a, "dtype"_a.none(), "chunk_log2"_a);
   m.def("compress_gpu", &compress_gpu, "x"_a, "dtype"_a.none(), "code"_a, "out"_a, "chunk_log2"_a, "stream"_a);

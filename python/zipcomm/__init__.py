@@ -228,8 +228,17 @@ def _chunk_log2(chunk_elements: int | None, where: str) -> int:
     return int(chunk_elements).bit_length() - 1
 
 
+def _threads(threads: Any, where: str) -> int:
+    """threads= as the host codec takes it: 0 for one per hardware thread."""
+    if threads is None:
+        return 0
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or not 1 <= threads <= 4096:
+        raise ValueError(f"{where}: threads is an integer from 1 to 4096 or None, got {threads!r}")
+    return int(threads)
+
+
 def compress(x: Any, code: str = "pair", *, dtype: Any = None, stream: Any = None, out: Any = None,
-             check: bool = False, chunk_elements: int | None = None) -> Any:
+             check: bool = False, chunk_elements: int | None = None, threads: int | None = None) -> Any:
     """Compresses an array of bf16, fp16, fp32 or fp8 elements, losslessly, into one wire format v6 stream.
 
     Args:
@@ -254,6 +263,8 @@ def compress(x: Any, code: str = "pair", *, dtype: Any = None, stream: Any = Non
         chunk_elements: elements per chunk, the unit a GPU warp codes alone: 4096, 8192 or 16384. Default: 16384
             from 128 Mi elements up, 8192 from 16 Mi, 4096 below, so that a short message still occupies the GPU;
             smaller chunks cost about 0.004 (8192) and 0.012 (4096) of ratio on bf16.
+        threads (host arrays): CPU threads that code chunks side by side, the GIL released (default: one per
+            hardware thread; 1: the calling thread only). The bytes do not depend on it.
 
     Returns:
         For a host array (NumPy, torch CPU, ...): a 1-D numpy.ndarray of uint8, the stream, exactly as the C++
@@ -275,7 +286,9 @@ def compress(x: Any, code: str = "pair", *, dtype: Any = None, stream: Any = Non
     if _arrays.cuda_device(arg) is None:
         if stream is not None or out is not None:
             raise ValueError(f"{where}: stream= and out= are for CUDA arrays; x is on the host")
-        return _ext.compress(arg, declared, code, log2)
+        return _ext.compress(arg, declared, code, log2, _threads(threads, where))
+    if threads is not None:
+        raise ValueError(f"{where}: threads= is for host arrays; x is on a GPU")
     buf = out if out is not None else _arrays.empty_bytes_like(x, _ext.compress_capacity(arg, declared, log2))
     call = _ext.compress_gpu(arg, declared, code, buf, log2, _arrays.stream_handle(stream, x, where))
     if not check:
@@ -286,7 +299,8 @@ def compress(x: Any, code: str = "pair", *, dtype: Any = None, stream: Any = Non
 compress.__doc__ += _FORMAT_HELP + "\n" + _STATUS_HELP  # type: ignore[operator]
 
 
-def decompress(buf: Any, out: Any = None, *, dtype: Any = None, stream: Any = None, check: bool = False) -> Any:
+def decompress(buf: Any, out: Any = None, *, dtype: Any = None, stream: Any = None, check: bool = False,
+               threads: int | None = None) -> Any:
     """Decompresses one wire format v5 or v6 stream, checking all of it (every chunk's check of its elements).
 
     Args:
@@ -302,6 +316,8 @@ def decompress(buf: Any, out: Any = None, *, dtype: Any = None, stream: Any = No
         stream (CUDA arrays): where the GPU codec runs (as for compress). Without out (or with an integer out and
             no dtype) the stream's 64-byte header is read first, which waits for the work on that stream.
         check (CUDA arrays): wait for this call and raise its error.
+        threads (host streams): CPU threads that decode chunks side by side (default: one per hardware thread;
+            1: the calling thread only). The result and the error raised do not depend on it.
 
     Returns:
         out when given. Otherwise a new 1-D array of the stream's dtype and element count: on the host a
@@ -318,6 +334,8 @@ def decompress(buf: Any, out: Any = None, *, dtype: Any = None, stream: Any = No
     where = "zipcomm.decompress"
     buf = _stream_argument(buf, where)
     if _arrays.cuda_device(buf) is not None:
+        if threads is not None:
+            raise ValueError(f"{where}: threads= is for host streams; buf is on a GPU")
         handle = _arrays.stream_handle(stream, buf, where)
         declared = _canonical_dtype(dtype, where)
         if out is None:
@@ -335,9 +353,9 @@ def decompress(buf: Any, out: Any = None, *, dtype: Any = None, stream: Any = No
     if stream is not None or dtype is not None:
         raise ValueError(f"{where}: stream= and dtype= are for CUDA arrays; the stream is on the host")
     if out is not None:
-        _ext.decompress(buf, _out_target(out, where))
+        _ext.decompress(buf, _out_target(out, where), _threads(threads, where))
         return out
-    result = _ext.decompress(buf, None)
+    result = _ext.decompress(buf, None, _threads(threads, where))
     if result.dtype == np.uint16 and _bfloat16 is not None:  # uint16 comes back only for bf16 streams
         return result.view(_bfloat16)
     if result.dtype == np.uint8 and _float8_e4m3fn is not None:  # uint8 only for fp8: the header says which

@@ -63,7 +63,7 @@ inline uint32_t mant_mask(DType d) { return (1u << mant_bits(d)) - 1; }
 /// whose mantissa 7 is NaN).
 inline uint32_t exp_all_ones(DType d) { return max_exponent(d) << mant_bits(d); }
 inline uint32_t exponent_of(DType d, uint32_t b) { return (b >> mant_bits(d)) & max_exponent(d); }
-constexpr CodeId kCodes[1] = {CodeId::pair};  // the codes of format v5 (one)
+constexpr CodeId kCodes[1] = {CodeId::pair};  // the format's codes (one)
 
 // ---- element conversion -------------------------------------------------------------------------------------
 inline uint32_t f32_bits(float x) {
@@ -175,17 +175,18 @@ inline std::vector<uint8_t> compress_ok(CodeId code, const Tensor& t,
 }
 
 /// Decompresses `stream` into a guarded buffer of exactly n * elem_bytes; returns status and output.
-/// Checks that nothing outside the destination was written (both guard regions).
+/// Checks that nothing outside the destination was written (both guard regions). Decodes on `threads` threads.
 struct Decoded {
   Status status;
   std::vector<uint8_t> out;
   bool guards_ok;
 };
-inline Decoded decompress_guarded(const uint8_t* stream, uint64_t bytes, uint64_t out_bytes, uint8_t fill = 0) {
+inline Decoded decompress_guarded(const uint8_t* stream, uint64_t bytes, uint64_t out_bytes, uint8_t fill = 0,
+                                  unsigned threads = 1) {
   std::vector<uint8_t> buf(out_bytes + 2 * kGuard, kGuardByte);
   std::memset(buf.data() + kGuard, fill, out_bytes);
   Decoded d;
-  d.status = host::decompress(stream, bytes, buf.data() + kGuard, out_bytes);
+  d.status = host::decompress(stream, bytes, buf.data() + kGuard, out_bytes, threads);
   d.guards_ok = true;
   for (size_t i = 0; i < kGuard; ++i) d.guards_ok &= buf[i] == kGuardByte && buf[kGuard + out_bytes + i] == kGuardByte;
   d.out.assign(buf.begin() + kGuard, buf.begin() + kGuard + out_bytes);

@@ -182,3 +182,37 @@ def test_torch_cpu_tensors_if_installed(rng: np.random.Generator) -> None:
     out = torch.empty(3000, dtype=torch.bfloat16)
     zipcomm.decompress(buf, out=out)
     assert torch.equal(out.view(torch.int16), x.reshape(-1).view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype, bits", [("bf16", np.uint16), ("fp32", np.uint32), ("fp8_e4m3", np.uint8)])
+def test_threads_same_bytes(rng: np.random.Generator, dtype: str, bits: type) -> None:
+    """The host codec on 1, 2, 3 or all hardware threads: the same stream, the same elements back."""
+    x = rng.integers(0, np.iinfo(bits).max, size=37 * 4096 + 11, dtype=bits, endpoint=True)
+    one = zipcomm.compress(x, dtype=dtype, threads=1)
+    for threads in (2, 3, None):
+        np.testing.assert_array_equal(zipcomm.compress(x, dtype=dtype, threads=threads), one)
+        np.testing.assert_array_equal(zipcomm.decompress(one, threads=threads).view(bits), x)
+        out = np.empty_like(x)
+        zipcomm.decompress(one, out=out, threads=threads)
+        np.testing.assert_array_equal(out, x)
+
+
+def test_threads_corrupt_stream_same_error(rng: np.random.Generator) -> None:
+    x = read_data("llama_grads.bf16", np.uint16)[:40 * 4096]
+    buf = zipcomm.compress(x, dtype="bf16")
+    buf[len(buf) // 2] ^= 0x40  # an exponent stream in the middle
+    errors = set()
+    for threads in (1, 2, 5, None):
+        with pytest.raises(zipcomm.ZipcommError) as e:
+            zipcomm.decompress(buf, threads=threads)
+        errors.add(e.value.status)
+    assert len(errors) == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, 5000, 1.5, True, "2"])
+def test_threads_refused(bad: object) -> None:
+    x = np.zeros(100, np.uint16)
+    with pytest.raises(ValueError, match="threads"):
+        zipcomm.compress(x, dtype="bf16", threads=bad)
+    with pytest.raises(ValueError, match="threads"):
+        zipcomm.decompress(zipcomm.compress(x, dtype="bf16"), threads=bad)

@@ -79,6 +79,7 @@ struct Options {
   bool help = false, version = false;
   std::string format;  // "", "raw", "safetensors"
   uint64_t vocab = 0;  // ear: logits per position
+  unsigned threads = 0;  // host codec threads (0: one per hardware thread)
 };
 
 // Inputs above this size get a progress line on stderr (--progress: any size; -q: never).
@@ -483,7 +484,7 @@ struct DeviceBuffer {
 /// Compresses / decompresses through the GPU when one is usable, through the host codec otherwise.
 class Codec {
  public:
-  Codec(bool force_host, bool verify) : verify_(verify) {
+  Codec(bool force_host, bool verify, unsigned threads) : verify_(verify), threads_(threads) {
 #if ZIPCOMM_FILE_GPU
     int count = 0;
     if (!force_host && cudaGetDeviceCount(&count) == cudaSuccess && count > 0) gpu_ = true;
@@ -501,14 +502,14 @@ class Codec {
     if (gpu_ && n > 0) {
       out = gpu_compress(d, c, src, n);
       if (verify_) {
-        std::vector<uint8_t> ref = host_compress(d, c, src, n);
+        std::vector<uint8_t> ref = host_compress(d, c, src, n, threads_);
         if (ref != out) throw Error("--verify: GPU stream differs from the host codec's stream (" +
                                     std::to_string(out.size()) + " vs " + std::to_string(ref.size()) + " bytes)");
       }
       return out;
     }
 #endif
-    return host_compress(d, c, src, n);
+    return host_compress(d, c, src, n, threads_);
   }
 
   /// Decompresses one stream (exactly `bytes` bytes); returns the raw tensor bytes.
@@ -526,19 +527,20 @@ class Codec {
     if (gpu_ && h.num_elements > 0) {
       std::vector<uint8_t> out = gpu_decompress(d, CodeId(h.code), src, bytes, h.num_elements);
       if (verify_) {
-        std::vector<uint8_t> ref = host_decompress(src, bytes, raw_bytes);
+        std::vector<uint8_t> ref = host_decompress(src, bytes, raw_bytes, threads_);
         if (ref != out) throw Error("--verify: GPU decompression differs from the host codec's");
       }
       return out;
     }
 #endif
-    return host_decompress(src, bytes, raw_bytes);
+    return host_decompress(src, bytes, raw_bytes, threads_);
   }
 
-  static std::vector<uint8_t> host_compress(DType d, CodeId c, const uint8_t* src, uint64_t n) {
+  static std::vector<uint8_t> host_compress(DType d, CodeId c, const uint8_t* src, uint64_t n, unsigned threads) {
     std::vector<uint8_t> out(format::max_compressed_bytes(d, n));
     uint64_t bytes = 0;
-    Status st = zipcomm::host::compress(d, c, src, n, out.data(), out.size(), &bytes);
+    Status st = zipcomm::host::compress(d, c, src, n, out.data(), out.size(), &bytes, format::LowWidths::minimal,
+                                        format::CHUNK_LOG2_AUTO, threads);
     if (st != Status::ok) throw Error(std::string("host compress failed: ") + zipcomm::status_string(st));
     out.resize(bytes);
     return out;
@@ -546,10 +548,12 @@ class Codec {
  private:
   bool gpu_ = false;
   bool verify_ = false;
+  unsigned threads_ = 0;
 
-  static std::vector<uint8_t> host_decompress(const uint8_t* src, uint64_t bytes, uint64_t raw_bytes) {
+  static std::vector<uint8_t> host_decompress(const uint8_t* src, uint64_t bytes, uint64_t raw_bytes,
+                                              unsigned threads) {
     std::vector<uint8_t> out(raw_bytes);
-    Status st = zipcomm::host::decompress(src, bytes, out.data(), out.size());
+    Status st = zipcomm::host::decompress(src, bytes, out.data(), out.size(), threads);
     if (st != Status::ok) throw Error(std::string("decompression failed: ") + zipcomm::status_string(st));
     return out;
   }
@@ -674,7 +678,7 @@ void warn_if_dtype_looks_wrong(const Options& o, const std::vector<uint8_t>& in,
   for (DType d : all) {
     if (in.size() % format::elem_bytes(d)) continue;  // a file of another dtype is a whole number of elements
     const uint64_t n = sample / format::elem_bytes(d);
-    sample_ratio[int(d)] = double(Codec::host_compress(d, o.code, in.data(), n).size()) / double(sample);
+    sample_ratio[int(d)] = double(Codec::host_compress(d, o.code, in.data(), n, o.threads).size()) / double(sample);
   }
   DType best = o.dtype;
   for (DType d : all)
@@ -1413,6 +1417,7 @@ const CommandHelp COMMANDS[] = {
      "  -q, --quiet               no summary line, progress line or warnings\n"
      "  --progress                a progress line on stderr also for inputs under 256 MiB\n"
      "  --host                    use the host codec even when a GPU is present\n"
+     "  --threads N               threads of the host codec (default 0: one per hardware thread)\n"
      "  --verify                  with a GPU: check the GPU's bytes against the host codec's\n"
      "  -h, --help                this text\n"},
     {"decompress",
@@ -1428,6 +1433,7 @@ const CommandHelp COMMANDS[] = {
      "  -q, --quiet               no summary line or progress line\n"
      "  --progress                a progress line on stderr also for inputs under 256 MiB\n"
      "  --host                    use the host codec even when a GPU is present\n"
+     "  --threads N               threads of the host codec (default 0: one per hardware thread)\n"
      "  --verify                  with a GPU: check the GPU's bytes against the host codec's\n"
      "  -h, --help                this text\n"},
     {"info",
@@ -1456,6 +1462,7 @@ const CommandHelp COMMANDS[] = {
      "  --json                    one JSON object on stdout\n"
      "  -q, --quiet               no warnings\n"
      "  --host                    use the host codec even when a GPU is present\n"
+     "  --threads N               threads of the host codec (default 0: one per hardware thread)\n"
      "  --verify                  with a GPU: check the GPU's bytes against the host codec's\n"
      "  -h, --help                this text\n"},
     {"ear",
@@ -1513,6 +1520,7 @@ const OptionSpec OPTION_SPECS[] = {
     {"--no-roundtrip-check", false, "compress"},
     {"--host", false, "compress decompress stats ear"},
     {"--verify", false, "compress decompress stats ear"},
+    {"--threads", true, "compress decompress stats"},
 };
 
 DType parse_dtype(const std::string& s) {
@@ -1595,6 +1603,13 @@ Options parse_args(int argc, char** argv) {
         if (value.empty() || *end || errno || v == 0 || value[0] == '-')
           throw UsageError("--vocab takes a positive integer, got '" + value + "'");
         o.vocab = v;
+      } else if (a == "--threads") {
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long v = std::strtoul(value.c_str(), &end, 10);
+        if (value.empty() || *end || errno || v > 4096 || value[0] == '-')
+          throw UsageError("--threads takes an integer from 0 (all hardware threads) to 4096, got '" + value + "'");
+        o.threads = unsigned(v);
       } else if (a == "--json") o.json = true;
       else if (a == "--force") o.force = true;
       else if (a == "--quiet") o.quiet = true;
@@ -1654,7 +1669,7 @@ int run(int argc, char** argv) {
   }
   try {
     if (o.cmd == "info") return cmd_info(o);
-    Codec codec(o.force_host, o.verify);
+    Codec codec(o.force_host, o.verify, o.threads);
     if (o.verify && !codec.gpu())
       std::fprintf(stderr, "zipcomm-file: note: no GPU in use, --verify has nothing to compare\n");
     if (o.cmd == "compress") return cmd_compress(o, codec);

@@ -512,8 +512,9 @@ def help_text(exe, work):
     for cmd in ("compress", "decompress", "info", "stats"):
         if cmd not in general:
             sys.exit(f"FAIL: --help lacks {cmd}")
-    options = {"compress": ["--dtype", "--force", "--no-roundtrip-check", "--progress", "--quiet"],
-               "decompress": ["--force", "--quiet"], "info": ["--json"], "stats": ["--dtype", "--json", "--format"]}
+    options = {"compress": ["--dtype", "--force", "--no-roundtrip-check", "--progress", "--quiet", "--threads"],
+               "decompress": ["--force", "--quiet", "--threads"], "info": ["--json"],
+               "stats": ["--dtype", "--json", "--format", "--threads"]}
     for cmd, opts in options.items():
         for form in ([cmd, "--help"], [cmd, "-h"], ["help", cmd], [cmd, "--dtype", "bf16", "a", "b", "--help"]):
             p = run(exe, *form)
@@ -770,11 +771,32 @@ def ear(exe, work):
     print("ok: ear refuses bad sizes and reports NaN positions")
 
 
+def threads(exe, work):
+    """The host codec writes the same stream on any number of threads and reads it back on any number."""
+    raw = write(os.path.join(work, "x.bf16"), gaussian_bf16(300_000, seed=11))
+    streams = []
+    for t in ("1", "3", "0"):
+        z = os.path.join(work, f"x.{t}.zc")
+        run(exe, "compress", "--host", "--threads", t, "--dtype", "bf16", raw, z)
+        streams.append(read(z))
+    if any(s != streams[0] for s in streams[1:]):
+        sys.exit("FAIL: --threads changed the compressed bytes")
+    for t in ("1", "2", "0"):
+        back = os.path.join(work, f"x.back.{t}")
+        run(exe, "decompress", "--host", "--threads", t, os.path.join(work, "x.1.zc"), back)
+        if not same_file(raw, back):
+            sys.exit(f"FAIL: decompress --threads {t} differs from the original")
+    for bad in ("-1", "x", "", "5000"):
+        expect_fail(exe, "compress", "--threads", bad, "--dtype", "bf16", raw, os.path.join(work, "y.zc"),
+                    code=2, needle="--threads")
+    print("ok: --threads 1, 2, 3 and 0 write and read the same bytes; bad counts refused")
+
+
 TESTS = {"roundtrip": roundtrip, "stats": stats, "safetensors": safetensors, "malformed": malformed,
          "same_path": same_path, "existing_output": existing_output, "no_partial": no_partial,
          "info_stream": info_stream, "info_container": info_container, "help": help_text, "version": version,
          "stdio": stdio, "summary": summary, "dtype_warning": dtype_warning, "container_raw": container_raw,
-         "install_deps": install_deps, "ear": ear}
+         "install_deps": install_deps, "ear": ear, "threads": threads}
 
 
 def main():
