@@ -1,4 +1,5 @@
-// zipcomm wire format v5: constants, header and layout arithmetic (docs/FORMAT.md is the specification).
+// zipcomm wire format v6 (v5 streams are still read): constants, header and layout arithmetic; docs/FORMAT.md is
+// the specification.
 // Everything here is constexpr/host-device so host reference code and device kernels agree by construction.
 #pragma once
 
