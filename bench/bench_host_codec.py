@@ -21,8 +21,8 @@ import numpy as np
 import zipcomm
 
 REPO = Path(__file__).resolve().parents[1]
-FILES = [("llama_grads.bf16", "bf16", np.uint16), ("llama_grads.f32", "fp32", np.uint32),
-         ("llama_grads.e4m3", "fp8_e4m3", np.uint8)]
+FILES = [("llama_grads.bf16", "bf16", np.uint16), ("llama_grads_scaled.f16", "fp16", np.uint16),
+         ("llama_grads.f32", "fp32", np.uint32), ("llama_grads.e4m3", "fp8_e4m3", np.uint8)]
 
 
 def best_seconds(fn, reps: int) -> float:

@@ -267,21 +267,30 @@ inline Status decode_chunk(const uint8_t* in, uint32_t bytes, uint32_t elems, ui
 /// Writes `planes` bit-planes of one tile's values[0..valid) into out (planes * 32 bytes, already zero): plane j
 /// holds bit (planes - 1 - j) of each value; in a plane, byte = lane, bit = item (the fp16 low bits, the fp8
 /// plane 0).
+static_assert(format::ITEMS_PER_LANE == 8, "a bit-plane holds one byte per lane");
 inline void put_bit_planes(const uint32_t* values, uint32_t valid, uint32_t planes, uint8_t* out) {
-  for (uint32_t k = 0; k < valid; ++k)
-    for (uint32_t j = 0; j < planes; ++j)
-      if ((values[k] >> (planes - 1 - j)) & 1u)
-        out[j * format::LANES + k / format::ITEMS_PER_LANE] |= uint8_t(1u << (k % format::ITEMS_PER_LANE));
+  for (uint32_t j = 0; j < planes; ++j)
+    for (uint32_t lane = 0; lane * format::ITEMS_PER_LANE < valid; ++lane) {
+      uint32_t byte = 0;
+      for (uint32_t i = 0; i < format::ITEMS_PER_LANE; ++i) {
+        const uint32_t k = lane * format::ITEMS_PER_LANE + i;
+        if (k < valid) byte |= ((values[k] >> (planes - 1 - j)) & 1u) << i;
+      }
+      out[j * format::LANES + lane] |= uint8_t(byte);
+    }
 }
 
 /// ORs the values of put_bit_planes' layout into values[0..valid); false if a bit that no element owns is set.
 inline bool get_bit_planes(const uint8_t* in, uint32_t valid, uint32_t planes, uint32_t* values) {
   for (uint32_t j = 0; j < planes; ++j)
-    for (uint32_t pos = 0; pos < format::TILE_ELEMS; ++pos) {
-      const uint8_t byte = in[j * format::LANES + pos / format::ITEMS_PER_LANE];
-      const uint32_t bit = (byte >> (pos % format::ITEMS_PER_LANE)) & 1u;
-      if (pos >= valid && bit) return false;
-      if (pos < valid) values[pos] |= bit << (planes - 1 - j);
+    for (uint32_t lane = 0; lane < format::LANES; ++lane) {
+      const uint32_t byte = in[j * format::LANES + lane], first = lane * format::ITEMS_PER_LANE;
+      const uint32_t owned = first >= valid                                     ? 0u
+                             : valid - first >= uint32_t(format::ITEMS_PER_LANE) ? 0xFFu
+                                                                                 : (1u << (valid - first)) - 1u;
+      if (byte & ~owned) return false;
+      for (uint32_t i = 0; first + i < valid && i < format::ITEMS_PER_LANE; ++i)
+        values[first + i] |= ((byte >> i) & 1u) << (planes - 1 - j);
     }
   return true;
 }
