@@ -45,7 +45,7 @@ def main() -> int:
     counts = [int(t) for t in args.threads.split(",")]
     rows = []
     print(f"host codec, {args.mib} MiB, best of {args.reps}, {os.cpu_count()} hardware threads")
-    print(f"{'data':<20} {'threads':>7} {'ratio':>7} {'compress GB/s':>14} {'decompress GB/s':>16} {'memcpy GB/s':>12}")
+    print(f"{'data':<24} {'threads':>7} {'ratio':>7} {'compress GB/s':>14} {'decompress GB/s':>16} {'memcpy GB/s':>12}")
     for name, dtype, bits in FILES:
         path = args.data / name
         if not path.exists():
@@ -66,7 +66,7 @@ def main() -> int:
                    "compress_gbps": x.nbytes / enc / 1e9, "decompress_gbps": x.nbytes / dec / 1e9,
                    "memcpy_gbps": memcpy}
             rows.append(row)
-            print(f"{name:<20} {t:>7} {row['ratio']:>7.4f} {row['compress_gbps']:>14.3f} "
+            print(f"{name:<24} {t:>7} {row['ratio']:>7.4f} {row['compress_gbps']:>14.3f} "
                   f"{row['decompress_gbps']:>16.3f} {memcpy:>12.2f}")
     if args.json:
         args.json.write_text(json.dumps({"hardware_threads": os.cpu_count(), "mib": args.mib, "rows": rows}, indent=1))
