@@ -11,19 +11,6 @@ namespace {
 /// Thread counts to compare with one: a part per thread up to more threads than parts, and 0 (all of them).
 constexpr unsigned kThreads[] = {2, 3, 7, 64, 0};
 
-std::vector<uint8_t> compress_on(const Tensor& t, format::LowWidths widths, uint32_t chunk_log2, unsigned threads) {
-  std::vector<uint8_t> out(format::max_compressed_bytes(t.dtype, t.n, chunk_log2));
-  uint64_t bytes = 0;
-  REQUIRE(host::compress(t.dtype, CodeId::pair, t.bytes.data(), t.n, out.data(), out.size(), &bytes, widths,
-                         chunk_log2, threads) == Status::ok);
-  out.resize(bytes);
-  return out;
-}
-
-Status decompress_on(const std::vector<uint8_t>& s, std::vector<uint8_t>& out, unsigned threads) {
-  return host::decompress(s.data(), s.size(), out.data(), out.size(), threads);
-}
-
 }  // namespace
 
 TEST_CASE("host codec: any thread count writes the one-thread bytes and reads them back", "[threads]") {
@@ -36,14 +23,14 @@ TEST_CASE("host codec: any thread count writes the one-thread bytes and reads th
       const Tensor t = rng() % 2 ? zt::gaussian(d, n, rng) : zt::random_bits(d, n, rng);
       for (format::LowWidths widths : {format::LowWidths::minimal, format::LowWidths::full}) {
         INFO(dtype_name(d) << " chunk_log2 " << chunk_log2 << " n " << n << " widths " << int(widths));
-        const std::vector<uint8_t> one = compress_on(t, widths, chunk_log2, 1);
-        REQUIRE(one == zt::compress_ok(CodeId::pair, t, widths, chunk_log2));
+        const std::vector<uint8_t> one = zt::compress_ok(CodeId::pair, t, widths, chunk_log2);
         for (unsigned threads : kThreads) {
           INFO("threads " << threads);
-          REQUIRE(compress_on(t, widths, chunk_log2, threads) == one);
-          std::vector<uint8_t> back(t.bytes.size(), 0x5A);
-          REQUIRE(decompress_on(one, back, threads) == Status::ok);
-          REQUIRE(back == t.bytes);
+          REQUIRE(zt::compress_ok(CodeId::pair, t, widths, chunk_log2, threads) == one);
+          const zt::Decoded back = zt::decompress_guarded(one.data(), one.size(), t.bytes.size(), 0x5A, threads);
+          REQUIRE(back.guards_ok);
+          REQUIRE(back.status == Status::ok);
+          REQUIRE(back.out == t.bytes);
         }
       }
     }
@@ -56,12 +43,12 @@ TEST_CASE("host codec: few chunks or none on many threads", "[threads]") {
     for (uint64_t n : {uint64_t(0), uint64_t(1), uint64_t(4097), uint64_t(9 * 4096 - 3)}) {
       INFO(dtype_name(d) << " n " << n);
       const Tensor t = zt::gaussian(d, n, rng);
-      const std::vector<uint8_t> one = compress_on(t, format::LowWidths::minimal, 12, 1);
+      const std::vector<uint8_t> one = zt::compress_ok(CodeId::pair, t, format::LowWidths::minimal, 12);
       for (unsigned threads : kThreads) {
-        REQUIRE(compress_on(t, format::LowWidths::minimal, 12, threads) == one);
-        std::vector<uint8_t> back(t.bytes.size());
-        REQUIRE(decompress_on(one, back, threads) == Status::ok);
-        REQUIRE(back == t.bytes);
+        REQUIRE(zt::compress_ok(CodeId::pair, t, format::LowWidths::minimal, 12, threads) == one);
+        const zt::Decoded back = zt::decompress_guarded(one.data(), one.size(), t.bytes.size(), 0, threads);
+        REQUIRE(back.status == Status::ok);
+        REQUIRE(back.out == t.bytes);
       }
     }
   }
@@ -72,7 +59,7 @@ TEST_CASE("host codec: a corrupt stream gives the one-thread status on any threa
   for (DType d : zt::kDTypes) {
     const uint64_t n = (uint64_t(40) << 12) + 777;
     const Tensor t = zt::gaussian(d, n, rng);
-    const std::vector<uint8_t> good = compress_on(t, format::LowWidths::minimal, 12, 1);
+    const std::vector<uint8_t> good = zt::compress_ok(CodeId::pair, t, format::LowWidths::minimal, 12);
     uint64_t detected = 0;
     const int trials = 100;
     for (int trial = 0; trial < trials; ++trial) {

@@ -160,13 +160,13 @@ constexpr uint32_t kChunkLog2s[] = {12, 13, 14};
 
 inline std::vector<uint8_t> compress_ok(CodeId code, const Tensor& t,
                                         format::LowWidths widths = format::LowWidths::minimal,
-                                        uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
+                                        uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO, unsigned threads = 1) {
   chunk_log2 = format::resolve_chunk_log2(chunk_log2, t.n);
   const uint64_t bound = format::max_compressed_bytes(t.dtype, t.n, chunk_log2);
   std::vector<uint8_t> buf(bound + 2 * kGuard, kGuardByte);
   uint64_t out = ~0ull;
   Status s =
-      host::compress(t.dtype, code, t.bytes.data(), t.n, buf.data() + kGuard, bound, &out, widths, chunk_log2);
+      host::compress(t.dtype, code, t.bytes.data(), t.n, buf.data() + kGuard, bound, &out, widths, chunk_log2, threads);
   REQUIRE(s == Status::ok);
   REQUIRE(out <= bound);
   for (size_t i = 0; i < kGuard; ++i) REQUIRE(buf[i] == kGuardByte);

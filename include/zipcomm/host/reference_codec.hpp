@@ -365,17 +365,22 @@ inline bool get_low_tile(const uint8_t* in, uint32_t valid, uint32_t code, uint3
 /// about 20 us.
 constexpr uint64_t MIN_CHUNKS_PER_THREAD = 8;
 
-/// Splits [0, count) into at most `threads` contiguous parts (0: one per hardware thread) and runs
-/// fn(part, first, last) on each, part 0 on the calling thread. Returns the number of parts. An exception a part
-/// throws (std::bad_alloc) reaches the caller once every part has ended.
-template <class Fn>
-inline uint64_t for_each_part(uint64_t count, unsigned threads, Fn&& fn) {
+/// How many contiguous parts for_each_part splits `count` chunks into on `threads` threads (0: one per hardware
+/// thread), and where part p begins.
+inline uint64_t part_count(uint64_t count, unsigned threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  const uint64_t parts = std::max<uint64_t>(1, std::min<uint64_t>(threads, count / MIN_CHUNKS_PER_THREAD));
+  return std::max<uint64_t>(1, std::min<uint64_t>(threads, count / MIN_CHUNKS_PER_THREAD));
+}
+inline uint64_t part_begin(uint64_t count, uint64_t parts, uint64_t p) { return count * p / parts; }
+
+/// Runs fn(part, first, last) on each of `parts` contiguous parts of [0, count), part 0 on the calling thread. An
+/// exception a part throws (std::bad_alloc) reaches the caller once every part has ended.
+template <class Fn>
+inline void for_each_part(uint64_t count, uint64_t parts, Fn&& fn) {
   std::vector<std::exception_ptr> thrown(parts);
   auto run = [&](uint64_t p) {
     try {
-      fn(p, count * p / parts, count * (p + 1) / parts);
+      fn(p, part_begin(count, parts, p), part_begin(count, parts, p + 1));
     } catch (...) {
       thrown[p] = std::current_exception();
     }
@@ -392,7 +397,6 @@ inline uint64_t for_each_part(uint64_t count, unsigned threads, Fn&& fn) {
   for (std::thread& t : pool) t.join();
   for (const std::exception_ptr& e : thrown)
     if (e) std::rethrow_exception(e);
-  return parts;
 }
 
 /// Picks the low-bit width code of each tile of chunks [first, last) into codes[] and adds up each chunk's low
@@ -449,7 +453,8 @@ inline Status compress_typed(const uint8_t* src, uint64_t n, uint8_t* dst, uint6
   const Layout fixed = format::layout_for(D, n, chunk_log2);
   std::vector<uint8_t> codes(fixed.num_tiles);
   std::vector<uint64_t> low_end(fixed.num_chunks);  // each chunk's low bytes, then their running sum
-  for_each_part(fixed.num_chunks, threads, [&](uint64_t, uint64_t first, uint64_t last) {
+  const uint64_t parts = part_count(fixed.num_chunks, threads);  // the same chunks in both passes
+  for_each_part(fixed.num_chunks, parts, [&](uint64_t, uint64_t first, uint64_t last) {
     pick_low_codes<D>(src, fixed, widths, first, last, codes.data(), low_end.data());
   });
   uint64_t low_bytes = 0;
@@ -460,8 +465,8 @@ inline Status compress_typed(const uint8_t* src, uint64_t n, uint8_t* dst, uint6
   // the lengths before them are known. A part's chunks share a byte of tile width codes with no other part's:
   // a chunk holds a multiple of 4 tiles.
   std::vector<uint64_t> exp_len(l.num_chunks);
-  std::vector<std::vector<uint8_t>> held(std::max<uint64_t>(1, l.num_chunks / MIN_CHUNKS_PER_THREAD));
-  const uint64_t parts = for_each_part(l.num_chunks, threads, [&](uint64_t part, uint64_t first, uint64_t last) {
+  std::vector<std::vector<uint8_t>> held(parts);
+  for_each_part(l.num_chunks, parts, [&](uint64_t part, uint64_t first, uint64_t last) {
     uint8_t* exp_out = dst + l.exp_offset;
     if (part) {
       uint64_t most = 0;
@@ -473,7 +478,7 @@ inline Status compress_typed(const uint8_t* src, uint64_t n, uint8_t* dst, uint6
   });
   uint64_t exp_pos = 0;
   for (uint64_t part = 0, c = 0; part < parts; ++part) {
-    const uint64_t part_start = exp_pos, last = l.num_chunks * (part + 1) / parts;
+    const uint64_t part_start = exp_pos, last = part_begin(l.num_chunks, parts, part + 1);
     for (; c < last; ++c) {
       exp_pos += exp_len[c];
       std::memcpy(dst + l.table_offset + 8 * c, &exp_pos, 8);
@@ -552,8 +557,9 @@ inline Status decompress_typed(const uint8_t* src, const Header& h, uint8_t* dst
   const uint64_t exp_bytes = h.total_bytes - l.exp_offset;
   if (!format::section_gaps_zero(src, l) || !format::widths_tail_zero(src, l)) return Status::corrupt_stream;
   // Each part stops at its first bad chunk; the first part's failure is the one a single thread would meet.
-  std::vector<Status> failed(std::max<uint64_t>(1, l.num_chunks / MIN_CHUNKS_PER_THREAD), Status::ok);
-  for_each_part(l.num_chunks, threads, [&](uint64_t part, uint64_t first, uint64_t last) {
+  const uint64_t parts = part_count(l.num_chunks, threads);
+  std::vector<Status> failed(parts, Status::ok);
+  for_each_part(l.num_chunks, parts, [&](uint64_t part, uint64_t first, uint64_t last) {
     failed[part] = decode_chunks<D, Code>(src, l, exp_bytes, first, last, dst);
   });
   for (Status s : failed)
