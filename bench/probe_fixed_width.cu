@@ -243,7 +243,8 @@ struct Row {
 void bench_data(const std::string& name, const std::vector<uint8_t>& sample, uint64_t mib, int reps,
                 const std::vector<Target>& targets, std::vector<Row>& rows) {
   const uint64_t n = mib * 1024 * 1024 / 2;
-  if (n % CHUNK) std::fprintf(stderr, "--mib must give a multiple of %u elements\n", CHUNK), std::exit(2);
+  if (n % CHUNK || n >> 32)  // the chunk table's offsets are 32-bit
+    std::fprintf(stderr, "--mib must give a multiple of %u elements below 2^32\n", CHUNK), std::exit(2);
   const std::vector<uint8_t> host = bench::tiled_sample(sample, n * 2, 2);
   const Layout L = layout_of(n);
   const uint64_t cap = L.exceptions + n;
