@@ -27,7 +27,6 @@
 
 #include "bench_common.cuh"
 #include "sm_partition.cuh"
-#include "zipcomm/detail/look_back.cuh"
 #include "zipcomm/zipcomm.cuh"
 
 namespace {
@@ -59,9 +58,9 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 
 using WarpScan = cub::WarpScan<uint32_t>;
 
-// Chunk look-back word: flag in the top 2 bits, the chunk's exception count (or inclusive prefix) below.
-constexpr uint64_t FLAG_AGGREGATE = uint64_t(detail::LookBackFlag::aggregate) << 62;
-constexpr uint64_t FLAG_INCLUSIVE = uint64_t(detail::LookBackFlag::inclusive) << 62;
+// The chunks' exception counts are placed by the device encoder's look-back (its flags and wait).
+using device::detail::FLAG_AGGREGATE;
+using device::detail::FLAG_INCLUSIVE;
 
 __device__ __forceinline__ void publish(uint64_t* state, uint64_t c, uint64_t word) {
   cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(state[c]).store(word, cuda::memory_order_relaxed);
@@ -143,16 +142,9 @@ __global__ void __launch_bounds__(WARPS * 32) fw_encode(const uint4* in, uint64_
     fixed[PLANES_BYTES + CODES_BYTES + lane] = uint8_t(anchor_of_lane);
     // The chunk's place in the exception list: decoupled look-back over the chunks' counts.
     if (lane == 0) publish(state, c, (c == 0 ? FLAG_INCLUSIVE : FLAG_AGGREGATE) | xcount);
-    uint64_t exclusive = 0;
-    detail::WaitBound bound;
-    bound.timeout_ns = 30000000000ull;
-    auto read = [&](uint64_t i) {
-      const uint64_t x = cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(state[i]).load(
-          cuda::memory_order_relaxed);
-      return detail::LookBackEntry{detail::LookBackFlag(x >> 62), x & ((1ull << 62) - 1)};
-    };
-    const Status s = detail::warp_look_back(c, read, bound, detail::FixedSleep{256}, exclusive);
-    if (s != Status::ok && lane == 0) *status = s;
+    bool timed_out = false;
+    const uint64_t exclusive = device::detail::look_back(state, c, timed_out);
+    if (timed_out && lane == 0) *status = Status::timeout;
     if (lane == 0) {
       if (c != 0) publish(state, c, FLAG_INCLUSIVE | (exclusive + xcount));
       table[c] = uint32_t(exclusive);
