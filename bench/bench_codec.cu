@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "bench_common.cuh"
+#include "device_codec_timing.cuh"
 #include "sm_partition.cuh"
 
 #include <zipcomm/block/block_stream_codec.cuh>
@@ -60,14 +61,6 @@ void write_row_json(std::ostream& o, const Row& r) {
     << ", \"roof_pct\": " << r.roof_pct << "}";
 }
 
-/// Where the timed operations run: the whole GPU (legacy stream) or an SM partition's stream.
-struct SmTarget {
-  cudaStream_t stream;
-  int sms;
-  bool partition;
-  double copy_tbps;  // the copy roofline of these SMs, read + write
-  std::string suffix() const { return partition ? ", " + std::to_string(sms) + " SMs" : ""; }
-};
 
 // Warps per block of the user kernels below, and decode blocks per SM (a 256 Ki-element slice is 16 chunks).
 constexpr int ENCODE_WARPS = 8;
@@ -112,41 +105,9 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DECODE_BLOCKS_PER_SM)
   }
 }
 
-/// Median times of a device compress and decompress of d_in[0, n) in chunks of 2^chunk_log2, and the stream's
-/// size; exits unless the status is ok and the round trip gives `host` back.
-struct DeviceTiming {
-  double enc_ms, dec_ms;
-  uint64_t bytes;
-};
-template <DType D, class Code>
-DeviceTiming time_device_codec(const std::string& name, const std::vector<uint8_t>& host, const void* d_in, uint64_t n,
-                               void* d_out, uint64_t cap, void* d_back, void* d_temp, size_t temp_bytes,
-                               size_t dtemp_bytes, uint64_t* d_bytes, Status* d_status, uint32_t chunk_log2, int reps,
-                               cudaStream_t stream) {
-  const uint64_t eb = format::elem_bytes(D);
-  DeviceTiming r{};
-  r.enc_ms = bench::median_ms(reps, stream, [&] {
-    CK(device::compress<D, Code>(d_temp, temp_bytes, d_in, n, d_out, cap, d_bytes, d_status, stream, chunk_log2));
-  });
-  Status st;
-  CK(cudaMemcpy(&r.bytes, d_bytes, 8, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
-  if (st != Status::ok) std::fprintf(stderr, "%s: compress status %s\n", name.c_str(), status_string(st)), std::exit(1);
-  // Overwritten first, so that an earlier run's output cannot pass for this one's.
-  CK(cudaMemsetAsync(d_back, 0xA5, n * eb, stream));
-  r.dec_ms = bench::median_ms(reps, stream, [&] {
-    CK(device::decompress<D, Code>(d_temp, dtemp_bytes, d_out, r.bytes, d_back, n, d_status, stream));
-  });
-  std::vector<uint8_t> back(n * eb);
-  CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(back.data(), d_back, n * eb, cudaMemcpyDeviceToHost));
-  if (st != Status::ok || back != host) std::fprintf(stderr, "%s: round trip FAILED\n", name.c_str()), std::exit(1);
-  return r;
-}
-
 template <DType D, class Code>
 void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, uint64_t mib, int reps,
-                   const std::vector<SmTarget>& targets, uint32_t chunk_log2, std::vector<Row>& rows) {
+                   const std::vector<bench::SmTarget>& targets, uint32_t chunk_log2, std::vector<Row>& rows) {
   const uint64_t eb = format::elem_bytes(D);
   const uint64_t n = mib * 1024 * 1024 / eb;
   const std::vector<uint8_t> host = bench::tiled_sample(sample, n * eb, eb);
@@ -171,7 +132,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   const std::string dt = dtype_name(D), code = "pair";
   // Roofline of the bytes each direction must move per uncompressed byte: 1 + ratio (read one, write the
   // other), against the copy's bytes read + written per second on the same SMs.
-  auto add_row = [&](const SmTarget& t, const std::string& what, double ratio, double gbps, double roof_ratio,
+  auto add_row = [&](const bench::SmTarget& t, const std::string& what, double ratio, double gbps, double roof_ratio,
                      const char* library) {
     const double roof = t.copy_tbps * 1e3 / (1.0 + roof_ratio);
     rows.push_back({name, dt, what + t.suffix(), double(mib), ratio, gbps, 100.0 * gbps / roof, library, t.sms,
@@ -181,10 +142,10 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   double ratio = 0;
   const std::string chunks = chunk_log2 == format::default_chunk_log2(n) ? "" : ", " + std::to_string(1u << chunk_log2)
                                                                                        + "-element chunks";
-  for (const SmTarget& t : targets) {
-    const DeviceTiming timing = time_device_codec<D, Code>(name + t.suffix(), host, d_in, n, d_out, cap, d_back, d_temp,
-                                                        temp_bytes, dtemp_bytes, d_bytes, d_status, chunk_log2, reps,
-                                                        t.stream);
+  for (const bench::SmTarget& t : targets) {
+    const bench::DeviceTiming timing =
+        bench::time_device_codec<D, Code>(name + t.suffix(), host, d_in, n, d_out, cap, d_back, d_temp, temp_bytes,
+                                          dtemp_bytes, d_bytes, d_status, chunk_log2, reps, t.stream);
     if (bytes != 0 && timing.bytes != bytes)
       std::fprintf(stderr, "%s%s: %llu compressed bytes, %llu on the whole GPU\n", name.c_str(), t.suffix().c_str(),
                    (unsigned long long)timing.bytes, (unsigned long long)bytes),
@@ -218,7 +179,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
                                                      sizeof(typename Dec::TempStorage)));
     std::vector<uint64_t> sizes(slices);
     uint64_t whole_gpu_total = 0;
-    for (const SmTarget& t : targets) {
+    for (const bench::SmTarget& t : targets) {
       // Every block must get work: the grid is one block per slice-round, capped by residency on the SMs the
       // kernel may use (a communication kernel sizes its grid for its SM budget).
       const int grid_e = int(std::min<uint64_t>(slices, uint64_t(t.sms) * per_sm_e));
@@ -263,7 +224,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   // nvCOMP on the same input, once per data set; its ratio counts every byte a receiver needs.
   {
     for (const bench::nvcomp_peer::Config& config : bench::nvcomp_peer::kConfigs) {
-      for (const SmTarget& t : targets) {
+      for (const bench::SmTarget& t : targets) {
         const auto m = bench::nvcomp_peer::measure(config, d_in, d_back, host, int(eb), reps,
                                                    name + " " + dt + " " + config.name + t.suffix(), t.stream);
         if (!m) continue;
@@ -312,9 +273,9 @@ void chunk_sweep(const std::vector<uint8_t>& sample, int reps, int sms, std::vec
       CK(device::compress<D, Code>(nullptr, temp_bytes, d_in, n, d_out, cap, d_bytes, d_status, 0, log2));
       const std::string what = ", " + std::to_string(1u << log2) + "-element chunks" +
                                (log2 == format::default_chunk_log2(n) ? ", default)" : ")");
-      const DeviceTiming t = time_device_codec<D, Code>("chunk sweep" + what, host, d_in, n, d_out, cap, d_back,
-                                                        d_temp, temp_bytes, dtemp_bytes, d_bytes, d_status, log2, reps,
-                                                        0);
+      const bench::DeviceTiming t =
+          bench::time_device_codec<D, Code>("chunk sweep" + what, host, d_in, n, d_out, cap, d_back, d_temp,
+                                            temp_bytes, dtemp_bytes, d_bytes, d_status, log2, reps, 0);
       const double ratio = double(t.bytes) / double(n * 2), roof = copy_tbps * 1e3 / (1.0 + ratio);
       const double enc = n * 2 / t.enc_ms / 1e6, dec = n * 2 / t.dec_ms / 1e6;
       rows.push_back({"llama_grads", "bf16", "device encode (pair" + what, double(mib), ratio, enc, 100 * enc / roof,
@@ -358,33 +319,15 @@ int main(int argc, char** argv) {
 
   // --sms: the same operations again on SM partitions (green contexts), each with the copy roofline of its SMs.
   const int all_sms = prop.multiProcessorCount;
-  std::vector<SmTarget> targets{{0, all_sms, false, copy_tbps}};
   std::vector<std::unique_ptr<bench::SmPartition>> partitions;
   std::vector<double> partition_copy_tbps;
-  for (int requested : opt.sms) {
-    partitions.push_back(std::make_unique<bench::SmPartition>(requested));
-    const bench::SmPartition& p = *partitions.back();
-    double tbps = 0;
-    if (p.ok()) {
-      tbps = bench::copy_kernel_tbps(mib * 1024 * 1024, reps, p.stream(), p.sms());
-      targets.push_back({p.stream(), p.sms(), true, tbps});
-    } else {
-      std::fprintf(stderr, "zipcomm_bench: --sms %d skipped: %s\n", requested, p.why().c_str());
-    }
-    partition_copy_tbps.push_back(tbps);
-  }
+  const std::vector<bench::SmTarget> targets = bench::sm_targets("zipcomm_bench", opt.sms, all_sms, copy_tbps,
+                                                                 mib * 1024 * 1024, reps, partitions,
+                                                                 partition_copy_tbps);
 
   // Gaussian N(0, 0.02) reference data (bf16), freshly drawn.
   std::mt19937_64 rng(std::random_device{}());
-  std::normal_distribution<float> nd(0.0f, 0.02f);
-  std::vector<uint8_t> gauss(2 * (1u << 22));
-  for (size_t i = 0; i < gauss.size() / 2; ++i) {
-    float x = nd(rng);
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    uint16_t h = uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-    std::memcpy(&gauss[2 * i], &h, 2);
-  }
+  const std::vector<uint8_t> gauss = bench::gaussian_bf16_sample(rng);
   std::vector<Row> rows;
   auto file = [&](const char* f) { return bench::read_data_file(data, f); };
   if (opt.chunk_sweep) {
@@ -463,7 +406,7 @@ int main(int argc, char** argv) {
               "write) / (1 + ratio).\n",
               all_sms);
   // The slowest device-wide row per partition: the per-SM figure a communication kernel's share would see.
-  for (const SmTarget& t : targets) {
+  for (const bench::SmTarget& t : targets) {
     if (!t.partition) continue;
     const Row* slowest = nullptr;
     for (const Row& r : rows)

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,20 @@ inline std::vector<uint8_t> tiled_sample(const std::vector<uint8_t>& sample, uin
   std::vector<uint8_t> out(bytes);
   for (uint64_t off = 0; period && off < bytes; off += period)
     std::memcpy(out.data() + off, sample.data(), std::min<uint64_t>(period, bytes - off));
+  return out;
+}
+
+/// N(0, 0.02) drawn from `rng`, 2^22 values rounded to nearest-even bf16 (the codec benches' synthetic tensor).
+inline std::vector<uint8_t> gaussian_bf16_sample(std::mt19937_64& rng) {
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  std::vector<uint8_t> out(2 * (1u << 22));
+  for (size_t i = 0; i < out.size() / 2; ++i) {
+    const float x = nd(rng);
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const uint16_t h = uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    std::memcpy(&out[2 * i], &h, 2);
+  }
   return out;
 }
 

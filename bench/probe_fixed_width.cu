@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "bench_common.cuh"
+#include "device_codec_timing.cuh"
 #include "sm_partition.cuh"
 #include "zipcomm/zipcomm.cuh"
 
@@ -216,15 +217,6 @@ __global__ void __launch_bounds__(WARPS * 32) fw_decode(const uint8_t* in, uint6
   }
 }
 
-/// Where the timed operations run: the whole GPU (legacy stream) or an SM partition's stream.
-struct Target {
-  cudaStream_t stream;
-  int sms;
-  bool partition;
-  double copy_tbps;
-  std::string suffix() const { return partition ? ", " + std::to_string(sms) + " SMs" : ""; }
-};
-
 struct Row {
   std::string data, op;
   double ratio, gbps, roof_pct;
@@ -233,7 +225,7 @@ struct Row {
 };
 
 void bench_data(const std::string& name, const std::vector<uint8_t>& sample, uint64_t mib, int reps,
-                const std::vector<Target>& targets, std::vector<Row>& rows) {
+                const std::vector<bench::SmTarget>& targets, std::vector<Row>& rows) {
   const uint64_t n = mib * 1024 * 1024 / 2;
   if (n % CHUNK || n >> 32)  // the chunk table's offsets are 32-bit
     std::fprintf(stderr, "--mib must give a multiple of %u elements below 2^32\n", CHUNK), std::exit(2);
@@ -272,13 +264,7 @@ void bench_data(const std::string& name, const std::vector<uint8_t>& sample, uin
   CK(cudaDeviceSynchronize());
 
   std::vector<uint8_t> back(n * 2), first_stream;
-  for (const Target& t : targets) {
-    auto check = [&](const char* what) {
-      CK(cudaDeviceSynchronize());
-      CK(cudaMemcpy(back.data(), d_back, n * 2, cudaMemcpyDeviceToHost));
-      if (back != host) std::fprintf(stderr, "%s%s: %s round trip FAILED\n", name.c_str(), t.suffix().c_str(), what),
-                        std::exit(1);
-    };
+  for (const bench::SmTarget& t : targets) {
     auto add = [&](const std::string& op, double ratio, double ms) {
       const double gbps = n * 2 / ms / 1e6, roof = t.copy_tbps * 1e3 / (1.0 + ratio);
       rows.push_back({name, op + t.suffix(), ratio, gbps, 100.0 * gbps / roof, t.sms, t.partition});
@@ -314,30 +300,21 @@ void bench_data(const std::string& name, const std::vector<uint8_t>& sample, uin
                                                                           static_cast<uint4*>(d_back));
     });
     CK(cudaGetLastError());
-    check("fixed-width");
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(back.data(), d_back, n * 2, cudaMemcpyDeviceToHost));
+    if (back != host)
+      std::fprintf(stderr, "%s%s: round trip FAILED\n", name.c_str(), t.suffix().c_str()), std::exit(1);
     const double ratio = double(bytes) / double(n * 2);
     add("fixed-width encode", ratio, enc_ms);
     add("fixed-width decode", ratio, dec_ms);
 
     // Pair code.
-    const double penc_ms = bench::median_ms(reps, t.stream, [&] {
-      CK(device::compress<DType::bf16>(d_temp, temp_bytes, d_in, n, d_pout, pcap, d_pbytes, d_pstatus, t.stream,
-                                       chunk_log2));
-    });
-    uint64_t pbytes = 0;
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(&pbytes, d_pbytes, 8, cudaMemcpyDeviceToHost));
-    CK(cudaMemset(d_back, 0xA5, n * 2));
-    CK(cudaDeviceSynchronize());
-    const double pdec_ms = bench::median_ms(reps, t.stream, [&] {
-      CK(device::decompress<DType::bf16>(d_temp, dtemp_bytes, d_pout, pbytes, d_back, n, d_pstatus, t.stream));
-    });
-    CK(cudaMemcpy(&st, d_pstatus, 4, cudaMemcpyDeviceToHost));
-    if (st != Status::ok) std::fprintf(stderr, "%s: pair status %s\n", name.c_str(), status_string(st)), std::exit(1);
-    check("pair code");
-    const double pratio = double(pbytes) / double(n * 2);
-    add("pair code encode", pratio, penc_ms);
-    add("pair code decode", pratio, pdec_ms);
+    const bench::DeviceTiming pair = bench::time_device_codec<DType::bf16, thread::PairCode>(
+        name + t.suffix(), host, d_in, n, d_pout, pcap, d_back, d_temp, temp_bytes, dtemp_bytes, d_pbytes, d_pstatus,
+        chunk_log2, reps, t.stream);
+    const double pratio = double(pair.bytes) / double(n * 2);
+    add("pair code encode", pratio, pair.enc_ms);
+    add("pair code decode", pratio, pair.dec_ms);
   }
   for (void* p : {d_in, d_back, d_out, d_scratch, d_state, d_pout, d_temp, static_cast<void*>(d_pbytes)})
     CK(cudaFree(p));
@@ -351,28 +328,13 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const double copy_tbps = bench::copy_roofline_tbps(opt.mib << 20, opt.reps);
-  std::vector<Target> targets{{0, prop.multiProcessorCount, false, copy_tbps}};
   std::vector<std::unique_ptr<bench::SmPartition>> partitions;
-  for (int requested : opt.sms) {
-    partitions.push_back(std::make_unique<bench::SmPartition>(requested));
-    const bench::SmPartition& p = *partitions.back();
-    if (!p.ok()) {
-      std::fprintf(stderr, "--sms %d skipped: %s\n", requested, p.why().c_str());
-      continue;
-    }
-    const double tbps = bench::copy_kernel_tbps(opt.mib << 20, opt.reps, p.stream(), p.sms());
-    targets.push_back({p.stream(), p.sms(), true, tbps});
-  }
+  std::vector<double> partition_copy_tbps;
+  const std::vector<bench::SmTarget> targets =
+      bench::sm_targets("zipcomm_probe_fixed_width", opt.sms, prop.multiProcessorCount, copy_tbps, opt.mib << 20,
+                        opt.reps, partitions, partition_copy_tbps);
   std::mt19937_64 rng(std::random_device{}());
-  std::normal_distribution<float> nd(0.0f, 0.02f);
-  std::vector<uint8_t> gauss(2 * (1u << 22));
-  for (size_t i = 0; i < gauss.size() / 2; ++i) {
-    const float x = nd(rng);
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    const uint16_t h = uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-    std::memcpy(&gauss[2 * i], &h, 2);
-  }
+  const std::vector<uint8_t> gauss = bench::gaussian_bf16_sample(rng);
   std::vector<Row> rows;
   for (const char* f : {"llama_grads", "llama_acts", "llama_weights"})
     bench_data(f, bench::read_data_file(opt.data, (std::string(f) + ".bf16").c_str()), opt.mib, opt.reps, targets,

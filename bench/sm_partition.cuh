@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -268,6 +270,39 @@ inline double copy_kernel_tbps(uint64_t bytes, int reps, cudaStream_t stream, in
   CK(cudaFree(a));
   CK(cudaFree(b));
   return 2.0 * double(n16 * 16) / ms / 1e9;
+}
+
+/// Where timed operations run: the whole GPU (the legacy stream) or an SM partition's stream, with the copy
+/// roofline (read + write) of those SMs.
+struct SmTarget {
+  cudaStream_t stream;
+  int sms;
+  bool partition;
+  double copy_tbps;
+  std::string suffix() const { return partition ? ", " + std::to_string(sms) + " SMs" : ""; }
+};
+
+/// The whole GPU, then a partition of each `requested` SM count (--sms) that could be made, each with its copy
+/// roofline over `bytes`. `partitions` keeps them (a failed one too, with its reason; `bench` names it on stderr)
+/// and `partition_copy_tbps` their rooflines (0 for a failed one).
+inline std::vector<SmTarget> sm_targets(const char* bench, const std::vector<int>& requested, int all_sms,
+                                        double copy_tbps, uint64_t bytes, int reps,
+                                        std::vector<std::unique_ptr<SmPartition>>& partitions,
+                                        std::vector<double>& partition_copy_tbps) {
+  std::vector<SmTarget> targets{{0, all_sms, false, copy_tbps}};
+  for (int count : requested) {
+    partitions.push_back(std::make_unique<SmPartition>(count));
+    const SmPartition& p = *partitions.back();
+    double tbps = 0;
+    if (p.ok()) {
+      tbps = copy_kernel_tbps(bytes, reps, p.stream(), p.sms());
+      targets.push_back({p.stream(), p.sms(), true, tbps});
+    } else {
+      std::fprintf(stderr, "%s: --sms %d skipped: %s\n", bench, count, p.why().c_str());
+    }
+    partition_copy_tbps.push_back(tbps);
+  }
+  return targets;
 }
 
 }  // namespace bench
