@@ -14,7 +14,7 @@ namespace zipcomm {
 /// losslessly like the others, on all 256 bit patterns.
 enum class DType : uint8_t { bf16 = 1, fp16 = 2, fp32 = 3, fp8_e4m3 = 4, fp8_e5m2 = 5 };
 /// Exponent code of a stream. Ids 1 and 2 were the per-element codes of format versions 1 and 2.
-enum class CodeId : uint8_t { pair = 3 };
+enum class CodeId : uint8_t { pair = 3, fixed = 4 };
 
 ZIPCOMM_HOST_DEVICE const char* dtype_name(DType d) {
   return d == DType::bf16       ? "bf16"
@@ -25,7 +25,7 @@ ZIPCOMM_HOST_DEVICE const char* dtype_name(DType d) {
                                 : "?";
 }
 ZIPCOMM_HOST_DEVICE bool dtype_valid(uint8_t d) { return d >= 1 && d <= 5; }
-ZIPCOMM_HOST_DEVICE bool code_valid(uint8_t c) { return c == 3; }
+ZIPCOMM_HOST_DEVICE bool code_valid(uint8_t c) { return c == 3 || c == 4; }
 ZIPCOMM_HOST_DEVICE constexpr bool is_fp8(DType d) { return d == DType::fp8_e4m3 || d == DType::fp8_e5m2; }
 /// Whether the fused steps (decode + reduce, + encode, + forward), their host reference, the P2P links and the
 /// ring take dtype d. The fp8 dtypes are codec only: they have no reduction arithmetic here, and the P2P

@@ -105,7 +105,7 @@ TEST_CASE("decompress and compress reject small capacity and null pointers and b
       for (uint8_t bad_dtype : {6, 7, 255})
         CHECK(host::compress(static_cast<DType>(bad_dtype), c, t.bytes.data(), n, dst.data(), dst.size(), &bytes) ==
               Status::invalid_argument);
-      for (uint8_t code : {0, 1, 2, 4, 255})  // 1 and 2 were the codes of format v1/v2
+      for (uint8_t code : {0, 1, 2, 5, 255})  // 1 and 2 were the codes of format v1/v2; 3 pair, 4 fixed
         CHECK(host::compress(d, static_cast<CodeId>(code), t.bytes.data(), n, dst.data(), dst.size(), &bytes) ==
               Status::invalid_argument);
       for (uint32_t log2 : {1u, 11u, 15u, 16u, 64u})  // chunks of 4096, 8192 or 16384 elements only

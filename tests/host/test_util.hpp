@@ -43,7 +43,7 @@ inline std::mt19937_64 make_rng(const char* tag) {
   CAPTURE(zipcomm_test_seed);                                \
   auto rng = ::zt::make_rng(tag)
 
-inline const char* code_name(CodeId c) { return c == CodeId::pair ? "pair" : "?"; }
+inline const char* code_name(CodeId c) { return c == CodeId::pair ? "pair" : c == CodeId::fixed ? "fixed" : "?"; }
 /// Every dtype of the codec; the generic codec tests run on all of them.
 constexpr DType kDTypes[5] = {DType::bf16, DType::fp16, DType::fp32, DType::fp8_e4m3, DType::fp8_e5m2};
 /// The dtypes with reduction arithmetic: the fused steps, P2P, the ring and the quantization tier take these.

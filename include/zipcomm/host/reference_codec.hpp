@@ -14,6 +14,7 @@
 #include "chunk_parts.hpp"
 #include "element_bits.hpp"
 #include "../thread/chunk_check.hpp"
+#include "../thread/fixed_code.hpp"
 #include "../thread/pair_code.hpp"
 #include "../thread/float_bits.hpp"
 
@@ -113,9 +114,10 @@ struct LaneBitReader {
   }
 };
 
-/// Encodes the exponents of one chunk (bits[0..elems)) into `out` (capacity raw_chunk_bytes). Returns bytes.
+/// Encodes the exponents of one chunk (bits[0..elems)) in the pair code into `out` (capacity raw_chunk_bytes).
+/// Returns bytes.
 template <DType D, class Code>
-inline uint32_t encode_chunk(const uint32_t* bits, uint32_t elems, uint8_t* out) {
+inline uint32_t encode_pair_chunk(const uint32_t* bits, uint32_t elems, uint8_t* out) {
   using FB = thread::FloatBits<D>;
   constexpr uint32_t EB = FB::EXP_BITS;
   const uint32_t tiles = format::chunk_tiles(elems);
@@ -165,25 +167,30 @@ inline uint32_t encode_chunk(const uint32_t* bits, uint32_t elems, uint8_t* out)
   return bytes;
 }
 
-/// Decodes the exponents of one chunk; `bits` holds the raw planes already merged with zero exponents.
+/// ORs the exponents of a raw chunk into bits (planes already in place); false if a padding bit is set.
+template <DType D>
+inline bool decode_raw_chunk(const uint8_t* in, uint32_t bytes, uint32_t elems, uint32_t* bits) {
+  using FB = thread::FloatBits<D>;
+  constexpr uint32_t EB = FB::EXP_BITS;
+  for (uint32_t k = 0; k < elems; ++k) {
+    uint64_t bitpos = uint64_t(k) * EB;
+    uint32_t e = 0;
+    for (uint32_t b = 0; b < EB; ++b) e |= uint32_t((in[(bitpos + b) >> 3] >> ((bitpos + b) & 7)) & 1u) << b;
+    bits[k] |= FB::assemble(e, 0, 0);
+  }
+  for (uint64_t b = uint64_t(elems) * EB; b < uint64_t(bytes) * 8; ++b)
+    if ((in[b >> 3] >> (b & 7)) & 1u) return false;
+  return true;
+}
+
+/// Decodes the exponents of one pair-coded chunk; `bits` holds the raw planes already merged with zero exponents.
 template <DType D, class Code>
-inline Status decode_chunk(const uint8_t* in, uint32_t bytes, uint32_t elems, uint32_t* bits) {
+inline Status decode_pair_chunk(const uint8_t* in, uint32_t bytes, uint32_t elems, uint32_t* bits) {
   using FB = thread::FloatBits<D>;
   constexpr uint32_t EB = FB::EXP_BITS;
   const uint32_t tiles = format::chunk_tiles(elems);
   const uint32_t raw_bytes = format::raw_chunk_bytes(D, elems);
-  if (bytes == raw_bytes) {
-    for (uint32_t k = 0; k < elems; ++k) {
-      uint64_t bitpos = uint64_t(k) * EB;
-      uint32_t e = 0;
-      for (uint32_t b = 0; b < EB; ++b) e |= uint32_t((in[(bitpos + b) >> 3] >> ((bitpos + b) & 7)) & 1u) << b;
-      bits[k] |= FB::assemble(e, 0, 0);  // planes are already in place
-    }
-    uint64_t used = uint64_t(elems) * EB;
-    for (uint64_t b = used; b < uint64_t(bytes) * 8; ++b)
-      if ((in[b >> 3] >> (b & 7)) & 1u) return Status::corrupt_stream;
-    return Status::ok;
-  }
+  if (bytes == raw_bytes) return decode_raw_chunk<D>(in, bytes, elems, bits) ? Status::ok : Status::corrupt_stream;
   const uint32_t hdr = format::chunk_header_bytes(tiles), counts = format::lane_counts_offset(tiles);
   if (bytes > raw_bytes || bytes < hdr || bytes % format::ALIGN) return Status::corrupt_stream;
   if (tiles % 4 && (in[tiles + tiles / 4] >> (2 * (tiles % 4)))) return Status::corrupt_stream;
@@ -260,6 +267,97 @@ inline Status decode_chunk(const uint8_t* in, uint32_t bytes, uint32_t elems, ui
     if (r.pos % 32 && (!r.read(32 - r.pos % 32, rest) || rest != 0)) return Status::corrupt_stream;
   }
   return Status::ok;
+}
+
+/// Encodes the exponents of one chunk in the fixed code into `out` (capacity raw_chunk_bytes); raw where the
+/// coded chunk would not be smaller. Returns bytes.
+template <DType D>
+inline uint32_t encode_fixed_chunk(const uint32_t* bits, uint32_t elems, uint8_t* out) {
+  using FB = thread::FloatBits<D>;
+  using FC = thread::FixedCode;
+  const uint32_t tiles = format::chunk_tiles(elems);
+  std::vector<uint8_t> coded((FC::TILE_CODE_BYTES + 1) * tiles);
+  std::vector<uint8_t> exceptions;
+  for (uint32_t t = 0; t < tiles; ++t) {
+    const uint32_t* tile = bits + t * format::TILE_ELEMS;
+    uint32_t a = 0;
+    for (uint32_t k = 0; k < format::tile_valid_count(elems, t); ++k) a = std::max(a, FB::exponent(tile[k]));
+    coded[FC::TILE_CODE_BYTES * tiles + t] = uint8_t(a);
+    for (uint32_t l = 0; l < format::LANES; ++l) {
+      const uint32_t cnt = format::lane_valid_count(elems, t, l);
+      const uint32_t* item = tile + l * format::ITEMS_PER_LANE;
+      uint32_t field = 0;
+      for (uint32_t i = 0; i < cnt; ++i) field |= std::min(a - FB::exponent(item[i]), FC::EXCEPTION) << FC::shift(i);
+      for (uint32_t j = 0; j < 3; ++j) coded[FC::TILE_CODE_BYTES * t + FC::FIELD_BYTES * l + j] = uint8_t(field >> 8 * j);
+      for (const uint32_t i : FC::EXCEPTION_ORDER)
+        if (i < cnt && a - FB::exponent(item[i]) >= FC::EXCEPTION) exceptions.push_back(uint8_t(FB::exponent(item[i])));
+    }
+  }
+  const uint32_t bytes = FC::chunk_bytes(tiles, uint32_t(exceptions.size()));
+  if (bytes >= format::raw_chunk_bytes(D, elems)) return store_raw_chunk<D>(bits, elems, out);
+  std::memset(out, 0, bytes);
+  std::memcpy(out, coded.data(), coded.size());
+  if (!exceptions.empty()) std::memcpy(out + coded.size(), exceptions.data(), exceptions.size());
+  return bytes;
+}
+
+/// Decodes the exponents of one chunk in the fixed code; `bits` holds the raw planes with zero exponents. Every
+/// code and exception must be the one the encoder writes (canonical), the anchor the tile's largest exponent.
+template <DType D>
+inline Status decode_fixed_chunk(const uint8_t* in, uint32_t bytes, uint32_t elems, uint32_t* bits) {
+  using FB = thread::FloatBits<D>;
+  using FC = thread::FixedCode;
+  const uint32_t tiles = format::chunk_tiles(elems), raw_bytes = format::raw_chunk_bytes(D, elems);
+  if (bytes == raw_bytes) return decode_raw_chunk<D>(in, bytes, elems, bits) ? Status::ok : Status::corrupt_stream;
+  const uint32_t fixed_bytes = (FC::TILE_CODE_BYTES + 1) * tiles;
+  if (bytes > raw_bytes || bytes < fixed_bytes || bytes % format::ALIGN) return Status::corrupt_stream;
+  const uint8_t* anchors = in + FC::TILE_CODE_BYTES * tiles;
+  uint32_t x = 0;  // the next exception byte
+  for (uint32_t t = 0; t < tiles; ++t) {
+    const uint32_t a = anchors[t];
+    if (a >> FB::EXP_BITS) return Status::corrupt_stream;
+    uint32_t largest = 0;
+    for (uint32_t l = 0; l < format::LANES; ++l) {
+      const uint8_t* f = in + FC::TILE_CODE_BYTES * t + FC::FIELD_BYTES * l;
+      const uint32_t field = f[0] | uint32_t(f[1]) << 8 | uint32_t(f[2]) << 16;
+      const uint32_t cnt = format::lane_valid_count(elems, t, l);
+      for (const uint32_t i : FC::EXCEPTION_ORDER) {
+        const uint32_t d = (field >> FC::shift(i)) & FC::EXCEPTION;
+        if (i >= cnt) {
+          if (d) return Status::corrupt_stream;  // an item past the end codes as 0
+          continue;
+        }
+        uint32_t e;
+        if (d == FC::EXCEPTION) {
+          if (fixed_bytes + x >= bytes) return Status::corrupt_stream;
+          e = in[fixed_bytes + x++];
+          if (e + FC::EXCEPTION > a) return Status::corrupt_stream;  // a nearer exponent is coded in place
+        } else {
+          if (d > a) return Status::corrupt_stream;
+          e = a - d;
+        }
+        largest = std::max(largest, e);
+        bits[t * format::TILE_ELEMS + l * format::ITEMS_PER_LANE + i] |= FB::assemble(e, 0, 0);
+      }
+    }
+    if (largest != a) return Status::corrupt_stream;
+  }
+  if (FC::chunk_bytes(tiles, x) != bytes) return Status::corrupt_stream;
+  for (uint32_t b = fixed_bytes + x; b < bytes; ++b)
+    if (in[b]) return Status::corrupt_stream;
+  return Status::ok;
+}
+
+/// One chunk's exponents in the stream's code.
+template <DType D, class Code>
+inline uint32_t encode_chunk(const uint32_t* bits, uint32_t elems, uint8_t* out) {
+  if constexpr (Code::ID == CodeId::fixed) return encode_fixed_chunk<D>(bits, elems, out);
+  else return encode_pair_chunk<D, Code>(bits, elems, out);
+}
+template <DType D, class Code>
+inline Status decode_chunk(const uint8_t* in, uint32_t bytes, uint32_t elems, uint32_t* bits) {
+  if constexpr (Code::ID == CodeId::fixed) return decode_fixed_chunk<D>(in, bytes, elems, bits);
+  else return decode_pair_chunk<D, Code>(in, bytes, elems, bits);
 }
 
 /// Writes `planes` bit-planes of one tile's values[0..valid) into out (planes * 32 bytes, already zero): plane j
@@ -553,7 +651,7 @@ inline Status compress(DType dtype, CodeId code, const void* src, uint64_t n, vo
     return Status::invalid_argument;
   auto s = static_cast<const uint8_t*>(src);
   auto d = static_cast<uint8_t*>(dst);
-  return thread::visit_codec(dtype, code, Status::invalid_argument, [&](auto dt, auto c) {
+  return thread::visit_codec<true>(dtype, code, Status::invalid_argument, [&](auto dt, auto c) {
     return detail::compress_typed<decltype(dt)::value, decltype(c)>(s, n, d, dst_capacity, out_bytes, widths,
                                                                      chunk_log2, threads);
   });
@@ -570,7 +668,7 @@ inline Status decompress(const void* src, uint64_t src_bytes, void* dst, uint64_
   if (!dst && h.num_elements) return Status::invalid_argument;
   auto s = static_cast<const uint8_t*>(src);
   auto d = static_cast<uint8_t*>(dst);
-  return thread::visit_codec(dtype, static_cast<CodeId>(h.code), Status::bad_header, [&](auto dt, auto c) {
+  return thread::visit_codec<true>(dtype, static_cast<CodeId>(h.code), Status::bad_header, [&](auto dt, auto c) {
     return detail::decompress_typed<decltype(dt)::value, decltype(c)>(s, h, d, threads);
   });
 }

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "../format.hpp"
+#include "fixed_code.hpp"
 
 namespace zipcomm {
 namespace thread {
@@ -126,21 +127,26 @@ struct CodeFor<CodeId::pair> {
 };
 
 /// Calls f(DTypeTag, Code) for the run-time pair (dtype, code) and returns its result, or `otherwise` when the
-/// pair is unknown. DTypeTag is std::integral_constant<DType, D>. One place lists the supported pairs.
-template <class R, class F>
+/// pair is unknown. DTypeTag is std::integral_constant<DType, D>. One place lists the supported pairs; the fixed
+/// code only where the caller takes it (WITH_FIXED: the host codec).
+template <bool WITH_FIXED = false, class R, class F>
 R visit_codec(DType dtype, CodeId code, R otherwise, F&& f) {
   using B = std::integral_constant<DType, DType::bf16>;
   using H = std::integral_constant<DType, DType::fp16>;
   using S = std::integral_constant<DType, DType::fp32>;
   using E4 = std::integral_constant<DType, DType::fp8_e4m3>;
   using E5 = std::integral_constant<DType, DType::fp8_e5m2>;
-  if (code == CodeId::pair) {
-    if (dtype == DType::bf16) return f(B{}, PairCode{});
-    if (dtype == DType::fp16) return f(H{}, PairCode{});
-    if (dtype == DType::fp32) return f(S{}, PairCode{});
-    if (dtype == DType::fp8_e4m3) return f(E4{}, PairCode{});
-    if (dtype == DType::fp8_e5m2) return f(E5{}, PairCode{});
-  }
+  auto with = [&](auto c) -> R {
+    if (dtype == DType::bf16) return f(B{}, c);
+    if (dtype == DType::fp16) return f(H{}, c);
+    if (dtype == DType::fp32) return f(S{}, c);
+    if (dtype == DType::fp8_e4m3) return f(E4{}, c);
+    if (dtype == DType::fp8_e5m2) return f(E5{}, c);
+    return otherwise;
+  };
+  if (code == CodeId::pair) return with(PairCode{});
+  if constexpr (WITH_FIXED)
+    if (code == CodeId::fixed) return with(FixedCode{});
   return otherwise;
 }
 
