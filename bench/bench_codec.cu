@@ -1,4 +1,4 @@
-// zipcomm codec benchmark: device-wide and block-level encode/decode throughput against the device copy
+// zipcomm codec benchmark: device-wide (pair and fixed codes) and block-level encode/decode throughput against the
 // roofline measured in the same run. Prints a table and writes JSON.
 //
 // Throughput counts UNCOMPRESSED bytes per second: original bytes over the median time of --reps stream-ordered
@@ -69,11 +69,11 @@ constexpr int DECODE_BLOCKS_PER_SM = 2;  // bf16 block decode 1,181-1,204 GB/s; 
 
 // Block-level primitives in a user kernel: each block owns consecutive slices of SLICE elements and turns
 // each into a self-contained stream (as a collective's step would).
-template <DType D>
+template <DType D, class Code>
 __global__ void __launch_bounds__(ENCODE_WARPS * 32) block_encode_kernel(const uint8_t* in, uint64_t n, uint64_t slice,
                                                                        uint8_t* out, uint64_t slot_bytes,
                                                                        uint64_t* sizes) {
-  using Enc = block::BlockStreamEncoder<D, ENCODE_WARPS>;
+  using Enc = block::BlockStreamEncoder<D, ENCODE_WARPS, Code>;
   extern __shared__ __align__(16) unsigned char smem[];
   auto cta = cg::this_thread_block();
   Enc enc(*reinterpret_cast<typename Enc::TempStorage*>(smem));
@@ -86,11 +86,11 @@ __global__ void __launch_bounds__(ENCODE_WARPS * 32) block_encode_kernel(const u
   }
 }
 
-template <DType D>
+template <DType D, class Code>
 __global__ void __launch_bounds__(DECODE_WARPS * 32, DECODE_BLOCKS_PER_SM)
     block_decode_kernel(const uint8_t* comp, uint64_t n, uint64_t slice, uint64_t slot_bytes, const uint64_t* sizes,
                         uint8_t* out, Status* status) {
-  using Dec = block::BlockStreamDecoder<D, DECODE_WARPS>;
+  using Dec = block::BlockStreamDecoder<D, DECODE_WARPS, Code>;
   extern __shared__ __align__(16) unsigned char smem[];
   auto cta = cg::this_thread_block();
   Dec dec(*reinterpret_cast<typename Dec::TempStorage*>(smem));
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DECODE_BLOCKS_PER_SM)
   }
 }
 
-template <DType D, class Code>
+template <DType D>
 void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, uint64_t mib, int reps,
                    const std::vector<bench::SmTarget>& targets, uint32_t chunk_log2, std::vector<Row>& rows) {
   const uint64_t eb = format::elem_bytes(D);
@@ -122,14 +122,15 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   CK(cudaMalloc(&d_bytes, 64));
   d_status = reinterpret_cast<Status*>(d_bytes + 1);
   CK(cudaMemcpy(d_in, host.data(), n * eb, cudaMemcpyHostToDevice));
+  // Temp storage depends on n and the chunk size, not on the code.
   size_t temp_bytes = 0, dtemp_bytes = 0;
-  CK(device::compress<D, Code>(nullptr, temp_bytes, d_in, n, d_out, cap, d_bytes, d_status, 0, chunk_log2));
-  CK(device::decompress<D, Code>(nullptr, dtemp_bytes, d_out, cap, d_back, n, d_status));
+  CK(device::compress<D>(nullptr, temp_bytes, d_in, n, d_out, cap, d_bytes, d_status, 0, chunk_log2));
+  CK(device::decompress<D>(nullptr, dtemp_bytes, d_out, cap, d_back, n, d_status));
   CK(cudaMalloc(&d_temp, std::max(temp_bytes, dtemp_bytes)));
   // The setup ran on the legacy stream, which a partition's non-blocking stream does not wait for.
   CK(cudaDeviceSynchronize());
 
-  const std::string dt = dtype_name(D), code = "pair";
+  const std::string dt = dtype_name(D);
   // Roofline of the bytes each direction must move per uncompressed byte: 1 + ratio (read one, write the
   // other), against the copy's bytes read + written per second on the same SMs.
   auto add_row = [&](const bench::SmTarget& t, const std::string& what, double ratio, double gbps, double roof_ratio,
@@ -138,44 +139,53 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
     rows.push_back({name, dt, what + t.suffix(), double(mib), ratio, gbps, 100.0 * gbps / roof, library, t.sms,
                     t.partition});
   };
-  uint64_t bytes = 0;  // the stream's size: every grid must produce the same stream
-  double ratio = 0;
   const std::string chunks = chunk_log2 == format::default_chunk_log2(n) ? "" : ", " + std::to_string(1u << chunk_log2)
                                                                                        + "-element chunks";
-  for (const bench::SmTarget& t : targets) {
-    const bench::DeviceTiming timing =
-        bench::time_device_codec<D, Code>(name + t.suffix(), host, d_in, n, d_out, cap, d_back, d_temp, temp_bytes,
-                                          dtemp_bytes, d_bytes, d_status, chunk_log2, reps, t.stream);
-    if (bytes != 0 && timing.bytes != bytes)
-      std::fprintf(stderr, "%s%s: %llu compressed bytes, %llu on the whole GPU\n", name.c_str(), t.suffix().c_str(),
-                   (unsigned long long)timing.bytes, (unsigned long long)bytes),
-          std::exit(1);
-    bytes = timing.bytes;
-    ratio = double(bytes) / double(n * eb);
-    const double enc_gbps = n * eb / timing.enc_ms / 1e6, dec_gbps = n * eb / timing.dec_ms / 1e6;
-    add_row(t, "device encode (" + code + chunks + ")", ratio, enc_gbps, ratio, "zipcomm");
-    add_row(t, "device decode (" + code + chunks + ")", ratio, dec_gbps, ratio, "zipcomm");
-  }
+  // The device-wide codec in one code on every target.
+  auto device_rows = [&](auto code_tag) {
+    using Code = decltype(code_tag);
+    const std::string code = Code::ID == CodeId::fixed ? "fixed" : "pair";
+    uint64_t bytes = 0;  // the stream's size: every grid must produce the same stream
+    double ratio = 0;
+    for (const bench::SmTarget& t : targets) {
+      const bench::DeviceTiming timing =
+          bench::time_device_codec<D, Code>(name + " " + code + t.suffix(), host, d_in, n, d_out, cap, d_back, d_temp,
+                                            temp_bytes, dtemp_bytes, d_bytes, d_status, chunk_log2, reps, t.stream);
+      if (bytes != 0 && timing.bytes != bytes)
+        std::fprintf(stderr, "%s%s: %llu compressed bytes, %llu on the whole GPU\n", name.c_str(), t.suffix().c_str(),
+                     (unsigned long long)timing.bytes, (unsigned long long)bytes),
+            std::exit(1);
+      bytes = timing.bytes;
+      ratio = double(bytes) / double(n * eb);
+      const double enc_gbps = n * eb / timing.enc_ms / 1e6, dec_gbps = n * eb / timing.dec_ms / 1e6;
+      add_row(t, "device encode (" + code + chunks + ")", ratio, enc_gbps, ratio, "zipcomm");
+      add_row(t, "device decode (" + code + chunks + ")", ratio, dec_gbps, ratio, "zipcomm");
+    }
+  };
+  device_rows(thread::PairCode{});
+  device_rows(thread::FixedCode{});
 
   std::vector<uint8_t> back(n * eb);
-  {
-    // Block-level primitives in a user kernel, 256 Ki-element slices (a ring step's share of a large
-    // message), one self-contained stream each.
+  // Block-level primitives in a user kernel, 256 Ki-element slices (a ring step's share of a large message), one
+  // self-contained stream each, in one code.
+  auto block_rows = [&](auto code_tag) {
+    using Code = decltype(code_tag);
+    const std::string code = Code::ID == CodeId::fixed ? "fixed" : "pair";
     const uint64_t slice = 256ull << 10, slices = (n + slice - 1) / slice;
     const uint64_t slot = format::align_up(format::max_compressed_bytes(D, slice), 16);
     void *d_slots, *d_sizes;
     CK(cudaMalloc(&d_slots, slot * slices));
     CK(cudaMalloc(&d_sizes, 8 * slices));
-    using Enc = block::BlockStreamEncoder<D, ENCODE_WARPS>;
-    using Dec = block::BlockStreamDecoder<D, DECODE_WARPS>;
-    CK(cudaFuncSetAttribute(block_encode_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    using Enc = block::BlockStreamEncoder<D, ENCODE_WARPS, Code>;
+    using Dec = block::BlockStreamDecoder<D, DECODE_WARPS, Code>;
+    CK(cudaFuncSetAttribute(block_encode_kernel<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             int(sizeof(typename Enc::TempStorage))));
-    CK(cudaFuncSetAttribute(block_decode_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CK(cudaFuncSetAttribute(block_decode_kernel<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             int(sizeof(typename Dec::TempStorage))));
     int per_sm_e = 0, per_sm_d = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_e, block_encode_kernel<D>, ENCODE_WARPS * 32,
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_e, block_encode_kernel<D, Code>, ENCODE_WARPS * 32,
                                                      sizeof(typename Enc::TempStorage)));
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_d, block_decode_kernel<D>, DECODE_WARPS * 32,
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_d, block_decode_kernel<D, Code>, DECODE_WARPS * 32,
                                                      sizeof(typename Dec::TempStorage)));
     std::vector<uint64_t> sizes(slices);
     uint64_t whole_gpu_total = 0;
@@ -185,7 +195,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
       const int grid_e = int(std::min<uint64_t>(slices, uint64_t(t.sms) * per_sm_e));
       const int grid_d = int(std::min<uint64_t>(slices, uint64_t(t.sms) * per_sm_d));
       const double benc_ms = bench::median_ms(reps, t.stream, [&] {
-        block_encode_kernel<D><<<grid_e, ENCODE_WARPS * 32, sizeof(typename Enc::TempStorage), t.stream>>>(
+        block_encode_kernel<D, Code><<<grid_e, ENCODE_WARPS * 32, sizeof(typename Enc::TempStorage), t.stream>>>(
             static_cast<const uint8_t*>(d_in), n, slice, static_cast<uint8_t*>(d_slots), slot,
             static_cast<uint64_t*>(d_sizes));
       });
@@ -193,7 +203,7 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
       CK(cudaMemsetAsync(d_status, 0, 4, t.stream));
       CK(cudaMemsetAsync(d_back, 0xA5, n * eb, t.stream));
       const double bdec_ms = bench::median_ms(reps, t.stream, [&] {
-        block_decode_kernel<D><<<grid_d, DECODE_WARPS * 32, sizeof(typename Dec::TempStorage), t.stream>>>(
+        block_decode_kernel<D, Code><<<grid_d, DECODE_WARPS * 32, sizeof(typename Dec::TempStorage), t.stream>>>(
             static_cast<const uint8_t*>(d_slots), n, slice, slot, static_cast<const uint64_t*>(d_sizes),
             static_cast<uint8_t*>(d_back), d_status);
       });
@@ -212,14 +222,17 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
             std::exit(1);
       whole_gpu_total = total;
       const double bratio = double(total) / double(n * eb);
-      add_row(t, "block encode (256Ki slices, " + std::to_string(grid_e) + " CTAs)", bratio, n * eb / benc_ms / 1e6,
-              ratio, "zipcomm");
-      add_row(t, "block decode (256Ki slices, " + std::to_string(grid_d) + " CTAs)", bratio, n * eb / bdec_ms / 1e6,
-              ratio, "zipcomm");
+      const std::string slices_ctas = code + ", 256Ki slices, ";
+      add_row(t, "block encode (" + slices_ctas + std::to_string(grid_e) + " CTAs)", bratio, n * eb / benc_ms / 1e6,
+              bratio, "zipcomm");
+      add_row(t, "block decode (" + slices_ctas + std::to_string(grid_d) + " CTAs)", bratio, n * eb / bdec_ms / 1e6,
+              bratio, "zipcomm");
     }
     CK(cudaFree(d_slots));
     CK(cudaFree(d_sizes));
-  }
+  };
+  block_rows(thread::PairCode{});
+  block_rows(thread::FixedCode{});
 #if ZIPCOMM_BENCH_WITH_NVCOMP
   // nvCOMP on the same input, once per data set; its ratio counts every byte a receiver needs.
   {
@@ -341,26 +354,26 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  bench_dataset<DType::bf16, thread::PairCode>("llama_grads", file("llama_grads.bf16"), mib, reps, targets,
+  bench_dataset<DType::bf16>("llama_grads", file("llama_grads.bf16"), mib, reps, targets,
                                                opt.chunk_log2, rows);
-  bench_dataset<DType::bf16, thread::PairCode>("llama_acts", file("llama_acts.bf16"), mib, reps, targets,
+  bench_dataset<DType::bf16>("llama_acts", file("llama_acts.bf16"), mib, reps, targets,
                                                opt.chunk_log2, rows);
-  bench_dataset<DType::bf16, thread::PairCode>("llama_weights", file("llama_weights.bf16"), mib, reps, targets,
+  bench_dataset<DType::bf16>("llama_weights", file("llama_weights.bf16"), mib, reps, targets,
                                                    opt.chunk_log2, rows);
-  bench_dataset<DType::bf16, thread::PairCode>("gaussian_0.02", gauss, mib, reps, targets, opt.chunk_log2, rows);
-  bench_dataset<DType::fp16, thread::PairCode>("llama_grads_scaled", file("llama_grads_scaled.f16"), mib, reps,
+  bench_dataset<DType::bf16>("gaussian_0.02", gauss, mib, reps, targets, opt.chunk_log2, rows);
+  bench_dataset<DType::fp16>("llama_grads_scaled", file("llama_grads_scaled.f16"), mib, reps,
                                                    targets, opt.chunk_log2, rows);
-  bench_dataset<DType::fp32, thread::PairCode>("llama_grads", file("llama_grads.f32"), mib, reps, targets,
+  bench_dataset<DType::fp32>("llama_grads", file("llama_grads.f32"), mib, reps, targets,
                                                opt.chunk_log2, rows);
-  bench_dataset<DType::fp32, thread::PairCode>("tiny_lm_grads_autocast", file("tiny_lm_grads_autocast.f32"), mib, reps,
+  bench_dataset<DType::fp32>("tiny_lm_grads_autocast", file("tiny_lm_grads_autocast.f32"), mib, reps,
                                                targets, opt.chunk_log2, rows);
-  bench_dataset<DType::fp32, thread::PairCode>("tiny_lm_grads_fp32", file("tiny_lm_grads_fp32.f32"), mib, reps,
+  bench_dataset<DType::fp32>("tiny_lm_grads_fp32", file("tiny_lm_grads_fp32.f32"), mib, reps,
                                                targets, opt.chunk_log2, rows);
   // fp8 with one amax scale per tensor (scripts/make_fp8_samples.py)
   for (const std::string t : {"llama_grads", "llama_acts", "llama_weights"}) {
-    bench_dataset<DType::fp8_e4m3, thread::PairCode>(t, file((t + ".e4m3").c_str()), mib, reps, targets,
+    bench_dataset<DType::fp8_e4m3>(t, file((t + ".e4m3").c_str()), mib, reps, targets,
                                                      opt.chunk_log2, rows);
-    bench_dataset<DType::fp8_e5m2, thread::PairCode>(t, file((t + ".e5m2").c_str()), mib, reps, targets,
+    bench_dataset<DType::fp8_e5m2>(t, file((t + ".e5m2").c_str()), mib, reps, targets,
                                                      opt.chunk_log2, rows);
   }
 
@@ -405,17 +418,22 @@ int main(int argc, char** argv) {
               "whole GPU);\n%%roof = GB/s over the roofline of the bytes the operation moves: copy TB/s (read + "
               "write) / (1 + ratio).\n",
               all_sms);
-  // The slowest device-wide row per partition: the per-SM figure a communication kernel's share would see.
+  // The slowest device-wide and block-level row per partition and code: the per-SM figure a communication
+  // kernel's share would see (block rows size their grid for the partition, device rows for the whole GPU).
   for (const bench::SmTarget& t : targets) {
     if (!t.partition) continue;
-    const Row* slowest = nullptr;
-    for (const Row& r : rows)
-      if (r.partition && r.sms == t.sms && r.library == "zipcomm" && r.what.rfind("device ", 0) == 0 &&
-          (slowest == nullptr || r.gbps < slowest->gbps))
-        slowest = &r;
-    if (slowest != nullptr)
-      std::printf("slowest zipcomm device row on %d SMs: %.2f GB/s per SM (%s %s, %s)\n", t.sms,
-                  slowest->gbps / t.sms, slowest->data.c_str(), slowest->dtype.c_str(), slowest->what.c_str());
+    for (const std::string level : {"device ", "block "})
+      for (const std::string code : {"(pair", "(fixed"}) {
+        const Row* slowest = nullptr;
+        for (const Row& r : rows)
+          if (r.partition && r.sms == t.sms && r.library == "zipcomm" && r.what.rfind(level, 0) == 0 &&
+              r.what.find(code) != std::string::npos && (slowest == nullptr || r.gbps < slowest->gbps))
+            slowest = &r;
+        if (slowest != nullptr)
+          std::printf("slowest zipcomm %srow on %d SMs, %s code: %.2f GB/s per SM (%s %s, %s)\n", level.c_str(),
+                      t.sms, code.c_str() + 1, slowest->gbps / t.sms, slowest->data.c_str(), slowest->dtype.c_str(),
+                      slowest->what.c_str());
+      }
   }
 #if ZIPCOMM_BENCH_WITH_NVCOMP
   std::printf("nvCOMP ratio: compressed chunks + %d bytes per chunk (its size, which a receiver needs).\n",

@@ -13,8 +13,12 @@ namespace zipcomm {
 /// Element types. fp8_e4m3 is OCP E4M3FN (no infinities, NaN = S.1111.111), fp8_e5m2 OCP E5M2; both are coded
 /// losslessly like the others, on all 256 bit patterns.
 enum class DType : uint8_t { bf16 = 1, fp16 = 2, fp32 = 3, fp8_e4m3 = 4, fp8_e5m2 = 5 };
-/// Exponent code of a stream. Ids 1 and 2 were the per-element codes of format versions 1 and 2.
+/// Exponent code of a stream: `pair` (prefix codewords, the denser) or `fixed` (3 bits per exponent at a fixed
+/// place, the faster). Ids 1 and 2 were the per-element codes of format versions 1 and 2.
 enum class CodeId : uint8_t { pair = 3, fixed = 4 };
+ZIPCOMM_HOST_DEVICE const char* code_name(CodeId c) {
+  return c == CodeId::pair ? "pair" : c == CodeId::fixed ? "fixed" : "?";
+}
 
 ZIPCOMM_HOST_DEVICE const char* dtype_name(DType d) {
   return d == DType::bf16       ? "bf16"
@@ -374,7 +378,7 @@ ZIPCOMM_HOST_DEVICE Status validate_header(const Header& h, uint64_t available_b
   if (fnv1a(reinterpret_cast<const uint8_t*>(&h), 48) != h.header_check) return Status::bad_header;
   if (h.version < OLDEST_READ_VERSION || h.version > VERSION) return Status::unsupported_version;
   if (!dtype_valid(h.dtype) || !code_valid(h.code) || !chunk_log2_valid(h.chunk_log2)) return Status::bad_header;
-  if (h.version == 5 && h.chunk_log2 != MAX_CHUNK_LOG2) return Status::bad_header;
+  if (h.version == 5 && (h.chunk_log2 != MAX_CHUNK_LOG2 || h.code != uint8_t(CodeId::pair))) return Status::bad_header;
   if (h.reserved0 || h.reserved1 || h.reserved2) return Status::bad_header;  // writers zero them
   if (h.num_elements > (uint64_t(1) << 50)) return Status::bad_header;
   Layout l = layout_for(static_cast<DType>(h.dtype), h.num_elements, h.chunk_log2);

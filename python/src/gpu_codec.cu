@@ -327,17 +327,17 @@ uint64_t compress_async(int device, zipcomm::DType dtype, zipcomm::CodeId code, 
       });
 }
 
-uint64_t decompress_async(int device, zipcomm::DType dtype, zipcomm::CodeId code, const void* d_in, uint64_t in_bytes,
+uint64_t decompress_async(int device, zipcomm::DType dtype, const void* d_in, uint64_t in_bytes,
                           void* d_out, uint64_t out_capacity_elems, uintptr_t stream) {
   return enqueue_with_temp(
       device, stream, "zipcomm.decompress (GPU)",
       [&](size_t& temp_bytes) {
-        return zipcomm::device::decompress(dtype, code, nullptr, temp_bytes, d_in, in_bytes, d_out,
-                                           out_capacity_elems, nullptr);
+        return zipcomm::device::decompress(dtype, nullptr, temp_bytes, d_in, in_bytes, d_out, out_capacity_elems,
+                                           nullptr);
       },
       [&](void* temp, size_t temp_bytes, OutcomeSlot* slot, cudaStream_t s) {
-        return zipcomm::device::decompress(dtype, code, temp, temp_bytes, d_in, in_bytes, d_out,
-                                           out_capacity_elems, &slot->status, s);
+        return zipcomm::device::decompress(dtype, temp, temp_bytes, d_in, in_bytes, d_out, out_capacity_elems,
+                                           &slot->status, s);
       });
 }
 

@@ -33,7 +33,7 @@ uint64_t compress_async(int device, zipcomm::DType dtype, zipcomm::CodeId code, 
 
 /// Stream-ordered decompress of the stream at d_in (16-byte aligned, in_bytes) into d_out (room for
 /// out_capacity_elems elements of dtype; the stream's header must say dtype, else bad_header is its Status).
-uint64_t decompress_async(int device, zipcomm::DType dtype, zipcomm::CodeId code, const void* d_in, uint64_t in_bytes,
+uint64_t decompress_async(int device, zipcomm::DType dtype, const void* d_in, uint64_t in_bytes,
                           void* d_out, uint64_t out_capacity_elems, uintptr_t stream);
 
 /// Waits for call `id` and throws StatusError (its Status) or CudaError; returns its compressed size (0 for a

@@ -39,10 +39,9 @@ using zipcomm::CodeId;
 
 CodeId parse_code(const std::string& s, const std::string& where) {
   if (s == "pair") return CodeId::pair;
-  throw nb::value_error((where + ": unknown code '" + s + "' (the only code is 'pair')").c_str());
+  if (s == "fixed") return CodeId::fixed;
+  throw nb::value_error((where + ": unknown code '" + s + "' ('pair' or 'fixed')").c_str());
 }
-
-const char* code_name(uint8_t c) { return c == uint8_t(CodeId::pair) ? "pair" : "?"; }
 
 /// Chunks of a stream stored raw (their exponent section entry has the raw size), from its chunk table.
 uint64_t count_raw_chunks(const uint8_t* table, const format::Header& h) {
@@ -64,7 +63,7 @@ nb::dict header_info(const format::Header& h, uint64_t raw_chunks) {
   nb::dict r;
   r["version"] = int(h.version);
   r["dtype"] = zipcomm::dtype_name(d);
-  r["code"] = code_name(h.code);
+  r["code"] = zipcomm::code_name(CodeId(h.code));
   r["elements"] = h.num_elements;
   r["original_bytes"] = original;
   r["compressed_bytes"] = h.total_bytes;
@@ -238,7 +237,7 @@ uint64_t decompress_gpu(const AnyArray& buf, const WritableArray& out, const std
   }
   require_out_dtype(out, *d, where);
   nb::gil_scoped_release unlocked;
-  return gpu::decompress_async(device, *d, CodeId::pair, buf.data(), buf.size(), out.data(), out.size(), stream);
+  return gpu::decompress_async(device, *d, buf.data(), buf.size(), out.data(), out.size(), stream);
 #else
   (void)out, (void)declared, (void)stream;
   no_gpu_codec(where);

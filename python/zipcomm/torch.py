@@ -76,7 +76,7 @@ class CompressedAllreduceState:
         threshold_bytes: bf16/fp16/fp32 buckets of at least this many bytes are compressed, smaller ones are
             sent as they are (the result is the same either way).
         average: divide the sum by the group's size, as DDP's default hook does; False leaves the sum.
-        code: the codec's exponent code: "pair", the only one.
+        code: the codec's exponent code: "pair" (the denser) or "fixed" (the faster; zipcomm.compress).
         compressed_buckets, uncompressed_buckets: buckets this rank has reduced each way so far.
         compressed_input_bytes, compressed_output_bytes: bytes of this rank's compressed buckets before and
             after compression (their ratio is what the compression saved on the wire).

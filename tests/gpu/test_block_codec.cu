@@ -17,10 +17,10 @@ namespace cg = cooperative_groups;
 
 namespace {
 constexpr int WARPS = 4;
-template <DType D>
-using Enc = block::BlockStreamEncoder<D, WARPS>;
-template <DType D>
-using Dec = block::BlockStreamDecoder<D, WARPS>;
+template <DType D, class Code = thread::PairCode>
+using Enc = block::BlockStreamEncoder<D, WARPS, Code>;
+template <DType D, class Code = thread::PairCode>
+using Dec = block::BlockStreamDecoder<D, WARPS, Code>;
 
 struct Message {
   uint64_t in_offset;   // bytes into the input
@@ -28,23 +28,23 @@ struct Message {
   uint64_t out_offset;  // bytes into the compressed buffer (16-aligned)
 };
 
-template <DType D>
+template <DType D, class Code>
 __global__ void encode_messages(const uint8_t* in, const Message* msgs, uint8_t* out, uint64_t* sizes,
                                 uint32_t chunk_log2) {
   extern __shared__ __align__(16) unsigned char smem[];
   auto cta = cg::this_thread_block();
-  Enc<D> enc(*reinterpret_cast<typename Enc<D>::TempStorage*>(smem), chunk_log2);
+  Enc<D, Code> enc(*reinterpret_cast<typename Enc<D, Code>::TempStorage*>(smem), chunk_log2);
   const Message m = msgs[blockIdx.x];
   uint64_t bytes = enc.Encode(cta, in + m.in_offset, m.n, out + m.out_offset);
   if (cta.thread_rank() == 0) sizes[blockIdx.x] = bytes;
 }
 
-template <DType D>
+template <DType D, class Code>
 __global__ void decode_messages(const uint8_t* comp, const Message* msgs, const uint64_t* sizes, uint8_t* out,
                                 Status* status) {
   extern __shared__ __align__(16) unsigned char smem[];
   auto cta = cg::this_thread_block();
-  Dec<D> dec(*reinterpret_cast<typename Dec<D>::TempStorage*>(smem));
+  Dec<D, Code> dec(*reinterpret_cast<typename Dec<D, Code>::TempStorage*>(smem));
   const Message m = msgs[blockIdx.x];
   uint8_t* dst = out + m.in_offset;
   auto sink = [&](uint64_t tile, const uint32_t (&x)[8], uint32_t cnt) {
@@ -58,9 +58,9 @@ __global__ void decode_messages(const uint8_t* comp, const Message* msgs, const 
 /// Encodes every message in its own block in chunks of 2^chunk_log2 elements, decodes them again, and checks the
 /// bytes against the host reference (the block encoder writes every tile's low bits at full width: for bf16 and
 /// fp8, which have none, that is the default) and the round trip. `shape(n, rng)` makes each message's elements.
-template <DType D, class Shape>
+template <DType D, class Code, class Shape>
 void block_round_trip(std::mt19937_64& rng, Shape shape, uint32_t chunk_log2 = format::MAX_CHUNK_LOG2) {
-  CAPTURE(dtype_name(D), chunk_log2);
+  CAPTURE(dtype_name(D), code_name(Code::ID), chunk_log2);
   const uint64_t eb = format::elem_bytes(D);
   const uint64_t counts[] = {0, 1, 257, 16384, 16385, 4 * 16384 + 5, 9 * 16384 + 333, 100000};
   std::vector<Message> msgs;
@@ -78,15 +78,16 @@ void block_round_trip(std::mt19937_64& rng, Shape shape, uint32_t chunk_log2 = f
   CUDA_OK(cudaMemcpy(d_in.ptr, raw.data(), raw.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(d_msgs.ptr, msgs.data(), d_msgs.bytes, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(d_back.ptr, 0, d_back.bytes));
-  const int enc_smem = int(sizeof(typename Enc<D>::TempStorage)), dec_smem = int(sizeof(typename Dec<D>::TempStorage));
-  CUDA_OK(cudaFuncSetAttribute(encode_messages<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, enc_smem));
-  CUDA_OK(cudaFuncSetAttribute(decode_messages<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec_smem));
-  encode_messages<D><<<int(msgs.size()), WARPS * 32, enc_smem>>>(d_in.as(), d_msgs.as<Message>(), d_out.as(),
-                                                                  d_sizes.as<uint64_t>(), chunk_log2);
+  const int enc_smem = int(sizeof(typename Enc<D, Code>::TempStorage));
+  const int dec_smem = int(sizeof(typename Dec<D, Code>::TempStorage));
+  CUDA_OK(cudaFuncSetAttribute(encode_messages<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize, enc_smem));
+  CUDA_OK(cudaFuncSetAttribute(decode_messages<D, Code>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec_smem));
+  encode_messages<D, Code><<<int(msgs.size()), WARPS * 32, enc_smem>>>(d_in.as(), d_msgs.as<Message>(), d_out.as(),
+                                                                        d_sizes.as<uint64_t>(), chunk_log2);
   CUDA_OK(cudaGetLastError());
-  decode_messages<D><<<int(msgs.size()), WARPS * 32, dec_smem>>>(d_out.as(), d_msgs.as<Message>(),
-                                                                  d_sizes.as<uint64_t>(), d_back.as(),
-                                                                  d_status.as<Status>());
+  decode_messages<D, Code><<<int(msgs.size()), WARPS * 32, dec_smem>>>(d_out.as(), d_msgs.as<Message>(),
+                                                                        d_sizes.as<uint64_t>(), d_back.as(),
+                                                                        d_status.as<Status>());
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<uint64_t> sizes(msgs.size());
@@ -101,7 +102,7 @@ void block_round_trip(std::mt19937_64& rng, Shape shape, uint32_t chunk_log2 = f
     CAPTURE(i, m.n);
     std::vector<uint8_t> ref(format::max_compressed_bytes(D, m.n, chunk_log2));
     uint64_t ref_bytes = 0;
-    REQUIRE(host::compress(D, CodeId::pair, raw.data() + m.in_offset, m.n, ref.data(), ref.size(), &ref_bytes,
+    REQUIRE(host::compress(D, Code::ID, raw.data() + m.in_offset, m.n, ref.data(), ref.size(), &ref_bytes,
                            format::LowWidths::full, chunk_log2) == Status::ok);
     REQUIRE(sizes[i] == ref_bytes);
     REQUIRE(std::equal(ref.begin(), ref.begin() + ref_bytes, comp.begin() + m.out_offset));
@@ -133,7 +134,24 @@ TEMPLATE_TEST_CASE("block stream encoder/decoder inside a user kernel match the 
     return v;
   };
   for (uint32_t log2 = format::MIN_CHUNK_LOG2; log2 <= format::MAX_CHUNK_LOG2; ++log2)
-    block_round_trip<D>(rng, shape, log2);
+    block_round_trip<D, thread::PairCode>(rng, shape, log2);
+}
+
+TEMPLATE_TEST_CASE("block stream encoder/decoder in the fixed code match the host reference", "[gpu][block][fixed]",
+                   gpu_test::Bf16, gpu_test::Fp16, gpu_test::Fp32, gpu_test::Fp8E4M3, gpu_test::Fp8E5M2) {
+  constexpr DType D = TestType::value;
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  auto shape = [](uint64_t n, std::mt19937_64& r) {
+    std::vector<uint8_t> v = gpu_test::gaussian_bytes(D, n, 0.02f, r);
+    const uint64_t eb = format::elem_bytes(D);
+    if (n > 2 * 16384)  // a chunk of random bits: stored raw
+      for (uint64_t i = 16384 * eb; i < 2 * 16384 * eb; ++i) v[i] = uint8_t(r());
+    return v;
+  };
+  for (uint32_t log2 = format::MIN_CHUNK_LOG2; log2 <= format::MAX_CHUNK_LOG2; ++log2)
+    block_round_trip<D, thread::FixedCode>(rng, shape, log2);
 }
 
 namespace {

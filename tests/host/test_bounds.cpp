@@ -8,7 +8,7 @@ TEST_CASE("unaligned input and output pointers give identical streams and identi
   ZT_RNG("unaligned");
   for (DType d : zt::kDTypes)
     for (CodeId c : zt::kCodes) {
-      INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
+      INFO("dtype " << dtype_name(d) << " code " << code_name(c));
       const uint64_t n = 16384 + 16385 % 4096 + rng() % 300;  // two chunks, ragged tail
       Tensor t = zt::gaussian(d, n, rng);
       for (uint64_t i = 0; i < n; i += 37) t.set(i, static_cast<uint32_t>(rng()));  // some escapes
@@ -39,7 +39,7 @@ TEST_CASE("random bits stay within 1% plus a few hundred bytes of raw and within
     for (CodeId c : zt::kCodes)
       for (uint64_t n : sizes)
         for (uint32_t log2 : zt::kChunkLog2s) {
-          INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c) << " n " << n << " chunk_log2 " << log2);
+          INFO("dtype " << dtype_name(d) << " code " << code_name(c) << " n " << n << " chunk_log2 " << log2);
           Tensor t = zt::random_bits(d, n, rng);
           const auto s = zt::compress_ok(c, t, format::LowWidths::minimal, log2);
           const double raw = double(t.bytes.size());
@@ -61,7 +61,7 @@ TEST_CASE("compress with capacity below the bound returns buffer_too_small and w
   for (DType d : zt::kDTypes)
     for (CodeId c : zt::kCodes)
       for (uint64_t n : {uint64_t(0), uint64_t(1), uint64_t(300), uint64_t(16385)}) {
-        INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c) << " n " << n);
+        INFO("dtype " << dtype_name(d) << " code " << code_name(c) << " n " << n);
         Tensor t = zt::gaussian(d, n, rng);
         const uint64_t bound = format::max_compressed_bytes(d, n);
         std::vector<uint8_t> dst(bound + 16, 0x5A);
@@ -81,7 +81,7 @@ TEST_CASE("decompress and compress reject small capacity and null pointers and b
   ZT_RNG("args");
   for (DType d : zt::kDTypes)
     for (CodeId c : zt::kCodes) {
-      INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
+      INFO("dtype " << dtype_name(d) << " code " << code_name(c));
       const uint64_t n = 1000 + rng() % 1000;
       Tensor t = zt::gaussian(d, n, rng);
       const auto s = zt::compress_ok(c, t);

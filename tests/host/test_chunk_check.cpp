@@ -91,7 +91,7 @@ TEST_CASE("chunk check: the encoder stores each chunk's check of its elements", 
   for (DType d : zt::kDTypes)
     for (CodeId c : zt::kCodes)
       for (uint32_t log2 : zt::kChunkLog2s) {
-        INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c) << " chunk_log2 " << log2);
+        INFO("dtype " << dtype_name(d) << " code " << code_name(c) << " chunk_log2 " << log2);
         const uint64_t n = 2 * format::MAX_CHUNK_ELEMS + 1 + rng() % 5000;
         const zt::Tensor t = zt::gaussian(d, n, rng);
         const auto s = zt::compress_ok(c, t, format::LowWidths::minimal, log2);

@@ -80,7 +80,7 @@ TEST_CASE("truncated streams are rejected at every length for small streams and 
   ZT_RNG("truncate");
   for (DType d : zt::kDTypes)
     for (CodeId c : zt::kCodes) {
-      INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
+      INFO("dtype " << dtype_name(d) << " code " << code_name(c));
       for (int kind = 0; kind < 2; ++kind) {
         const Tensor t = kind == 0 ? mixed_tensor(d, 300, rng) : zt::random_bits(d, 300, rng);
         const auto s = zt::compress_ok(c, t);
@@ -112,7 +112,7 @@ TEST_CASE("random bit/byte corruption in every section never crashes or writes o
   ZT_RNG("sections");
   for (DType d : zt::kDTypes)
     for (CodeId c : zt::kCodes) {
-      INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
+      INFO("dtype " << dtype_name(d) << " code " << code_name(c));
       // 2 coded chunks and a raw one
       Tensor t = mixed_tensor(d, 2 * 16384 + 3000, rng);
       for (uint64_t i = 16384; i < 2 * 16384; ++i) t.set(i, static_cast<uint32_t>(rng()));
@@ -143,7 +143,7 @@ TEST_CASE("every single-bit flip anywhere in a stream gives an error status", "[
   Tally all;
   for (DType d : zt::kDTypes)
     for (CodeId c : zt::kCodes) {
-      INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
+      INFO("dtype " << dtype_name(d) << " code " << code_name(c));
       // Exhaustive over small streams: a coded chunk ending in a short tile, and a raw one.
       const Tensor coded = mixed_tensor(d, 2048 + 1 + rng() % 255, rng);
       const Tensor raw = zt::random_bits(d, 300 + rng() % 500, rng);

@@ -98,6 +98,20 @@ TEST_CASE("fixed code: chunks it cannot make smaller are stored raw", "[fixed]")
   REQUIRE(chunk_section(s, 0).size() == format::raw_chunk_bytes(DType::bf16, 16384));
 }
 
+TEST_CASE("fixed code: a chunk with more exceptions than one item in eight is stored raw", "[fixed]") {
+  auto rng = make_rng("fixed limit");
+  // One element in five zero: each zero is an exception. Coded, the chunk would still be about 0.6 of raw.
+  Tensor t = gaussian(DType::bf16, 16384, rng);
+  for (uint64_t k = 0; k < t.n; k += 5) t.set(k, 0);
+  const std::vector<uint8_t> s = roundtrip(CodeId::fixed, t, 14);
+  REQUIRE(thread::FixedCode::chunk_bytes(64, 16384 / 5) < format::raw_chunk_bytes(DType::bf16, 16384));
+  REQUIRE(chunk_section(s, 0).size() == format::raw_chunk_bytes(DType::bf16, 16384));
+  // One in twenty (with the Gaussian's own 3%): within the limit, coded.
+  Tensor u = gaussian(DType::bf16, 16384, rng);
+  for (uint64_t k = 0; k < u.n; k += 20) u.set(k, 0);
+  REQUIRE(chunk_section(roundtrip(CodeId::fixed, u, 14), 0).size() < format::raw_chunk_bytes(DType::bf16, 16384));
+}
+
 TEST_CASE("fixed code: every single-bit change of a stream is refused", "[fixed]") {
   auto rng = make_rng("fixed flips");
   for (const DType d : kDTypes) {

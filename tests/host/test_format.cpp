@@ -167,7 +167,7 @@ TEST_CASE("header make/validate", "[format]") {
   ZT_RNG("header");
   for (int it = 0; it < 3000; ++it) {
     const DType d = zt::kDTypes[rng() % std::size(zt::kDTypes)];
-    const CodeId c = CodeId::pair;
+    const CodeId c = rng() % 2 ? CodeId::pair : CodeId::fixed;  // the header does not depend on the code
     const uint64_t n = it % 2 ? rng() % 100000 : rng() % (uint64_t(1) << 50);
     const uint32_t log2 = format::MIN_CHUNK_LOG2 + uint32_t(rng() % 3);
     const Layout l = format::layout_for(d, n, log2);
@@ -180,7 +180,7 @@ TEST_CASE("header make/validate", "[format]") {
     REQUIRE(h.magic == format::MAGIC);
     REQUIRE(std::memcmp(&h.magic, "ZPCM", 4) == 0);
     REQUIRE(h.version == 6);
-    REQUIRE(h.code == 3);
+    REQUIRE(h.code == uint8_t(c));
     REQUIRE(h.chunk_log2 == log2);
     REQUIRE(h.num_elements == n);
     REQUIRE(h.total_bytes == total);
@@ -219,10 +219,13 @@ TEST_CASE("header make/validate", "[format]") {
       b.version = v;
       REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::unsupported_version);
     }
-    // version 5 is read: the same layout, 16384-element chunks only
+    // version 5 is read: the same layout, 16384-element chunks and the pair code only
     b = h;
     b.version = 5;
-    REQUIRE(format::validate_header(resigned(b), ~0ull) == (log2 == 14 ? Status::ok : Status::bad_header));
+    REQUIRE(format::validate_header(resigned(b), ~0ull) ==
+            (log2 == 14 && c == CodeId::pair ? Status::ok : Status::bad_header));
+    b.code = uint8_t(CodeId::fixed);
+    REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);
     b = h;
     b.dtype = uint8_t(rng() % 2 ? 0 : 6 + rng() % 250);
     REQUIRE(format::validate_header(resigned(b), ~0ull) == Status::bad_header);

@@ -179,7 +179,7 @@ TEST_CASE("fp32 random bits and Gaussian values and special values mixed into no
   ZT_RNG("fp32");
   const uint64_t n = 3 * 16384 + 77;
   for (CodeId c : zt::kCodes) {
-    INFO("code " << zt::code_name(c));
+    INFO("code " << code_name(c));
     auto raw = zt::roundtrip(c, zt::random_bits(DType::fp32, n, rng), 14);
     CHECK(zt::raw_chunks(raw) == 4);
     Tensor g = zt::gaussian(DType::fp32, n, rng);
@@ -210,7 +210,7 @@ TEST_CASE("boundary sizes for every dtype and code", "[roundtrip]") {
   for (DType d : zt::kDTypes)
     for (CodeId c : zt::kCodes)
       for (uint64_t n : sizes) {
-        INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c) << " n " << n);
+        INFO("dtype " << dtype_name(d) << " code " << code_name(c) << " n " << n);
         auto s = zt::roundtrip(c, zt::gaussian(d, n, rng));
         if (n == 0) CHECK(s.size() == format::HEADER_BYTES);
         zt::roundtrip(c, zt::random_bits(d, n, rng));
@@ -225,7 +225,7 @@ TEST_CASE("zero or subnormal-only tiles and tiles holding a single NaN or inf ro
   ZT_RNG("special_tiles");
   for (DType d : zt::kDTypes)
     for (CodeId c : zt::kCodes) {
-      INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
+      INFO("dtype " << dtype_name(d) << " code " << code_name(c));
       const uint64_t n = 2 * 16384 + 1000;
       Tensor t = zt::gaussian(d, n, rng);
       const uint32_t mant_mask = zt::mant_mask(d), sign = zt::sign_bit(d), exp_all = zt::exp_all_ones(d);
@@ -266,7 +266,7 @@ TEST_CASE("all chunks raw (random bits) and mixed raw/coded chunks", "[roundtrip
   for (DType d : zt::kDTypes)
     for (CodeId c : zt::kCodes)
       for (uint32_t log2 : zt::kChunkLog2s) {
-        INFO("dtype " << dtype_name(d) << " code " << zt::code_name(c));
+        INFO("dtype " << dtype_name(d) << " code " << code_name(c));
         const uint64_t size = uint64_t(1) << log2, n = 6 * size + 999, chunks = 7;
         auto s = zt::roundtrip(c, zt::random_bits(d, n, rng), log2);
         CHECK(zt::raw_chunks(s) == chunks);

@@ -43,7 +43,6 @@ inline std::mt19937_64 make_rng(const char* tag) {
   CAPTURE(zipcomm_test_seed);                                \
   auto rng = ::zt::make_rng(tag)
 
-inline const char* code_name(CodeId c) { return c == CodeId::pair ? "pair" : c == CodeId::fixed ? "fixed" : "?"; }
 /// Every dtype of the codec; the generic codec tests run on all of them.
 constexpr DType kDTypes[5] = {DType::bf16, DType::fp16, DType::fp32, DType::fp8_e4m3, DType::fp8_e5m2};
 /// The dtypes with reduction arithmetic: the fused steps, P2P, the ring and the quantization tier take these.
@@ -63,7 +62,7 @@ inline uint32_t mant_mask(DType d) { return (1u << mant_bits(d)) - 1; }
 /// whose mantissa 7 is NaN).
 inline uint32_t exp_all_ones(DType d) { return max_exponent(d) << mant_bits(d); }
 inline uint32_t exponent_of(DType d, uint32_t b) { return (b >> mant_bits(d)) & max_exponent(d); }
-constexpr CodeId kCodes[1] = {CodeId::pair};  // the format's codes (one)
+constexpr CodeId kCodes[2] = {CodeId::pair, CodeId::fixed};  // the format's codes
 
 // ---- element conversion -------------------------------------------------------------------------------------
 inline uint32_t f32_bits(float x) {

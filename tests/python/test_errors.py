@@ -44,11 +44,12 @@ def test_every_status_has_words() -> None:
     assert zipcomm.status_string(Status.corrupt_stream) == "corrupt stream"
 
 
+@pytest.mark.parametrize("code", ["pair", "fixed"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
-def test_every_single_bit_flip_is_an_error(dtype: str) -> None:
+def test_every_single_bit_flip_is_an_error(dtype: str, code: str) -> None:
     """docs/FORMAT.md section 14: no single-bit flip decodes; in the header it is bad_header (the version
     byte: unsupported_version), elsewhere corrupt_stream or checksum_mismatch."""
-    clean = small_stream(dtype)
+    clean = small_stream(dtype, code=code)
     for pos in range(len(clean)):
         for bit in range(8):
             damaged = clean.copy()
@@ -128,7 +129,7 @@ def test_non_contiguous_input_raises_value_error() -> None:
 
 def test_bad_code_and_bad_size_arguments() -> None:
     for code in ("huffman", "gaussian", "window3"):  # the codes of format v1/v2 are gone too
-        with pytest.raises(ValueError, match="the only code is 'pair'"):
+        with pytest.raises(ValueError, match="'pair' or 'fixed'"):
             zipcomm.compress(np.zeros(4, np.float32), code=code)
     with pytest.raises(ValueError):
         zipcomm.max_compressed_bytes(-1, "bf16")

@@ -12,7 +12,7 @@ from conftest import read_data
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("code", ["pair"])
+@pytest.mark.parametrize("code", ["pair", "fixed"])
 @pytest.mark.parametrize("name,kind,bits", [("llama_grads.bf16", "bf16", np.uint16),
                                             ("llama_grads_scaled.f16", "fp16", np.uint16),
                                             ("tiny_lm_grads_autocast.f32", "fp32", np.uint32)])

@@ -8,7 +8,7 @@ import pytest
 import zipcomm
 from conftest import SEED, DLPackArray, read_data
 
-CODES = ["pair"]
+CODES = ["pair", "fixed"]
 # Around the tile (256) and chunk (4096 by default at these sizes; 16384 at most) boundaries, and the worked
 # example of docs/FORMAT.md (40000).
 ODD_SIZES = [0, 1, 2, 3, 7, 8, 9, 255, 256, 257, 1000, 4095, 4097, 16383, 16384, 16385, 40000, 3 * 16384 + 129]

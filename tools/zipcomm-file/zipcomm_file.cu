@@ -1,6 +1,6 @@
 // zipcomm-file: compress, decompress, describe and measure raw tensor files and .safetensors files with zipcomm.
 //
-//   zipcomm-file compress   --dtype bf16|fp16|fp32|fp8_e4m3|fp8_e5m2 [--code pair] IN OUT
+//   zipcomm-file compress   --dtype bf16|fp16|fp32|fp8_e4m3|fp8_e5m2 [--code pair|fixed] IN OUT
 //   zipcomm-file compress   [--code C] IN.safetensors OUT          (container, docs/FILE_CONTAINER.md)
 //   zipcomm-file decompress IN OUT                                  (stream or container, detected by magic)
 //   zipcomm-file info       [--json] FILE...                        (describes a stream or a container)
@@ -445,7 +445,6 @@ void write_output(const OutputPlan& plan, const Options& o, const std::vector<ui
 
 // ---------------------------------------------------------------------------------------------- codec
 
-const char* code_name(CodeId c) { return c == CodeId::pair ? "pair" : "?"; }
 
 /// Why read_header refused a stream, naming the format version it claims when that is not this build's.
 std::string header_problem(const uint8_t* p, uint64_t bytes, Status st) {
@@ -1409,7 +1408,7 @@ const CommandHelp COMMANDS[] = {
      "options:\n"
      "  --dtype D                 element type of a raw tensor file (required for one): bf16, fp16,\n"
      "                            fp32, fp8_e4m3 (OCP E4M3FN) or fp8_e5m2\n"
-     "  --code pair               exponent code (the only one, the default)\n"
+     "  --code pair|fixed         exponent code: pair (the default, denser) or fixed (faster)\n"
      "  --format raw|safetensors  override detection by the .safetensors extension (needed for a\n"
      "                            .safetensors file on standard input)\n"
      "  -f, --force               overwrite an existing OUT; write compressed data to a terminal\n"
@@ -1456,7 +1455,7 @@ const CommandHelp COMMANDS[] = {
      "options:\n"
      "  --dtype D                 element type of a raw tensor file (required for one): bf16, fp16,\n"
      "                            fp32, fp8_e4m3 (OCP E4M3FN) or fp8_e5m2\n"
-     "  --code pair               exponent code (the only one, the default)\n"
+     "  --code pair|fixed         exponent code: pair (the default, denser) or fixed (faster)\n"
      "  --format raw|safetensors  override detection by the .safetensors extension and by the magic of a\n"
      "                            stream or container\n"
      "  --json                    one JSON object on stdout\n"
@@ -1533,7 +1532,8 @@ DType parse_dtype(const std::string& s) {
 }
 CodeId parse_code(const std::string& s) {
   if (s == "pair") return CodeId::pair;
-  throw UsageError("unknown --code '" + s + "' (the only code is pair)");
+  if (s == "fixed") return CodeId::fixed;
+  throw UsageError("unknown --code '" + s + "' (pair or fixed)");
 }
 
 Options parse_args(int argc, char** argv) {

@@ -41,7 +41,7 @@ class BlockStreamEncoder {
 
  public:
   struct TempStorage {
-    warp::PairEncodeTable table;
+    typename warp::TablesOf<Code>::Encode table;  // none for the fixed code
     typename WarpEnc::TempStorage warp[WARPS];
     uint32_t sizes[WARPS];
   };
@@ -72,7 +72,7 @@ class BlockStreamEncoder {
     if (warp_id == 0) {
       format::for_section_gaps(L, lane, 32, [&](uint64_t b) { out[b] = 0; });
     }
-    warp::LoadPairTable(temp_.table, group);
+    warp::LoadCodeTable(temp_.table, group);
     WarpEnc enc(temp_.warp[warp_id], temp_.table);
     uint64_t* table = reinterpret_cast<uint64_t*>(out + L.table_offset);
     uint64_t* low_table = reinterpret_cast<uint64_t*>(out + L.low_table_offset);
@@ -139,7 +139,7 @@ class BlockStreamDecoder {
 
  public:
   struct TempStorage {
-    warp::PairDecodeTable table;
+    typename warp::TablesOf<Code>::Decode table;  // none for the fixed code
     // The stream being decoded, opened by one thread: warps read it per chunk, so its offsets take no registers
     // across the chunk loop (at 64 registers, 16 warps x 2 blocks per SM, they would spill).
     format::StreamView view;
@@ -166,7 +166,7 @@ class BlockStreamDecoder {
       temp_.status = uint32_t(st);
     }
     if (!table_loaded_)
-      warp::LoadPairTable(temp_.table, group);  // syncs the group
+      warp::LoadCodeTable(temp_.table, group);  // syncs the group
     else
       group.sync();
     table_loaded_ = true;

@@ -29,10 +29,14 @@ cudaError_t compress(void* d_temp_storage, size_t& temp_storage_bytes, const voi
                                           d_out_bytes, d_status, stream, ReduceOp::sum(), chunk_log2);
 }
 
+/// The Code of decompress for a stream of either code: the header, read on the device, says which (one kernel
+/// holds both decoders; naming the code runs the smaller kernel of that code alone).
+using AnyCode = detail::AnyCode;
+
 /// Decompresses the stream at d_in (16-byte aligned, in_bytes readable) into d_out (any alignment, room for
 /// out_capacity_elems elements). The element count comes from the stream header, on the device; a stream
-/// of another dtype or code, or one that does not fit, gives an error Status. Nothing is written past
-/// out_capacity_elems elements, and nothing is read past in_bytes.
+/// of another dtype or code (unless Code is AnyCode), or one that does not fit, gives an error Status. Nothing
+/// is written past out_capacity_elems elements, and nothing is read past in_bytes.
 template <DType D, class Code = thread::PairCode>
 cudaError_t decompress(void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in, uint64_t in_bytes,
                        void* d_out, uint64_t out_capacity_elems, Status* d_status, cudaStream_t stream = 0) {

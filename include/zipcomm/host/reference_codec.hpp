@@ -293,8 +293,8 @@ inline uint32_t encode_fixed_chunk(const uint32_t* bits, uint32_t elems, uint8_t
         if (i < cnt && a - FB::exponent(item[i]) >= FC::EXCEPTION) exceptions.push_back(uint8_t(FB::exponent(item[i])));
     }
   }
+  if (!FC::stays_coded(D, elems, uint32_t(exceptions.size()))) return store_raw_chunk<D>(bits, elems, out);
   const uint32_t bytes = FC::chunk_bytes(tiles, uint32_t(exceptions.size()));
-  if (bytes >= format::raw_chunk_bytes(D, elems)) return store_raw_chunk<D>(bits, elems, out);
   std::memset(out, 0, bytes);
   std::memcpy(out, coded.data(), coded.size());
   if (!exceptions.empty()) std::memcpy(out + coded.size(), exceptions.data(), exceptions.size());
@@ -342,7 +342,7 @@ inline Status decode_fixed_chunk(const uint8_t* in, uint32_t bytes, uint32_t ele
     }
     if (largest != a) return Status::corrupt_stream;
   }
-  if (FC::chunk_bytes(tiles, x) != bytes) return Status::corrupt_stream;
+  if (FC::chunk_bytes(tiles, x) != bytes || x > FC::exception_limit(elems)) return Status::corrupt_stream;
   for (uint32_t b = fixed_bytes + x; b < bytes; ++b)
     if (in[b]) return Status::corrupt_stream;
   return Status::ok;

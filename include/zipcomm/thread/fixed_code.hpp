@@ -29,6 +29,18 @@ struct FixedCode {
   static constexpr uint32_t chunk_bytes(uint32_t tiles, uint32_t exceptions) {
     return static_cast<uint32_t>(format::align_up((TILE_CODE_BYTES + 1ull) * tiles + exceptions, format::ALIGN));
   }
+  /// Most exceptions a coded chunk of `elems` elements holds: one item in eight. A warp then builds the chunk in
+  /// 8,256 bytes of shared memory; real tensors have 2-9% (zeros and the smallest magnitudes).
+  static constexpr uint32_t exception_limit(uint32_t elems) { return elems / 8; }
+  /// Bytes of the largest coded chunk (16384 elements, exception_limit of them exceptions): 8,256.
+  static constexpr uint32_t MAX_CHUNK_BYTES =
+      (TILE_CODE_BYTES + 1) * ((1u << format::MAX_CHUNK_LOG2) / format::TILE_ELEMS) +
+      (1u << format::MAX_CHUNK_LOG2) / 8;
+  /// Whether a chunk with `exceptions` exceptions is stored coded (else raw): within the limit and smaller.
+  static ZIPCOMM_HOST_DEVICE bool stays_coded(DType d, uint32_t elems, uint32_t exceptions) {
+    return exceptions <= exception_limit(elems) &&
+           chunk_bytes(format::chunk_tiles(elems), exceptions) < format::raw_chunk_bytes(d, elems);
+  }
 };
 
 }  // namespace thread

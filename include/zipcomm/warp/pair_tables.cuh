@@ -1,12 +1,14 @@
 // Warp level: the pair code's tables in shared memory. The code is static, so one copy per block serves all of
-// its warps; kernels load it once (a copy from device global memory) before they code.
+// its warps; kernels load it once (a copy from device global memory) before they code. The fixed code has none.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../config.hpp"
+#include "../thread/fixed_code.hpp"
 #include "../thread/pair_code.hpp"
 
 namespace zipcomm {
@@ -53,6 +55,31 @@ template <class Group>
 ZIPCOMM_DEVICE void LoadPairTable(PairTables& tables, Group& group) {
   detail::copy_table(&tables.decode, &thread::DEVICE_PAIR_TABLES.decode, sizeof(PairDecodeTable), group);
   detail::copy_table(&tables.encode, &thread::DEVICE_PAIR_TABLES.encode, sizeof(PairEncodeTable), group);
+}
+
+/// The fixed code reads no table; kernels that serve both codes declare this one in its place and load it alike.
+struct NoTable {};
+/// The shared-memory tables of a code's warp encoder and decoder, and of both (decode + reduce + encode).
+template <class Code>
+struct TablesOf {
+  using Encode = PairEncodeTable;
+  using Decode = PairDecodeTable;
+  using Both = PairTables;
+};
+template <>
+struct TablesOf<thread::FixedCode> {
+  using Encode = NoTable;
+  using Decode = NoTable;
+  using Both = NoTable;
+};
+
+/// Fills whichever table a code reads (LoadPairTable; nothing for NoTable); returns after group.sync().
+template <class Table, class Group>
+ZIPCOMM_DEVICE void LoadCodeTable(Table& table, Group& group) {
+  if constexpr (std::is_same<Table, NoTable>::value)
+    group.sync();
+  else
+    LoadPairTable(table, group);
 }
 
 /// A warp as a group (sync = __syncwarp), for a warp that loads its own tables.

@@ -10,8 +10,10 @@
 #include "../config.hpp"
 #include "../format.hpp"
 #include "../thread/chunk_check.hpp"
+#include "../thread/fixed_code.hpp"
 #include "../thread/pair_code.hpp"
 #include "../thread/float_bits.hpp"
+#include "fixed_code_lanes.cuh"
 #include "lane_io.cuh"
 #include "pair_tables.cuh"
 
@@ -31,10 +33,12 @@ struct ChunkForward {
 
 /// \brief Decodes one chunk; all 32 lanes of the warp call every member together.
 ///
-/// Each lane reads its own stream (through L1) and decodes two items per lookup in the block's shared decode
-/// table. Every tile is checked against its anchor and fraction, every escape for canonical form, every lane's
-/// word count against what it decoded and every bit after its last codeword for zero, so a corrupt or
-/// truncated stream yields Status::corrupt_stream; the elements decoded are then checked against the chunk's
+/// Pair code: each lane reads its own stream (through L1) and decodes two items per lookup in the block's shared
+/// decode table. Fixed code (thread::FixedCode, no table): each lane takes its 24-bit field from the tile's code
+/// words and the exceptions its codes mark from the list, placed by a warp scan (FixedCodeReader). Every tile is
+/// checked against its anchor (and fraction), every code and escape for canonical form, every lane's word count
+/// against what it decoded and every bit after its last codeword for zero, so a corrupt or truncated stream
+/// yields Status::corrupt_stream; the elements decoded are then checked against the chunk's
 /// stored check (thread::ChunkCheck), which gives Status::checksum_mismatch. Nothing is read outside
 /// [stream, stream + bytes).
 ///
@@ -72,9 +76,11 @@ class WarpChunkDecoder {
   static constexpr uint32_t PLANES_AHEAD = 4;  // bf16 decode 981 -> 1,020 GB/s (H100); 8 ahead: 908
   // Bytes from one tile's plane 0 to the next at a lane's place in it.
   static constexpr uint32_t PLANE_TILE_BYTES = BYTES ? format::plane0_tile_bytes(D) : format::TILE_ELEMS;
+  static constexpr bool FIXED = Code::ID == CodeId::fixed;
+  using FC = thread::FixedCode;
 
  public:
-  ZIPCOMM_DEVICE explicit WarpChunkDecoder(const PairDecodeTable& table)
+  ZIPCOMM_DEVICE explicit WarpChunkDecoder(const typename TablesOf<Code>::Decode& table)
       : table_(static_cast<uint32_t>(__cvta_generic_to_shared(&table))) {}
 
   template <class Sink>
@@ -137,7 +143,9 @@ class WarpChunkDecoder {
     last_ = interleaved_ = tail_at_ = 0;
     tile_af_ = 0;
     plane_at_ = planes.plane0 + (BYTES ? lane_plane0_bits_at<D>(lane_first_) : lane_first_);
-    if (!raw_) {
+    if constexpr (FIXED) {
+      if (!raw_) tile_af_ = fixed_.Begin(stream, bytes, raw_bytes, tiles_, EXP_BITS, detail::ZERO_WORD, bad_);
+    } else if (!raw_) {
       const uint32_t hdr = format::chunk_header_bytes(tiles_), counts = format::lane_counts_offset(tiles_);
       // Warp-uniform: nothing of a chunk with an impossible size is read.
       const bool size_bad = bytes > raw_bytes || bytes < hdr || bytes % format::ALIGN;
@@ -219,7 +227,9 @@ class WarpChunkDecoder {
 
   /// Outcome of the chunk, once every tile was decoded.
   ZIPCOMM_DEVICE Status Finish() {
-    if (!raw_ && !bad_) {
+    if constexpr (FIXED) {
+      if (!raw_) fixed_.Finish(elems_, bad_);
+    } else if (!raw_ && !bad_) {
       // The lane read exactly its words, and what it fetched past its last codeword is zero.
       const uint32_t consumed = 32 * fetched_ - avail_;
       bad_ |= (consumed + 31) / 32 != count_ || (hi_ | mid_ | lo_) != 0;
@@ -478,10 +488,15 @@ class WarpChunkDecoder {
     const LanePlanes<D>& planes = next_;  // loaded while the previous tile decoded
     const uint32_t af = AnchorFraction(t), a = af >> 2, f = af & 3u;
     uint32_t e[ITEMS / 2] = {};
-    if (a != 0)
+    if constexpr (FIXED) {
+      fixed_.Exponents(t, a, ITEMS, e, bad_);
+#pragma unroll
+      for (int p = 0; p < ITEMS / 2; ++p) e[p] <<= PACKED_SHIFT;
+    } else if (a != 0) {
       FullTileExponents(
           a, f, e, [](uint32_t fields) { return fields << PACKED_SHIFT; },
           [](uint32_t e0, uint32_t e1) { return packed_pair<D>(e0, e1); });
+    }
     // Plane bytes 2p and 2p + 1 each fill both bytes of a half: its top bit is the sign, its low 7 bits the top
     // of the mantissa.
     const uint2 p0 = planes.p0;
@@ -516,7 +531,7 @@ class WarpChunkDecoder {
     mag = __reduce_max_sync(FULL_MASK, max(mag & 0xFFFFu, mag >> 16));
     // The stored anchor and fraction must describe the decoded tile: its largest magnitude's exponent and top
     // two mantissa bits.
-    if ((mag >> (thread::FloatBits<HALF>::MANT_BITS - 2)) != (a << 2 | f)) bad_ = 1u;
+    if (AnchorFractionOf(mag, thread::FloatBits<HALF>::MANT_BITS) != af) bad_ = 1u;
   }
 
   // A full fp8 tile into lo (items 0-3, the first in the low byte) and hi (items 4-7); anchor, fraction and the
@@ -526,10 +541,15 @@ class WarpChunkDecoder {
     const uint32_t planes = next_.p0.x;  // loaded while the previous tile decoded
     const uint32_t af = AnchorFraction(t), a = af >> 2, f = af & 3u;
     uint32_t e[ITEMS / 2] = {};  // pair p's exponents in place: item 2p's in byte 0, item 2p + 1's in byte 2
-    if (a != 0)
+    if constexpr (FIXED) {
+      fixed_.Exponents(t, a, ITEMS, e, bad_);
+#pragma unroll
+      for (int p = 0; p < ITEMS / 2; ++p) e[p] >>= 7 - MANT;
+    } else if (a != 0) {
       FullTileExponents(
           a, f, e, [](uint32_t fields) { return fields >> (7 - MANT); },
           [](uint32_t e0, uint32_t e1) { return e0 | e1 << 16; });
+    }
     uint32_t v[2];
     thread::bit_planes_to_bytes<format::plane0_planes(D)>(planes, v[0], v[1]);
     uint32_t w[2], mag2 = 0;
@@ -554,7 +574,7 @@ class WarpChunkDecoder {
       next_ = LoadPlanes(t + 1);
     }
     const uint32_t mag = __reduce_max_sync(FULL_MASK, max(mag2 & 0xFFFFu, mag2 >> 16));
-    if ((mag >> (MANT - 2)) != af) bad_ = 1u;
+    if (AnchorFractionOf(mag, MANT) != af) bad_ = 1u;
   }
 
   ZIPCOMM_DEVICE uint32_t CodedTile(uint32_t t, uint32_t (&x)[ITEMS]) {
@@ -564,33 +584,14 @@ class WarpChunkDecoder {
     const uint32_t af = AnchorFraction(t), a = af >> 2, f = af & 3u;
 
     uint32_t exps[ITEMS] = {};  // the items' exponent fields; all zero in a tile anchored at 0
-    if (a != 0) {
-      const uint32_t table_f = table_ + 4 * Code::WINDOWS * f;
-      bool general = t >= full_tiles_;
-      if (!general) {
-        // Fast path: one refill, four lookups; a tile where a lane met an escape or an ESC symbol is decoded
-        // again on the general path from the same state.
-        const uint32_t hi = hi_, mid = mid_, lo = lo_, avail = avail_, fetched = fetched_;
-        const uint32_t a2 = a << 7 | a << 23 | Code::FILL;
-        uint32_t flags = 0, dmax = 0;
+    if constexpr (FIXED) {
+      uint32_t e[ITEMS / 2];
+      fixed_.Exponents(t, a, cnt, e, bad_);
 #pragma unroll
-        for (int p = 0; p < 4; ++p) {
-          if (p == 0) RefillTile();  // four pairs take at most 48 bits
-          const uint32_t entry = Lookup(table_f);
-          Consume(entry & Code::LEN_MASK);
-          flags |= entry;
-          dmax = __vmaxu2(dmax, entry & Code::D_FIELDS);
-          PairExponents(entry, a2, exps[2 * p], exps[2 * p + 1]);
-        }
-        general = __any_sync(FULL_MASK, flags & Code::SLOW);
-        if (general) {
-          hi_ = hi, mid_ = mid, lo_ = lo, avail_ = avail, fetched_ = fetched;
-          ahead_ = Load(fetched), after_ = Load(fetched + 1);  // loaded again: a copy would wait for the loads
-        } else {
-          CheckD(dmax, a);
-        }
-      }
-      if (general) GeneralTile(table_f, f, a, cnt, exps);
+      for (int i = 0; i < ITEMS; ++i)
+        exps[i] = uint32_t(i) < cnt ? FB::assemble((e[i / 2] >> (i % 2 ? 23 : 7)) & 0xFFu, 0, 0) : 0u;
+    } else if (a != 0) {
+      PairTileExponents(t, a, f, cnt, exps);
     }
     unpack_planes<D>(planes, x);
 #pragma unroll
@@ -606,8 +607,43 @@ class WarpChunkDecoder {
         if (uint32_t(i) < cnt) mag = max(mag, FB::magnitude(x[i]));
     }
     mag = __reduce_max_sync(FULL_MASK, mag);
-    if ((mag >> FB::MANT_BITS) != a || thread::fraction_of<D>(mag) != f) bad_ = 1u;
+    if ((mag >> FB::MANT_BITS) != a || (!FIXED && thread::fraction_of<D>(mag) != f)) bad_ = 1u;
     return cnt;
+  }
+
+  // The pair code's exponent fields of tile t (anchor a != 0, fraction f).
+  ZIPCOMM_DEVICE void PairTileExponents(uint32_t t, uint32_t a, uint32_t f, uint32_t cnt, uint32_t (&exps)[ITEMS]) {
+    const uint32_t table_f = table_ + 4 * Code::WINDOWS * f;
+    bool general = t >= full_tiles_;
+    if (!general) {
+      // Fast path: one refill, four lookups; a tile where a lane met an escape or an ESC symbol is decoded
+      // again on the general path from the same state.
+      const uint32_t hi = hi_, mid = mid_, lo = lo_, avail = avail_, fetched = fetched_;
+      const uint32_t a2 = a << 7 | a << 23 | Code::FILL;
+      uint32_t flags = 0, dmax = 0;
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        if (p == 0) RefillTile();  // four pairs take at most 48 bits
+        const uint32_t entry = Lookup(table_f);
+        Consume(entry & Code::LEN_MASK);
+        flags |= entry;
+        dmax = __vmaxu2(dmax, entry & Code::D_FIELDS);
+        PairExponents(entry, a2, exps[2 * p], exps[2 * p + 1]);
+      }
+      general = __any_sync(FULL_MASK, flags & Code::SLOW);
+      if (general) {
+        hi_ = hi, mid_ = mid, lo_ = lo, avail_ = avail, fetched_ = fetched;
+        ahead_ = Load(fetched), after_ = Load(fetched + 1);  // loaded again: a copy would wait for the loads
+      } else {
+        CheckD(dmax, a);
+      }
+    }
+    if (general) GeneralTile(table_f, f, a, cnt, exps);
+  }
+
+  // a << 2 | f of a tile whose largest magnitude is mag (MANT mantissa bits); the fixed code keeps no fraction.
+  ZIPCOMM_DEVICE static uint32_t AnchorFractionOf(uint32_t mag, uint32_t mant) {
+    return FIXED ? (mag >> mant) << 2 : mag >> (mant - 2);
   }
 
  private:
@@ -631,6 +667,7 @@ class WarpChunkDecoder {
   uint32_t ahead_ = 0, after_ = 0;                  // its words fetched_ and fetched_ + 1, loaded early
   uint32_t hi_ = 0, mid_ = 0, lo_ = 0, avail_ = 0;  // 96-bit buffer, MSB first: avail_ (< 80) valid bits
   LanePlanes<D> next_{};                            // the next tile's planes (prefetched)
+  FixedCodeReader fixed_{};                         // the fixed code's state
 };
 
 }  // namespace warp

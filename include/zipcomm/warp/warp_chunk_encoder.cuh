@@ -1,15 +1,19 @@
-// Warp level: encode one chunk (up to 16384 elements) of exponents into 32 lane streams of pair codewords.
+// Warp level: encode one chunk (up to 16384 elements) of exponents: into 32 lane streams of pair codewords, or
+// into the fixed code's 3-bit codes and exception bytes.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../format.hpp"
 #include "../thread/chunk_check.hpp"
+#include "../thread/fixed_code.hpp"
 #include "../thread/pair_code.hpp"
 #include "../thread/float_bits.hpp"
 #include "../thread/reduce_op.hpp"
+#include "fixed_code_lanes.cuh"
 #include "lane_io.cuh"
 #include "pair_tables.cuh"
 
@@ -104,7 +108,7 @@ struct ArrayTileSource {
 /// Size and kind of one encoded chunk stream.
 struct ChunkInfo {
   uint32_t bytes;  ///< bytes of the chunk stream (16-byte multiple)
-  uint32_t words;  ///< lane words of a coded chunk, all lanes together
+  uint32_t words;  ///< lane words of a coded chunk, all lanes together (fixed code: its exceptions)
   bool coded;      ///< false: exponents stored raw (coding did not pay)
   uint32_t check;  ///< thread::chunk_check of the elements coded (the chunk table's check entry)
 };
@@ -117,7 +121,9 @@ struct ChunkInfo {
 /// may put them on the wire before the exponents are done).
 ///
 /// \tparam D     element type (DType::bf16, fp16, fp32, fp8_e4m3, fp8_e5m2)
-/// \tparam Code  thread::PairCode
+/// \tparam Code  thread::PairCode, or thread::FixedCode: each lane's codes go to their fixed places in the chunk
+///               built in TempStorage, the tiles' exceptions after them, placed by a warp scan; no table
+///               (TablesOf<FixedCode>::Encode is NoTable)
 ///
 /// \code
 /// __global__ void kernel(const __nv_bfloat16* in, uint8_t* out, ...) {
@@ -146,15 +152,23 @@ class WarpChunkEncoder {
   using PB = thread::FloatBits<HALF>;
   // fp8 full tiles on the lane's two words: four elements per word, plane 0 by a bit transpose.
   static constexpr bool BYTES = is_fp8(D);
+  static constexpr bool FIXED = Code::ID == CodeId::fixed;
+  using FC = thread::FixedCode;
 
- public:
-  struct TempStorage {
+  struct PairWords {
     // Word k of lane l's stream at [k][(l + k) % 32]: conflict-free stores while lanes fill words at about the
     // same pace, conflict-free loads when Store() copies one lane's stream out.
     uint32_t words[LANE_WORDS][format::LANES];
   };
+  struct alignas(16) FixedChunk {
+    uint8_t bytes[FC::MAX_CHUNK_BYTES];  // the coded chunk as stored: codes, anchors, exceptions
+  };
 
-  ZIPCOMM_DEVICE WarpChunkEncoder(TempStorage& temp, const PairEncodeTable& table)
+ public:
+  /// 8 KB (pair code) or 8,256 bytes (fixed code) per warp.
+  using TempStorage = std::conditional_t<FIXED, FixedChunk, PairWords>;
+
+  ZIPCOMM_DEVICE WarpChunkEncoder(TempStorage& temp, const typename TablesOf<Code>::Encode& table)
       : temp_(temp), table_(static_cast<uint32_t>(__cvta_generic_to_shared(&table))) {}
 
   /// Encodes a chunk of `elems` elements whose first tile has global index `first_tile`.
@@ -169,6 +183,8 @@ class WarpChunkEncoder {
     acc_ = 0;
     nacc_ = 0;
     words_ = 0;
+    tiles_ = tiles;
+    exception_limit_ = FC::exception_limit(elems);
     LowCursor low;
     if constexpr (format::has_low(D)) {
       if (!planes.full)
@@ -227,41 +243,23 @@ class WarpChunkEncoder {
       const uint32_t a = mag >> FB::MANT_BITS;
       const uint32_t f = thread::fraction_of<D>(mag);
       KeepHeader(t, a, f);
-      if (a == 0) continue;  // all exponents zero: nothing to code
-
-      uint32_t sym[ITEMS];
-      bool esc = false;
-#pragma unroll
-      for (int i = 0; i < ITEMS; ++i) {
-        sym[i] = full || uint32_t(i) < cnt ? Code::symbol_of(FB::exponent(x[i]), a) : Code::ZERO;
-        esc |= sym[i] == Code::ESC;
-      }
-      const uint32_t table_f = table_ + 4 * Code::NUM_PAIRS * f;
-      if (!__any_sync(FULL_MASK, esc)) {
-        if (full) {
-#pragma unroll
-          for (int p = 0; p < 4; ++p) Append(Entry(table_f, sym[2 * p], sym[2 * p + 1]));
-        } else {
-#pragma unroll
-          for (int p = 0; p < 4; ++p)
-            if (2 * p < cnt) Append(Entry(table_f, sym[2 * p], sym[2 * p + 1]));
-        }
-      } else {
-        // ESC symbols: their raw exponents follow the pair's codeword.
-#pragma unroll
-        for (int p = 0; p < 4; ++p) {
-          if (2 * p >= cnt) continue;
-          Append(Entry(table_f, sym[2 * p], sym[2 * p + 1]));
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-            if (sym[2 * p + j] == Code::ESC) Append(FB::exponent(x[2 * p + j]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
-        }
-      }
+      if constexpr (FIXED)
+        FixedTileItems(t, a, x, full ? uint32_t(ITEMS) : cnt);
+      else if (a != 0)  // a = 0: all exponents zero, nothing to code
+        PairTileItems(a, f, x, cnt, full);
+    }
+    ChunkInfo info;
+    if constexpr (FIXED) {
+      __syncwarp();
+      info.words = words_;  // the exceptions
+      info.coded = FC::stays_coded(D, elems, words_);
+      info.bytes = info.coded ? FC::chunk_bytes(tiles, words_) : format::raw_chunk_bytes(D, elems);
+      info.check = __reduce_add_sync(FULL_MASK, thread::ChunkCheck::lane_final(check));
+      return info;
     }
     if (nacc_ > 0) Flush();  // the partial last word, zero-padded
     __syncwarp();
 
-    ChunkInfo info;
     info.words = __reduce_add_sync(FULL_MASK, words_);
     const uint32_t max_lane = __reduce_max_sync(FULL_MASK, words_);
     info.coded = format::chunk_stays_coded(D, elems, info.words, max_lane);
@@ -274,53 +272,12 @@ class WarpChunkEncoder {
   /// called again for every tile.
   template <class Loader>
   ZIPCOMM_DEVICE void Store(uint8_t* dst, uint32_t elems, const ChunkInfo& info, Loader& load) {
-    const uint32_t lane = lane_id();
-    const uint32_t tiles = format::chunk_tiles(elems);
-    if (info.coded) {
-      const uint32_t hdr = format::chunk_header_bytes(tiles), counts = format::lane_counts_offset(tiles);
-      // Header: anchors, fractions, lane word counts, zero padding; at most 112 bytes, a few per lane.
-      for (uint32_t base = 0; base < hdr; base += 32) {
-        const uint32_t b = base + lane;
-        const uint32_t anchor = __shfl_sync(FULL_MASK, b < 32 ? anchor_lo_ : anchor_hi_, b & 31u);
-        const uint32_t frac = __shfl_sync(FULL_MASK, frac_byte_, (b - tiles) & 31u);
-        const uint32_t count = __shfl_sync(FULL_MASK, words_, (b - counts) & 31u);
-        if (b < hdr) dst[b] = uint8_t(b < tiles ? anchor : b < counts ? frac : b < counts + 32 ? count : 0u);
-      }
-      // The words (format::lane_word_index): the first `interleaved` of every lane round by round, one store of
-      // 128 bytes per round; then each lane's rest, lane after lane, by warp-wide copies.
-      const LaneWordPlace place = lane_word_place(words_);
-      const uint32_t interleaved = place.interleaved, rest = words_ - interleaved;
-      uint32_t* out = reinterpret_cast<uint32_t*>(dst + hdr);
-      for (uint32_t r = 0; r < interleaved; ++r) out[r * format::LANES + lane] = temp_.words[r][(lane + r) & 31u];
-      uint32_t* tails = out + interleaved * format::LANES;
-      for (uint32_t l = 0; l < format::LANES; ++l) {
-        const uint32_t n = __shfl_sync(FULL_MASK, rest, l), s = __shfl_sync(FULL_MASK, place.tail_before, l);
-        for (uint32_t k = lane; k < n; k += 32)
-          tails[s + k] = temp_.words[interleaved + k][(l + interleaved + k) & 31u];
-      }
-      const uint32_t end = hdr + 4 * info.words;
-      for (uint32_t b = end + lane; b < info.bytes; b += 32) dst[b] = 0;
-    } else {
-      for (uint32_t t = 0; t < tiles; ++t) {
-        uint32_t x[ITEMS];
-        load(t, x);
-        const uint32_t cnt = format::lane_valid_count(elems, t, lane);
-        uint64_t packed = 0;
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i)
-          if (uint32_t(i) < cnt) packed |= uint64_t(FB::exponent(x[i])) << (EXP_BITS * i);
-        const uint32_t at = (t * format::TILE_ELEMS + lane * ITEMS) * EXP_BITS / 8;
-        if (EXP_BITS == 8) {
-          if (at < info.bytes) *reinterpret_cast<uint2*>(dst + at) = make_uint2(uint32_t(packed), uint32_t(packed >> 32));
-        } else if (EXP_BITS == 4) {
-          if (at < info.bytes) *reinterpret_cast<uint32_t*>(dst + at) = uint32_t(packed);
-        } else {
-#pragma unroll
-          for (uint32_t k = 0; k < EXP_BITS; ++k)
-            if (at + k < info.bytes) dst[at + k] = uint8_t(packed >> (8 * k));
-        }
-      }
-    }
+    if (!info.coded)
+      StoreRaw(dst, elems, info, load);
+    else if constexpr (FIXED)
+      StoreFixed(dst, format::chunk_tiles(elems), info);
+    else
+      StorePair(dst, format::chunk_tiles(elems), info);
     __syncwarp();
   }
 
@@ -367,7 +324,8 @@ class WarpChunkEncoder {
   }
   ZIPCOMM_DEVICE void Flush() {
     // Words past the lane limit are counted, not kept: the chunk is then stored raw.
-    if (words_ < LANE_WORDS) temp_.words[words_][(lane_id() + words_) & 31u] = acc_;
+    if constexpr (!FIXED)
+      if (words_ < LANE_WORDS) temp_.words[words_][(lane_id() + words_) & 31u] = acc_;
     ++words_;
   }
 
@@ -406,12 +364,49 @@ class WarpChunkEncoder {
     mag = __reduce_max_sync(FULL_MASK, max(mag & 0xFFFFu, mag >> 16));
     const uint32_t a = mag >> PB::MANT_BITS, f = thread::fraction_of<HALF>(mag);
     KeepHeader(t, a, f);
-    if (a == 0) return check;  // all exponents zero: nothing to code
-
-    // Symbols of both halves at once: d = a - e, ZERO (16) where e = 0; d >= 16 (an ESC) sends the tile to
-    // AppendWithEscapes.
-    const uint32_t a2 = a | a << 16;
+    if constexpr (FIXED)
+      FixedTilePacked(t, a, w);
+    else if (a != 0)  // a = 0: all exponents zero, nothing to code
+      PairTilePacked(a, f, w, x);
+    return check;
+  }
+  // The pair code's tile from its items (partial tiles, dtypes without a packed path): cnt valid, all if full.
+  ZIPCOMM_DEVICE void PairTileItems(uint32_t a, uint32_t f, const uint32_t (&x)[ITEMS], uint32_t cnt, bool full) {
+    uint32_t sym[ITEMS];
+    bool esc = false;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      sym[i] = full || uint32_t(i) < cnt ? Code::symbol_of(FB::exponent(x[i]), a) : Code::ZERO;
+      esc |= sym[i] == Code::ESC;
+    }
+    const uint32_t table_f = table_ + 4 * Code::NUM_PAIRS * f;
+    if (!__any_sync(FULL_MASK, esc)) {
+      if (full) {
+#pragma unroll
+        for (int p = 0; p < 4; ++p) Append(Entry(table_f, sym[2 * p], sym[2 * p + 1]));
+      } else {
+#pragma unroll
+        for (int p = 0; p < 4; ++p)
+          if (2 * p < cnt) Append(Entry(table_f, sym[2 * p], sym[2 * p + 1]));
+      }
+    } else {
+      // ESC symbols: their raw exponents follow the pair's codeword.
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        if (2 * p >= cnt) continue;
+        Append(Entry(table_f, sym[2 * p], sym[2 * p + 1]));
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          if (sym[2 * p + j] == Code::ESC) Append(FB::exponent(x[2 * p + j]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
+      }
+    }
+  }
+  // The pair code's symbols of both halves at once: d = a - e, ZERO (16) where e = 0; d >= 16 (an ESC) sends the
+  // tile to AppendWithEscapes.
+  ZIPCOMM_DEVICE void PairTilePacked(uint32_t a, uint32_t f, const uint32_t (&w)[ITEMS / 2],
+                                     const uint32_t (&x)[ITEMS]) {
     constexpr uint32_t EXP_MASK = (1u << EXP_BITS) - 1u;
+    const uint32_t a2 = a | a << 16;
     uint32_t s[ITEMS / 2], dmax = 0;
 #pragma unroll
     for (int p = 0; p < ITEMS / 2; ++p) {
@@ -429,7 +424,18 @@ class WarpChunkEncoder {
     } else {
       AppendWithEscapes(table_f, a, x);
     }
-    return check;
+  }
+  // The fixed code's codes min(a - e, 7) of both halves at once.
+  ZIPCOMM_DEVICE void FixedTilePacked(uint32_t t, uint32_t a, const uint32_t (&w)[ITEMS / 2]) {
+    constexpr uint32_t EXP_MASK = (1u << EXP_BITS) - 1u;
+    const uint32_t a2 = a * 0x00010001u;
+    uint32_t codes = 0, e2[ITEMS / 2];
+#pragma unroll
+    for (int p = 0; p < ITEMS / 2; ++p) {
+      e2[p] = (w[p] >> PB::MANT_BITS) & (EXP_MASK | EXP_MASK << 16);
+      codes |= __vminu2(a2 - e2[p], FC::EXCEPTION * 0x00010001u) << (FC::BITS * p);
+    }
+    FixedTile(t, codes, e2);
   }
 
   // A full fp8 tile (plane0_at: the lane's byte of the tile's first bit-plane); returns the updated check.
@@ -451,10 +457,16 @@ class WarpChunkEncoder {
     const uint32_t mag = __reduce_max_sync(FULL_MASK, max(mag2 & 0xFFFFu, mag2 >> 16));
     const uint32_t a = mag >> MANT, f = thread::fraction_of<D>(mag);
     KeepHeader(t, a, f);
-    if (a == 0) return check;  // all exponents zero: nothing to code
-
-    // Symbols of four items at once: d = a - e (e <= a: no borrow between bytes), ZERO where e = 0; an ESC (d >= 16,
-    // e5m2 only) sends the tile to AppendWithEscapes.
+    if constexpr (FIXED)
+      FixedTileItems(t, a, x, ITEMS);
+    else if (a != 0)  // a = 0: all exponents zero, nothing to code
+      PairTileBytes(a, f, w, x);
+    return check;
+  }
+  // Symbols of four items at once: d = a - e (e <= a: no borrow between bytes), ZERO where e = 0; an ESC (d >= 16,
+  // e5m2 only) sends the tile to AppendWithEscapes.
+  ZIPCOMM_DEVICE void PairTileBytes(uint32_t a, uint32_t f, const uint32_t (&w)[2], const uint32_t (&x)[ITEMS]) {
+    constexpr uint32_t MANT = FB::MANT_BITS, ONES = 0x01010101u;
     constexpr uint32_t EXP_MASK = ((1u << EXP_BITS) - 1u) * ONES;
     uint32_t s[2], dor = 0;
 #pragma unroll
@@ -474,13 +486,112 @@ class WarpChunkEncoder {
     } else {
       AppendWithEscapes(table_f, a, x);
     }
-    return check;
+  }
+
+  // The pair code's chunk: its header, then the lanes' words (format::lane_word_index).
+  ZIPCOMM_DEVICE void StorePair(uint8_t* dst, uint32_t tiles, const ChunkInfo& info) {
+    const uint32_t lane = lane_id();
+    const uint32_t hdr = format::chunk_header_bytes(tiles), counts = format::lane_counts_offset(tiles);
+    // Header: anchors, fractions, lane word counts, zero padding; at most 112 bytes, a few per lane.
+    for (uint32_t base = 0; base < hdr; base += 32) {
+      const uint32_t b = base + lane;
+      const uint32_t anchor = __shfl_sync(FULL_MASK, b < 32 ? anchor_lo_ : anchor_hi_, b & 31u);
+      const uint32_t frac = __shfl_sync(FULL_MASK, frac_byte_, (b - tiles) & 31u);
+      const uint32_t count = __shfl_sync(FULL_MASK, words_, (b - counts) & 31u);
+      if (b < hdr) dst[b] = uint8_t(b < tiles ? anchor : b < counts ? frac : b < counts + 32 ? count : 0u);
+    }
+    // The words (format::lane_word_index): the first `interleaved` of every lane round by round, one store of
+    // 128 bytes per round; then each lane's rest, lane after lane, by warp-wide copies.
+    const LaneWordPlace place = lane_word_place(words_);
+    const uint32_t interleaved = place.interleaved, rest = words_ - interleaved;
+    uint32_t* out = reinterpret_cast<uint32_t*>(dst + hdr);
+    for (uint32_t r = 0; r < interleaved; ++r) out[r * format::LANES + lane] = temp_.words[r][(lane + r) & 31u];
+    uint32_t* tails = out + interleaved * format::LANES;
+    for (uint32_t l = 0; l < format::LANES; ++l) {
+      const uint32_t n = __shfl_sync(FULL_MASK, rest, l), s = __shfl_sync(FULL_MASK, place.tail_before, l);
+      for (uint32_t k = lane; k < n; k += 32)
+        tails[s + k] = temp_.words[interleaved + k][(l + interleaved + k) & 31u];
+    }
+    const uint32_t end = hdr + 4 * info.words;
+    for (uint32_t b = end + lane; b < info.bytes; b += 32) dst[b] = 0;
+  }
+  // A raw chunk: the loader is called again for every tile.
+  template <class Loader>
+  ZIPCOMM_DEVICE void StoreRaw(uint8_t* dst, uint32_t elems, const ChunkInfo& info, Loader& load) {
+    const uint32_t lane = lane_id();
+    const uint32_t tiles = format::chunk_tiles(elems);
+    for (uint32_t t = 0; t < tiles; ++t) {
+      uint32_t x[ITEMS];
+      load(t, x);
+      const uint32_t cnt = format::lane_valid_count(elems, t, lane);
+      uint64_t packed = 0;
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i)
+        if (uint32_t(i) < cnt) packed |= uint64_t(FB::exponent(x[i])) << (EXP_BITS * i);
+      const uint32_t at = (t * format::TILE_ELEMS + lane * ITEMS) * EXP_BITS / 8;
+      if (EXP_BITS == 8) {
+        if (at < info.bytes) *reinterpret_cast<uint2*>(dst + at) = make_uint2(uint32_t(packed), uint32_t(packed >> 32));
+      } else if (EXP_BITS == 4) {
+        if (at < info.bytes) *reinterpret_cast<uint32_t*>(dst + at) = uint32_t(packed);
+      } else {
+#pragma unroll
+        for (uint32_t k = 0; k < EXP_BITS; ++k)
+          if (at + k < info.bytes) dst[at + k] = uint8_t(packed >> (8 * k));
+      }
+    }
+  }
+
+  // Fixed code: tile t's codes (halves form, fixed_code_lanes.cuh) to their place in the chunk built in temp_, its
+  // exceptions (exponents e2 in the same halves) to the list after the codes and anchors, lane by lane. Past the
+  // exception limit they are counted, not kept: the chunk is then stored raw.
+  ZIPCOMM_DEVICE void FixedTile(uint32_t t, uint32_t codes, const uint32_t (&e2)[ITEMS / 2]) {
+    const uint32_t lane = lane_id();
+    const FixedCodeWords place;
+    const uint32_t word = place.word(fixed_field_of(codes));
+    if (lane < FixedCodeWords::WORDS) reinterpret_cast<uint32_t*>(temp_.bytes)[t * FixedCodeWords::WORDS + lane] = word;
+    uint32_t flags = fixed_exception_flags(codes);
+    if (!__any_sync(FULL_MASK, flags)) return;
+    uint32_t at, total;
+    place_exceptions(flags, at, total);
+    uint8_t* list = temp_.bytes + (FC::TILE_CODE_BYTES + 1) * tiles_;
+    for (at += words_; flags; ++at) {
+      const uint32_t b = top_flag(flags);
+      if (at < exception_limit_) list[at] = uint8_t(pair_of_flag(e2, b) >> (b & 16u));
+      flags ^= 1u << b;
+    }
+    words_ += total;
+  }
+  // Fixed code: a tile from its items (fp8, a chunk's last tile), cnt of them valid.
+  ZIPCOMM_DEVICE void FixedTileItems(uint32_t t, uint32_t a, const uint32_t (&x)[ITEMS], uint32_t cnt) {
+    uint32_t codes = 0, e2[ITEMS / 2] = {};
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      if (uint32_t(i) >= cnt) continue;  // items past the end code as 0
+      const uint32_t e = FB::exponent(x[i]), half = 16u * (i & 1);
+      codes |= min(a - e, FC::EXCEPTION) << (half + FC::BITS * (i >> 1));
+      e2[i >> 1] |= e << half;
+    }
+    FixedTile(t, codes, e2);
+  }
+  // Fixed code: the chunk built in temp_ with its anchors and zero padding, copied out in 16-byte vectors.
+  ZIPCOMM_DEVICE void StoreFixed(uint8_t* dst, uint32_t tiles, const ChunkInfo& info) {
+    const uint32_t lane = lane_id();
+    uint8_t* anchors = temp_.bytes + FC::TILE_CODE_BYTES * tiles;
+    if (lane < tiles) anchors[lane] = uint8_t(anchor_lo_);
+    if (lane + 32 < tiles) anchors[lane + 32] = uint8_t(anchor_hi_);
+    const uint32_t used = (FC::TILE_CODE_BYTES + 1) * tiles + info.words;
+    if (used + lane < info.bytes) temp_.bytes[used + lane] = 0;  // fewer than 16
+    __syncwarp();
+    const uint4* from = reinterpret_cast<const uint4*>(temp_.bytes);
+    uint4* to = reinterpret_cast<uint4*>(dst);
+    for (uint32_t k = lane; k < info.bytes / 16; k += 32) to[k] = from[k];
   }
 
   TempStorage& temp_;
   uint32_t table_;  // shared-window address of the encode table
   uint32_t acc_ = 0;  // the lane's pending bits, MSB first: nacc_ of them
-  uint32_t nacc_ = 0, words_ = 0;
+  uint32_t nacc_ = 0, words_ = 0;  // fixed code: words_ counts the chunk's exceptions (the same in every lane)
+  uint32_t tiles_ = 0, exception_limit_ = 0;
   uint32_t anchor_lo_ = 0, anchor_hi_ = 0, frac_byte_ = 0;
 };
 

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "../../config.hpp"
 #include "../../detail/bounded_wait.cuh"
@@ -47,10 +48,10 @@ struct DecodePolicy {
   static constexpr int THREADS = WARPS * 32;
 };
 
-/// Shared memory of a kernel whose warps encode: one table, lane words per warp.
+/// Shared memory of a kernel whose warps encode: the code's table (none for the fixed code), a chunk per warp.
 template <DType D, class Code, int WARPS>
 struct EncodeSmem {
-  warp::PairEncodeTable table;
+  typename warp::TablesOf<Code>::Encode table;
   typename warp::WarpChunkEncoder<D, Code>::TempStorage warp[WARPS];
 };
 
@@ -111,7 +112,7 @@ ZIPCOMM_DEVICE void report(Status* status, Status s) {
 /// (begin(c, elems, first_tile), operator()(tile, x), status()), place them with the look-back, store them.
 template <DType D, class Code, class Source>
 ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpChunkEncoder<D, Code>::TempStorage& temp,
-                                  const warp::PairEncodeTable& pair_table, Source& source) {
+                                  const typename warp::TablesOf<Code>::Encode& code_table, Source& source) {
   const uint32_t lane = warp::lane_id();
   // Full width: chunk c's low part starts where c full chunks' end. Minimal: after the lengths of the chunks
   // before it, found by a look-back over the width pass's lengths that never waits (every one is published).
@@ -131,7 +132,7 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
     }
   }
 
-  warp::WarpChunkEncoder<D, Code> enc(temp, pair_table);
+  warp::WarpChunkEncoder<D, Code> enc(temp, code_table);
   uint64_t* table = reinterpret_cast<uint64_t*>(args.out + L.table_offset);
   uint32_t* checks = reinterpret_cast<uint32_t*>(args.out + L.check_offset);
   uint8_t* exp_section = args.out + L.exp_offset;
@@ -267,10 +268,13 @@ __global__ void __launch_bounds__(CodecPolicy::THREADS, CodecPolicy::ENCODE_MIN_
     compress_kernel(CompressArgs args) {
   auto& smem = *reinterpret_cast<EncodeSmem<D, Code, CodecPolicy::WARPS>*>(zipcomm::detail::dynamic_smem_bytes);
   auto cta = cooperative_groups::this_thread_block();
-  warp::LoadPairTable(smem.table, cta);
+  warp::LoadCodeTable(smem.table, cta);
   warp::ArrayTileSource<D> source(args.in, args.pre_op);
   encode_chunks<D, Code>(args, smem.warp[threadIdx.x / 32], smem.table, source);
 }
+
+/// Decompress's Code for a stream of either code (its header says which).
+struct AnyCode {};
 
 struct DecompressArgs {
   const uint8_t* in;
@@ -322,11 +326,9 @@ struct HeaderOnly {
   ZIPCOMM_DEVICE Status operator()(const format::StreamView&) const { return Status::ok; }
 };
 
+/// Decompress's body in one code, its table loaded.
 template <DType D, class Code>
-__global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_kernel(DecompressArgs args) {
-  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(zipcomm::detail::dynamic_smem_bytes);
-  auto cta = cooperative_groups::this_thread_block();
-  warp::LoadPairTable(table, cta);
+ZIPCOMM_DEVICE void decompress_chunks(const DecompressArgs& args, const typename warp::TablesOf<Code>::Decode& table) {
   warp::WarpChunkDecoder<D, Code> dec(table);
   const bool vector = warp::aligned16(args.out);
   auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
@@ -343,6 +345,31 @@ __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_kernel(De
   HeaderOnly check;
   decode_chunks<D, Code>(args.in, args.in_bytes, args.out_capacity, false, args.status, args.chunk_counter, check,
                          chunk_op);
+}
+
+template <DType D, class Code>
+__global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_kernel(DecompressArgs args) {
+  auto& table = *reinterpret_cast<typename warp::TablesOf<Code>::Decode*>(zipcomm::detail::dynamic_smem_bytes);
+  auto cta = cooperative_groups::this_thread_block();
+  warp::LoadCodeTable(table, cta);
+  decompress_chunks<D, Code>(args, table);
+}
+
+/// Decompress of a stream in either code, read from its header on the device: both decoders in one kernel, the
+/// pair code's table loaded for a pair stream only (a stream of no known code is refused by the pair decoder's
+/// header check). The host checked in_bytes >= the header's 64 bytes.
+template <DType D>
+__global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_any_code_kernel(DecompressArgs args) {
+  auto cta = cooperative_groups::this_thread_block();
+  const uint8_t code = __ldg(args.in + offsetof(format::Header, code));
+  if (code == uint8_t(CodeId::fixed)) {
+    const auto& none = *reinterpret_cast<const warp::NoTable*>(zipcomm::detail::dynamic_smem_bytes);
+    decompress_chunks<D, thread::FixedCode>(args, none);
+  } else {
+    auto& table = *reinterpret_cast<warp::PairDecodeTable*>(zipcomm::detail::dynamic_smem_bytes);
+    warp::LoadPairTable(table, cta);
+    decompress_chunks<D, thread::PairCode>(args, table);
+  }
 }
 
 /// The current device's SM count.
@@ -485,9 +512,13 @@ cudaError_t launch_decompress(void* d_temp, size_t& temp_bytes, const void* d_in
   if (e != cudaSuccess) return e;
   DecompressArgs args{static_cast<const uint8_t*>(d_in), in_bytes,  d_out,
                       out_capacity_elems,                d_status, static_cast<unsigned long long*>(d_temp)};
-  const size_t smem = sizeof(warp::PairDecodeTable);
   // The element count lives in the header on the device: size the grid for the whole GPU.
-  return launch_persistent(decompress_kernel<D, Code>, DecodePolicy::THREADS, smem, uint64_t(1) << 40, stream, args);
+  if constexpr (std::is_same<Code, AnyCode>::value)
+    return launch_persistent(decompress_any_code_kernel<D>, DecodePolicy::THREADS, sizeof(warp::PairDecodeTable),
+                             uint64_t(1) << 40, stream, args);
+  else
+    return launch_persistent(decompress_kernel<D, Code>, DecodePolicy::THREADS,
+                             sizeof(typename warp::TablesOf<Code>::Decode), uint64_t(1) << 40, stream, args);
 }
 
 }  // namespace detail
