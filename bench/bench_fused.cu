@@ -54,7 +54,7 @@ struct Row {
   double copy_tbps = 0;
 };
 
-template <DType D>
+template <DType D, class Code>
 void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, uint64_t mib, int reps,
                    double copy_tbps, const std::vector<ReduceOp>& ops, std::vector<Row>& rows) {
   const uint64_t eb = format::elem_bytes(D), n = mib * 1024 * 1024 / eb, B = n * eb;
@@ -77,9 +77,9 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
   CK(cudaMemcpy(d_a, a.data(), B, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d_b, b.data(), B, cudaMemcpyHostToDevice));
   size_t temp_bytes = 0, fused_temp_bytes = 0;
-  CK(device::compress<D>(nullptr, temp_bytes, d_a, n, d_stream, cap, d_bytes, d_status));
-  CK(device::decompress_reduce_compress<D>(nullptr, fused_temp_bytes, d_stream, cap, d_b, n, ReduceOp::sum(), d_enc,
-                                           cap, d_bytes, d_status));
+  CK(device::compress<D, Code>(nullptr, temp_bytes, d_a, n, d_stream, cap, d_bytes, d_status));
+  CK(device::decompress_reduce_compress<D, Code>(nullptr, fused_temp_bytes, d_stream, cap, d_b, n, ReduceOp::sum(),
+                                                 d_enc, cap, d_bytes, d_status));
   const size_t temp_cap = std::max(temp_bytes, fused_temp_bytes);
   CK(cudaMalloc(&d_temp, temp_cap));
   auto check = [&](const char* what) {
@@ -88,11 +88,12 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
     CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
     if (st != Status::ok) std::fprintf(stderr, "%s: status %s\n", what, status_string(st)), std::exit(1);
   };
-  CK(device::compress<D>(d_temp, temp_bytes, d_a, n, d_stream, cap, d_bytes, d_status));
+  CK(device::compress<D, Code>(d_temp, temp_bytes, d_a, n, d_stream, cap, d_bytes, d_status));
   check("compress");
   uint64_t in_bytes = 0;
   CK(cudaMemcpy(&in_bytes, d_bytes, 8, cudaMemcpyDeviceToHost));
   const double ratio = double(in_bytes) / double(B);
+  const std::string code = Code::ID == CodeId::fixed ? " (fixed code)" : "";  // the pair code unmarked
   const double gbs_per_ms = double(B) / 1e6;  // GB/s = B / ms / 1e6
   auto roof_ms = [&](double moved) { return moved / (copy_tbps * 1e12) * 1e3; };
 
@@ -105,41 +106,43 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
     const int grid = sms * 16;  // 16 blocks of 256 threads per SM: full occupancy, grid-stride beyond
     const double raw_ms = bench::median_ms(reps, [&] { uncompressed_reduce<D><<<grid, 256>>>(d_a, d_b, d_out, n, op); });
     CK(cudaGetLastError());
-    rows.push_back({name, dtype_name(D), opn, "uncompressed reduce (2 reads, 1 write)", 1.0, gbs_per_ms / raw_ms,
-                    100.0 * roof_ms(3.0 * B) / raw_ms, raw_ms});
+    if (Code::ID == CodeId::pair)  // the same for both codes
+      rows.push_back({name, dtype_name(D), opn, "uncompressed reduce (2 reads, 1 write)", 1.0, gbs_per_ms / raw_ms,
+                      100.0 * roof_ms(3.0 * B) / raw_ms, raw_ms});
     std::vector<uint8_t> want(B);
     CK(cudaMemcpy(want.data(), d_out, B, cudaMemcpyDeviceToHost));
 
     const double dr_ms = bench::median_ms(reps, [&] {
-      CK(device::decompress_reduce<D>(d_temp, tb, d_stream, in_bytes, d_b, d_out, n, op, d_status));
+      CK(device::decompress_reduce<D, Code>(d_temp, tb, d_stream, in_bytes, d_b, d_out, n, op, d_status));
     });
     check("decompress_reduce");
     std::vector<uint8_t> got(B);
     CK(cudaMemcpy(got.data(), d_out, B, cudaMemcpyDeviceToHost));
     if (got != want) std::fprintf(stderr, "decompress_reduce result differs from the uncompressed reduce\n"), std::exit(1);
-    rows.push_back({name, dtype_name(D), opn, "decode + reduce", ratio, gbs_per_ms / dr_ms,
+    rows.push_back({name, dtype_name(D), opn, std::string("decode + reduce") + code, ratio, gbs_per_ms / dr_ms,
                     100.0 * roof_ms((ratio + 2.0) * B) / dr_ms, dr_ms});
 
     const double dre_ms = bench::median_ms(reps, [&] {
-      CK(device::decompress_reduce_compress<D>(d_temp, tb, d_stream, in_bytes, d_b, n, op, d_enc, cap, d_bytes,
+      CK(device::decompress_reduce_compress<D, Code>(d_temp, tb, d_stream, in_bytes, d_b, n, op, d_enc, cap, d_bytes,
                                                d_status));
     });
     check("decompress_reduce_compress");
     uint64_t out_bytes = 0;
     CK(cudaMemcpy(&out_bytes, d_bytes, 8, cudaMemcpyDeviceToHost));
     // the re-encoded result decodes to the uncompressed reduce's result
-    CK(device::decompress<D>(d_temp, tb, d_enc, out_bytes, d_out, n, d_status));
+    CK(device::decompress<D, Code>(d_temp, tb, d_enc, out_bytes, d_out, n, d_status));
     check("decompress");
     CK(cudaMemcpy(got.data(), d_out, B, cudaMemcpyDeviceToHost));
     if (got != want) std::fprintf(stderr, "decompress_reduce_compress result differs\n"), std::exit(1);
     const double ratio_out = double(out_bytes) / double(B);
-    rows.push_back({name, dtype_name(D), opn, "decode + reduce + encode", ratio_out, gbs_per_ms / dre_ms,
+    rows.push_back({name, dtype_name(D), opn, std::string("decode + reduce + encode") + code, ratio_out,
+                    gbs_per_ms / dre_ms,
                     100.0 * roof_ms((ratio + 1.0 + ratio_out) * B) / dre_ms, dre_ms});
   }
   {
     size_t tb = temp_cap;
     const double fwd_ms = bench::median_ms(reps, [&] {
-      CK(device::decompress_forward<D>(d_temp, tb, d_stream, in_bytes, d_out, n, d_fwd, cap, d_status));
+      CK(device::decompress_forward<D, Code>(d_temp, tb, d_stream, in_bytes, d_out, n, d_fwd, cap, d_status));
     });
     check("decompress_forward");
     std::vector<uint8_t> got(B), s1(in_bytes), s2(in_bytes);
@@ -147,17 +150,19 @@ void bench_dataset(const std::string& name, const std::vector<uint8_t>& sample, 
     CK(cudaMemcpy(s1.data(), d_stream, in_bytes, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(s2.data(), d_fwd, in_bytes, cudaMemcpyDeviceToHost));
     if (got != a || s1 != s2) std::fprintf(stderr, "decompress_forward result differs\n"), std::exit(1);
-    rows.push_back({name, dtype_name(D), "-", "decode + forward", ratio, gbs_per_ms / fwd_ms,
+    rows.push_back({name, dtype_name(D), "-", std::string("decode + forward") + code, ratio, gbs_per_ms / fwd_ms,
                     100.0 * roof_ms((2.0 * ratio + 1.0) * B) / fwd_ms, fwd_ms});
     const double dec_ms = bench::median_ms(reps, [&] {
-      CK(device::decompress<D>(d_temp, tb, d_stream, in_bytes, d_out, n, d_status));
+      CK(device::decompress<D, Code>(d_temp, tb, d_stream, in_bytes, d_out, n, d_status));
     });
-    rows.push_back({name, dtype_name(D), "-", "decode alone (reference)", ratio, gbs_per_ms / dec_ms,
+    rows.push_back({name, dtype_name(D), "-", std::string("decode alone (reference)") + code, ratio,
+                    gbs_per_ms / dec_ms,
                     100.0 * roof_ms((ratio + 1.0) * B) / dec_ms, dec_ms});
     const double enc_ms = bench::median_ms(reps, [&] {
-      CK(device::compress<D>(d_temp, tb, d_a, n, d_enc, cap, d_bytes, d_status));
+      CK(device::compress<D, Code>(d_temp, tb, d_a, n, d_enc, cap, d_bytes, d_status));
     });
-    rows.push_back({name, dtype_name(D), "-", "encode alone (reference)", ratio, gbs_per_ms / enc_ms,
+    rows.push_back({name, dtype_name(D), "-", std::string("encode alone (reference)") + code, ratio,
+                    gbs_per_ms / enc_ms,
                     100.0 * roof_ms((ratio + 1.0) * B) / enc_ms, enc_ms});
   }
   for (void* p : {(void*)d_a, (void*)d_b, (void*)d_out, (void*)d_stream, (void*)d_enc, (void*)d_fwd, (void*)d_bytes,
@@ -185,9 +190,15 @@ int main(int argc, char** argv) {
   for (const uint64_t mib : opt.mibs) {
     const double copy_tbps = bench::copy_roofline_tbps(mib * 1024 * 1024, reps);
     const size_t first = rows.size();
-    bench_dataset<DType::bf16>("llama_grads", bf16, mib, reps, copy_tbps, all_ops, rows);
-    bench_dataset<DType::fp16>("llama_grads_scaled", fp16, mib, reps, copy_tbps, {ReduceOp::sum()}, rows);
-    bench_dataset<DType::fp32>("llama_grads", fp32, mib, reps, copy_tbps, {ReduceOp::sum()}, rows);
+    bench_dataset<DType::bf16, thread::PairCode>("llama_grads", bf16, mib, reps, copy_tbps, all_ops, rows);
+    bench_dataset<DType::fp16, thread::PairCode>("llama_grads_scaled", fp16, mib, reps, copy_tbps, {ReduceOp::sum()},
+                                                 rows);
+    bench_dataset<DType::fp32, thread::PairCode>("llama_grads", fp32, mib, reps, copy_tbps, {ReduceOp::sum()}, rows);
+    // The fixed code: sum only
+    bench_dataset<DType::bf16, thread::FixedCode>("llama_grads", bf16, mib, reps, copy_tbps, {ReduceOp::sum()}, rows);
+    bench_dataset<DType::fp16, thread::FixedCode>("llama_grads_scaled", fp16, mib, reps, copy_tbps,
+                                                  {ReduceOp::sum()}, rows);
+    bench_dataset<DType::fp32, thread::FixedCode>("llama_grads", fp32, mib, reps, copy_tbps, {ReduceOp::sum()}, rows);
     for (size_t i = first; i < rows.size(); ++i) rows[i].mib = mib, rows[i].copy_tbps = copy_tbps;
   }
 
@@ -198,10 +209,10 @@ int main(int argc, char** argv) {
     if (i == 0 || rows[i - 1].mib != r.mib) {
       std::printf("\n%llu MiB messages; device copy roofline: %.2f TB/s (read + write)\n\n", (unsigned long long)r.mib,
                   r.copy_tbps);
-      std::printf("%-19s %-5s %-4s %-40s %7s %9s %8s %7s\n", "data", "dtype", "op", "step", "ratio", "GB/s", "ms",
+      std::printf("%-19s %-5s %-4s %-53s %7s %9s %8s %7s\n", "data", "dtype", "op", "step", "ratio", "GB/s", "ms",
                   "%roof");
     }
-    std::printf("%-19s %-5s %-4s %-40s %7.4f %9.1f %8.3f %6.1f%%\n", r.data.c_str(), r.dtype.c_str(), r.op.c_str(),
+    std::printf("%-19s %-5s %-4s %-53s %7.4f %9.1f %8.3f %6.1f%%\n", r.data.c_str(), r.dtype.c_str(), r.op.c_str(),
                 r.what.c_str(), r.ratio, r.gbps, r.ms, r.roof_pct);
   }
   std::printf("\nGB/s counts uncompressed message bytes; %%roof = (bytes the step reads + writes) / copy TB/s,\n"

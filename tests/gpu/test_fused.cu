@@ -44,10 +44,10 @@ std::vector<uint8_t> test_data(DType d, uint64_t n, std::mt19937_64& rng, double
 /// The host reference's stream: minimal widths (device::compress), full widths (the fused writers).
 std::vector<uint8_t> host_compress(DType d, const std::vector<uint8_t>& raw, uint64_t n,
                                    format::LowWidths widths = format::LowWidths::minimal,
-                                   uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
+                                   uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO, CodeId code = CodeId::pair) {
   std::vector<uint8_t> s(format::max_compressed_bytes(d, n, format::MIN_CHUNK_LOG2));
   uint64_t bytes = 0;
-  REQUIRE(host::compress(d, CodeId::pair, raw.data(), n, s.data(), s.size(), &bytes, widths, chunk_log2) ==
+  REQUIRE(host::compress(d, code, raw.data(), n, s.data(), s.size(), &bytes, widths, chunk_log2) ==
           Status::ok);
   s.resize(bytes);
   return s;
@@ -63,12 +63,12 @@ Status download_status(const DeviceBuffer& s) { return download<Status>(s, sizeo
 
 /// Every device-wide fused step on one (a, b) pair, checked against the host reference; the incoming stream in
 /// chunks of 2^chunk_log2 elements (the stream that decode + reduce + encode writes has the same).
-template <DType D>
+template <DType D, class Code = thread::PairCode>
 void check_device_steps(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, uint64_t n, size_t offset,
                         uint32_t chunk_log2 = format::CHUNK_LOG2_AUTO) {
-  CAPTURE(chunk_log2);
+  CAPTURE(chunk_log2, code_name(Code::ID));
   const size_t eb = format::elem_bytes(D), raw = n * eb;
-  const auto stream = host_compress(D, a, n, format::LowWidths::minimal, chunk_log2);
+  const auto stream = host_compress(D, a, n, format::LowWidths::minimal, chunk_log2, Code::ID);
   DeviceBuffer d_stream(stream.size()), d_local(raw + offset), d_out(raw + offset + 16), d_enc(format::max_compressed_bytes(D, n)),
       d_fwd(stream.size()), d_bytes(8), d_status(sizeof(Status)), d_temp(format::max_compressed_bytes(D, n) / 64 + 4096);
   CUDA_OK(cudaMemcpy(d_stream.ptr, stream.data(), stream.size(), cudaMemcpyHostToDevice));
@@ -80,16 +80,16 @@ void check_device_steps(const std::vector<uint8_t>& a, const std::vector<uint8_t
     REQUIRE(host::reduce(D, op, a.data(), b.data(), want.data(), n) == Status::ok);
 
     CUDA_OK(cudaMemset(d_out.ptr, 0xEE, d_out.bytes));
-    CUDA_OK(device::decompress_reduce<D>(d_temp.ptr, temp_bytes, d_stream.ptr, stream.size(), d_local.as(offset),
-                                         d_out.as(offset), n, op, d_status.as<Status>()));
+    CUDA_OK(device::decompress_reduce<D, Code>(d_temp.ptr, temp_bytes, d_stream.ptr, stream.size(),
+                                               d_local.as(offset), d_out.as(offset), n, op, d_status.as<Status>()));
     CUDA_OK(cudaDeviceSynchronize());
     REQUIRE(download_status(d_status) == Status::ok);
     auto got = download<uint8_t>(d_out, d_out.bytes);
     REQUIRE(std::equal(want.begin(), want.end(), got.begin() + offset));
     REQUIRE(got[offset + raw] == 0xEE);  // nothing written past n elements
 
-    const auto want_stream = host_compress(D, want, n, format::LowWidths::full, chunk_log2);
-    CUDA_OK(device::decompress_reduce_compress<D>(d_temp.ptr, temp_bytes, d_stream.ptr, stream.size(), d_local.as(offset),
+    const auto want_stream = host_compress(D, want, n, format::LowWidths::full, chunk_log2, Code::ID);
+    CUDA_OK(device::decompress_reduce_compress<D, Code>(d_temp.ptr, temp_bytes, d_stream.ptr, stream.size(), d_local.as(offset),
                                                   n, op, d_enc.ptr, d_enc.bytes, d_bytes.as<uint64_t>(),
                                                   d_status.as<Status>()));
     CUDA_OK(cudaDeviceSynchronize());
@@ -100,8 +100,8 @@ void check_device_steps(const std::vector<uint8_t>& a, const std::vector<uint8_t
     // in place: out == local
     DeviceBuffer d_inplace(raw + offset);
     CUDA_OK(cudaMemcpy(d_inplace.as(offset), b.data(), raw, cudaMemcpyHostToDevice));
-    CUDA_OK(device::decompress_reduce<D>(d_temp.ptr, temp_bytes, d_stream.ptr, stream.size(), d_inplace.as(offset),
-                                         d_inplace.as(offset), n, op, d_status.as<Status>()));
+    CUDA_OK(device::decompress_reduce<D, Code>(d_temp.ptr, temp_bytes, d_stream.ptr, stream.size(),
+                                               d_inplace.as(offset), d_inplace.as(offset), n, op, d_status.as<Status>()));
     CUDA_OK(cudaDeviceSynchronize());
     REQUIRE(download_status(d_status) == Status::ok);
     REQUIRE(download<uint8_t>(d_inplace, raw, offset) == want);
@@ -111,18 +111,18 @@ void check_device_steps(const std::vector<uint8_t>& a, const std::vector<uint8_t
     const ReduceOp avg = ReduceOp::avg(3);
     std::vector<uint8_t> want(format::max_compressed_bytes(D, n));
     uint64_t wb = 0;
-    REQUIRE(host::compress_contribution(D, CodeId::pair, b.data(), n, avg, want.data(), want.size(), &wb) ==
+    REQUIRE(host::compress_contribution(D, Code::ID, b.data(), n, avg, want.data(), want.size(), &wb) ==
             Status::ok);
     want.resize(wb);
-    CUDA_OK(device::compress_contribution<D>(d_temp.ptr, temp_bytes, d_local.as(offset), n, avg, d_enc.ptr, d_enc.bytes,
-                                             d_bytes.as<uint64_t>(), d_status.as<Status>()));
+    CUDA_OK(device::compress_contribution<D, Code>(d_temp.ptr, temp_bytes, d_local.as(offset), n, avg, d_enc.ptr,
+                                                   d_enc.bytes, d_bytes.as<uint64_t>(), d_status.as<Status>()));
     CUDA_OK(cudaDeviceSynchronize());
     REQUIRE(download_status(d_status) == Status::ok);
     REQUIRE(download<uint8_t>(d_enc, wb) == want);
   }
   // decode + forward
   CUDA_OK(cudaMemset(d_fwd.ptr, 0xEE, d_fwd.bytes));
-  CUDA_OK(device::decompress_forward<D>(d_temp.ptr, temp_bytes, d_stream.ptr, stream.size(), d_out.as(offset), n,
+  CUDA_OK(device::decompress_forward<D, Code>(d_temp.ptr, temp_bytes, d_stream.ptr, stream.size(), d_out.as(offset), n,
                                         d_fwd.ptr, d_fwd.bytes, d_status.as<Status>()));
   CUDA_OK(cudaDeviceSynchronize());
   REQUIRE(download_status(d_status) == Status::ok);
@@ -130,7 +130,7 @@ void check_device_steps(const std::vector<uint8_t>& a, const std::vector<uint8_t
   REQUIRE(download<uint8_t>(d_out, raw, offset) == std::vector<uint8_t>(a.begin(), a.begin() + raw));
 }
 
-template <DType D>
+template <DType D, class Code = thread::PairCode>
 void device_steps_all_sizes() {
   const uint64_t seed = gpu_test::fresh_seed();
   CAPTURE(seed, dtype_name(D));
@@ -139,19 +139,19 @@ void device_steps_all_sizes() {
                      uint64_t(16385), uint64_t(100003), uint64_t(1) << 20}) {
     for (size_t offset : {size_t(0), size_t(format::elem_bytes(D))}) {  // aligned, then unaligned arrays
       CAPTURE(n, offset);
-      check_device_steps<D>(test_data(D, n, rng), test_data(D, n, rng), n, offset);
+      check_device_steps<D, Code>(test_data(D, n, rng), test_data(D, n, rng), n, offset);
     }
     if (n > 4096)  // the other chunk sizes
       for (uint32_t log2 = format::MIN_CHUNK_LOG2; log2 <= format::MAX_CHUNK_LOG2; ++log2)
         if (log2 != format::default_chunk_log2(n))
-          check_device_steps<D>(test_data(D, n, rng), test_data(D, n, rng), n, 0, log2);
+          check_device_steps<D, Code>(test_data(D, n, rng), test_data(D, n, rng), n, 0, log2);
   }
   // random bits: results that do not compress are stored raw (decode + reduce + encode decodes them twice)
   const uint64_t n = 3 * 16384 + 11;
   std::vector<uint8_t> a(n * format::elem_bytes(D)), b(a.size());
   for (auto& x : a) x = uint8_t(rng());
   for (auto& x : b) x = uint8_t(rng());
-  check_device_steps<D>(a, b, n, 0);
+  check_device_steps<D, Code>(a, b, n, 0);
 }
 
 // ---- exhaustive conversions and per-pair semantics ----------------------------------------------------------
@@ -364,6 +364,11 @@ __global__ void warp_reduce_encode(const uint8_t* in, uint64_t in_bytes, const u
 TEMPLATE_TEST_CASE("fused device steps equal the host reference: every op, sizes, unaligned", "[gpu][fused]",
                    gpu_test::Bf16, gpu_test::Fp16, gpu_test::Fp32) {
   device_steps_all_sizes<TestType::value>();
+}
+
+TEMPLATE_TEST_CASE("fused device steps in the fixed code equal the host reference", "[gpu][fused][fixed]",
+                   gpu_test::Bf16, gpu_test::Fp16, gpu_test::Fp32) {
+  device_steps_all_sizes<TestType::value, thread::FixedCode>();
 }
 
 TEST_CASE("fp32 -> bf16/fp16 conversions on the GPU equal the host definition for all 2^32 inputs", "[gpu][fused][large]") {

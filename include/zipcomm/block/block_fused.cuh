@@ -72,7 +72,7 @@ class BlockDecodeReduce {
 
  public:
   struct TempStorage {
-    warp::PairDecodeTable table;
+    typename warp::TablesOf<Code>::Decode table;  // none for the fixed code
     detail::BlockStatus status;
   };
 
@@ -90,7 +90,7 @@ class BlockDecodeReduce {
       if (group.thread_rank() == 0) temp_.status.report(st);
       return temp_.status.collect(group);
     }
-    warp::LoadPairTable(temp_.table, group);
+    warp::LoadCodeTable(temp_.table, group);
     WarpFused fused(temp_.table);
     for (uint64_t c = warp_id; c < view.layout.num_chunks; c += WARPS) {
       const uint8_t *chunk, *low;
@@ -117,7 +117,7 @@ class BlockDecodeForward {
 
  public:
   struct TempStorage {
-    warp::PairDecodeTable table;
+    typename warp::TablesOf<Code>::Decode table;  // none for the fixed code
     detail::BlockStatus status;
   };
 
@@ -147,7 +147,7 @@ class BlockDecodeForward {
       uint4* dst = reinterpret_cast<uint4*>(fwd + L.table_offset);
       for (uint64_t i = lane; i < (L.low_offset - L.table_offset) / 16; i += 32) dst[i] = src[i];
     }
-    warp::LoadPairTable(temp_.table, group);
+    warp::LoadCodeTable(temp_.table, group);
     WarpFused fused(temp_.table);
     for (uint64_t c = warp_id; c < L.num_chunks; c += WARPS) {
       const uint8_t *chunk, *low;
@@ -204,7 +204,7 @@ class BlockDecodeReduceEncode {
 
  public:
   struct TempStorage {
-    warp::PairDecodeTable dec_table;
+    typename warp::TablesOf<Code>::Decode dec_table;  // none for the fixed code
     typename Enc::TempStorage enc;
     detail::BlockStatus status;
   };
@@ -228,7 +228,7 @@ class BlockDecodeReduceEncode {
       if (group.thread_rank() == 0) temp_.status.report(st);
       return temp_.status.collect(group);
     }
-    warp::LoadPairTable(temp_.dec_table, group);
+    warp::LoadCodeTable(temp_.dec_table, group);
     StreamSource source{warp::ReducedTileSource<D, Code>(temp_.dec_table, local, op), &view, &temp_.status};
     // chunk c of the new stream is chunk c of the incoming one, decoded and reduced
     const uint64_t total = Enc(temp_.enc, view.layout.chunk_log2).EncodeFrom(group, n, out, source);

@@ -59,6 +59,10 @@ ZIPCOMM_DEVICE void LoadPairTable(PairTables& tables, Group& group) {
 
 /// The fixed code reads no table; kernels that serve both codes declare this one in its place and load it alike.
 struct NoTable {};
+/// Both of NoTable, as PairTables holds both of the pair code's.
+struct NoTables {
+  NoTable decode, encode;
+};
 /// The shared-memory tables of a code's warp encoder and decoder, and of both (decode + reduce + encode).
 template <class Code>
 struct TablesOf {
@@ -70,13 +74,13 @@ template <>
 struct TablesOf<thread::FixedCode> {
   using Encode = NoTable;
   using Decode = NoTable;
-  using Both = NoTable;
+  using Both = NoTables;
 };
 
 /// Fills whichever table a code reads (LoadPairTable; nothing for NoTable); returns after group.sync().
 template <class Table, class Group>
 ZIPCOMM_DEVICE void LoadCodeTable(Table& table, Group& group) {
-  if constexpr (std::is_same<Table, NoTable>::value)
+  if constexpr (std::is_same<Table, NoTable>::value || std::is_same<Table, NoTables>::value)
     group.sync();
   else
     LoadPairTable(table, group);

@@ -61,7 +61,7 @@ class WarpChunkDecodeReduce {
   using Dec = WarpChunkDecoder<D, Code>;
 
  public:
-  ZIPCOMM_DEVICE explicit WarpChunkDecodeReduce(const PairDecodeTable& table) : table_(table) {}
+  ZIPCOMM_DEVICE explicit WarpChunkDecodeReduce(const typename TablesOf<Code>::Decode& table) : table_(table) {}
 
   ZIPCOMM_DEVICE Status DecodeReduce(const uint8_t* chunk, uint32_t bytes, uint32_t elems, uint64_t first_tile,
                                      const ConstPlanes& planes, uint32_t check, const void* local, void* out,
@@ -109,7 +109,7 @@ class WarpChunkDecodeReduce {
   }
 
  private:
-  const PairDecodeTable& table_;
+  const typename TablesOf<Code>::Decode& table_;
 };
 
 /// \brief Decode + forward: out = decode(chunk), and the chunk (exponent stream and its share of the planes)
@@ -121,7 +121,7 @@ class WarpChunkDecodeForward {
   using Dec = WarpChunkDecoder<D, Code>;
 
  public:
-  ZIPCOMM_DEVICE explicit WarpChunkDecodeForward(const PairDecodeTable& table) : table_(table) {}
+  ZIPCOMM_DEVICE explicit WarpChunkDecodeForward(const typename TablesOf<Code>::Decode& table) : table_(table) {}
 
   /// fwd_chunk: 16-byte aligned, `bytes` long (nullptr: the caller forwards the exponent stream itself).
   ZIPCOMM_DEVICE Status DecodeForward(const uint8_t* chunk, uint32_t bytes, uint32_t elems, uint64_t first_tile,
@@ -149,7 +149,7 @@ class WarpChunkDecodeForward {
   }
 
  private:
-  const PairDecodeTable& table_;
+  const typename TablesOf<Code>::Decode& table_;
 };
 
 /// \brief The tiles of op(decode(chunk), local), in order, as an encoder's loader wants them (the source
@@ -161,7 +161,8 @@ class ReducedTileSource {
   using Dec = WarpChunkDecoder<D, Code>;
 
  public:
-  ZIPCOMM_DEVICE ReducedTileSource(const PairDecodeTable& table, const void* local, const ReduceOp& op)
+  ZIPCOMM_DEVICE ReducedTileSource(const typename TablesOf<Code>::Decode& table, const void* local,
+                                   const ReduceOp& op)
       : dec_(table), local_(local), op_(op), vector_(aligned16(local)) {}
 
   /// The incoming chunk and its stored check (bytes = 0: known to be corrupt; only its planes are read).
@@ -246,7 +247,8 @@ class WarpChunkDecodeReduceEncode {
  public:
   using TempStorage = typename Enc::TempStorage;
 
-  ZIPCOMM_DEVICE WarpChunkDecodeReduceEncode(TempStorage& temp, const PairTables& tables, const void* local,
+  ZIPCOMM_DEVICE WarpChunkDecodeReduceEncode(TempStorage& temp, const typename TablesOf<Code>::Both& tables,
+                                             const void* local,
                                              const ReduceOp& op)
       : source_(tables.decode, local, op), enc_(temp, tables.encode) {}
 

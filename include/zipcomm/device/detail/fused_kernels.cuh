@@ -29,7 +29,7 @@ struct FusedEncodePolicy {
 
 template <DType D, class Code, int WARPS>
 struct FusedEncodeSmem {
-  warp::PairTables tables;
+  typename warp::TablesOf<Code>::Both tables;
   typename warp::WarpChunkDecodeReduceEncode<D, Code>::TempStorage warp[WARPS];
 };
 
@@ -48,9 +48,9 @@ struct FusedArgs {
 
 template <DType D, class Code>
 __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_reduce_kernel(FusedArgs args) {
-  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(zipcomm::detail::dynamic_smem_bytes);
+  auto& table = *reinterpret_cast<typename warp::TablesOf<Code>::Decode*>(zipcomm::detail::dynamic_smem_bytes);
   auto cta = cooperative_groups::this_thread_block();
-  warp::LoadPairTable(table, cta);
+  warp::LoadCodeTable(table, cta);
   warp::WarpChunkDecodeReduce<D, Code> fused(table);
   auto chunk_op = [&](uint64_t c, const uint8_t* chunk, uint32_t bytes, const format::StreamView& view) {
     return fused.DecodeReduce(chunk, bytes, view.layout.chunk_elems(c), view.layout.chunk_first_tile(c),
@@ -79,9 +79,9 @@ ZIPCOMM_DEVICE void forward_stream_frame(const uint8_t* in, uint8_t* fwd, const 
 
 template <DType D, class Code>
 __global__ void __launch_bounds__(DecodePolicy::THREADS, 2) decompress_forward_kernel(FusedArgs args) {
-  auto& table = *reinterpret_cast<warp::PairDecodeTable*>(zipcomm::detail::dynamic_smem_bytes);
+  auto& table = *reinterpret_cast<typename warp::TablesOf<Code>::Decode*>(zipcomm::detail::dynamic_smem_bytes);
   auto cta = cooperative_groups::this_thread_block();
-  warp::LoadPairTable(table, cta);
+  warp::LoadCodeTable(table, cta);
   warp::WarpChunkDecodeForward<D, Code> fused(table);
   auto check = [&](const format::StreamView& view) {
     return view.total_bytes() > args.fwd_capacity ? Status::buffer_too_small : Status::ok;
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(FusedEncodePolicy::THREADS)
   auto& smem =
       *reinterpret_cast<FusedEncodeSmem<D, Code, FusedEncodePolicy::WARPS>*>(zipcomm::detail::dynamic_smem_bytes);
   auto cta = cooperative_groups::this_thread_block();
-  warp::LoadPairTable(smem.tables, cta);
+  warp::LoadCodeTable(smem.tables, cta);
   format::StreamView view;
   Status hs = view.open(in_args.in, in_args.in_bytes, D, Code::ID);
   if (hs == Status::ok && view.layout.n != in_args.n) hs = Status::size_mismatch;
@@ -163,7 +163,7 @@ cudaError_t launch_decompress_reduce(void* d_temp, size_t& temp_bytes, const voi
   if (e != cudaSuccess) return e;
   FusedArgs args{static_cast<const uint8_t*>(d_in), in_bytes, d_local, d_out, n, op, nullptr, 0, d_status,
                  static_cast<unsigned long long*>(d_temp)};
-  const size_t smem = sizeof(warp::PairDecodeTable);
+  const size_t smem = sizeof(typename warp::TablesOf<Code>::Decode);
   return launch_persistent(decompress_reduce_kernel<D, Code>, DecodePolicy::THREADS, smem, format::most_chunks(n),
                            stream, args);
 }
@@ -188,7 +188,7 @@ cudaError_t launch_decompress_forward(void* d_temp, size_t& temp_bytes, const vo
   if (e != cudaSuccess) return e;
   FusedArgs args{static_cast<const uint8_t*>(d_in), in_bytes, nullptr, d_out, n, ReduceOp::sum(),
                  static_cast<uint8_t*>(d_fwd), fwd_capacity, d_status, static_cast<unsigned long long*>(d_temp)};
-  const size_t smem = sizeof(warp::PairDecodeTable);
+  const size_t smem = sizeof(typename warp::TablesOf<Code>::Decode);
   return launch_persistent(decompress_forward_kernel<D, Code>, DecodePolicy::THREADS, smem, format::most_chunks(n),
                            stream, args);
 }
