@@ -1,5 +1,5 @@
-// The library's device codec timed on one input: compress and decompress medians, the stream's size, and the round
-// trip checked (the codec bench's device rows and the probes that measure beside them).
+// The library's device codec timed on one input in one code: compress and decompress medians, the stream's size, and
+// the round trip checked (zipcomm_bench's device rows).
 #pragma once
 
 #include <cuda_runtime.h>
