@@ -133,7 +133,8 @@ BENCHES=${ZIPCOMM_BENCHES:-codec p2p fused ring quant}  # a subset runs faster
 [ "$MODE" = san ] && BENCHES=""
 want() { [[ " $BENCHES " == *" $1 "* ]]; }
 if want codec; then
-  $BUILD/bench/zipcomm_bench --data tests/data --mib $MIB --reps 20 ${ZIPCOMM_BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
+  # Both codes, the whole GPU and a communication kernel's share of it (GB/s per SM on 16 SMs)
+  $BUILD/bench/zipcomm_bench --data tests/data --mib $MIB --reps 20 --sms 16 ${ZIPCOMM_BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
   log "bench rc=$?"
   # Small calls (a ring step's slice, one tensor of a weight sync): where a chunk per warp leaves most SMs idle
   $BUILD/bench/zipcomm_bench --data tests/data --mib 16 --reps 20 ${ZIPCOMM_BENCH_ARGS:-} > "$OUT/bench_16mib.txt" 2>&1
@@ -141,9 +142,6 @@ if want codec; then
   # Encode / decode against message and chunk size: the figures behind format::default_chunk_log2
   $BUILD/bench/zipcomm_bench --data tests/data --chunk-sweep --reps 10 > "$OUT/bench_chunks.txt" 2>&1
   log "bench --chunk-sweep rc=$?"
-  # Both codes on a communication kernel's share of the GPU: GB/s per SM on 16 SMs
-  $BUILD/bench/zipcomm_bench --data tests/data --mib $MIB --reps 20 --sms 16 > "$OUT/bench_sms16.txt" 2>&1
-  log "bench (16 SMs) rc=$?"
 fi
 # P2P pipeline over the pinned-host link: GB/s vs message size, the link (both modes) vs raw; PNG when matplotlib is there
 P2P_ARGS=${ZIPCOMM_P2P_ARGS:---sweep}; [ "$MODE" = quick ] && P2P_ARGS="--max-mib 256"
