@@ -128,7 +128,7 @@ struct CodeFor<CodeId::pair> {
 
 /// Calls f(DTypeTag, Code) for the run-time pair (dtype, code) and returns its result, or `otherwise` when the
 /// pair is unknown. DTypeTag is std::integral_constant<DType, D>. One place lists the supported pairs; the fixed
-/// code only where the caller takes it (WITH_FIXED: the host codec).
+/// code only with WITH_FIXED (the codecs' dispatch; without it, a visit of the dtypes alone).
 template <bool WITH_FIXED = false, class R, class F>
 R visit_codec(DType dtype, CodeId code, R otherwise, F&& f) {
   using B = std::integral_constant<DType, DType::bf16>;
