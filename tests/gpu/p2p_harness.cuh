@@ -152,8 +152,8 @@ void check_transfer(const std::vector<uint8_t>& host, size_t src_off, size_t dst
 enum class Path { coded, raw, chosen };
 
 /// One transfer of n elements on a host staging link (one stream) by `path`.
-template <DType D>
-cudaError_t start(HostStagingLink<D>& link, Path path, const void* src, void* dst, uint64_t n, cudaStream_t s) {
+template <DType D, class Code>
+cudaError_t start(HostStagingLink<D, Code>& link, Path path, const void* src, void* dst, uint64_t n, cudaStream_t s) {
   switch (path) {
     case Path::coded: return link.transfer_coded(src, dst, n, s);
     case Path::raw: return link.transfer_raw(src, dst, n, s);
@@ -161,8 +161,8 @@ cudaError_t start(HostStagingLink<D>& link, Path path, const void* src, void* ds
   }
 }
 /// One transfer of n elements on a peer link (send and receive streams) by `path`.
-template <DType D>
-cudaError_t start(PeerLink<D>& link, Path path, const void* src, void* dst, uint64_t n, cudaStream_t send_stream,
+template <DType D, class Code>
+cudaError_t start(PeerLink<D, Code>& link, Path path, const void* src, void* dst, uint64_t n, cudaStream_t send_stream,
                   cudaStream_t recv_stream) {
   switch (path) {
     case Path::coded: return link.transfer_coded(src, dst, n, send_stream, recv_stream);
@@ -173,16 +173,16 @@ cudaError_t start(PeerLink<D>& link, Path path, const void* src, void* dst, uint
 
 /// check_transfer through `link` on GPU 0: a host staging link, or a peer link from GPU 0 to itself on one stream.
 /// check_transfer counts bf16-sized elements; a link of another type gets its own element count.
-template <DType D>
-void check_link_transfer(HostStagingLink<D>& link, Path path, const std::vector<uint8_t>& host, size_t src_off,
+template <DType D, class Code>
+void check_link_transfer(HostStagingLink<D, Code>& link, Path path, const std::vector<uint8_t>& host, size_t src_off,
                          size_t dst_off) {
   check_transfer(
       host, src_off, dst_off,
       [&](const void* s, void* d, uint64_t n, cudaStream_t st) { return start(link, path, s, d, n, st); },
       [&] { return link.wait(); });
 }
-template <DType D>
-void check_link_transfer(PeerLink<D>& link, Path path, const std::vector<uint8_t>& host, size_t src_off,
+template <DType D, class Code>
+void check_link_transfer(PeerLink<D, Code>& link, Path path, const std::vector<uint8_t>& host, size_t src_off,
                          size_t dst_off) {
   check_transfer(
       host, src_off, dst_off,

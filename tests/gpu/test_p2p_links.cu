@@ -286,3 +286,24 @@ TEST_CASE("p2p links: wait() reports the first error of every transfer since the
   }
   CUDA_OK(cudaStreamDestroy(stream));
 }
+
+TEST_CASE("p2p links in the fixed code: bit-exact at odd sizes and alignments, both links, both host modes",
+          "[gpu][p2p][concurrent][fixed]") {
+  const uint64_t seed = gpu_test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const P2POptions o = small_ring_options();
+  const uint64_t sizes[] = {1, 257, 3000, 70001, uint64_t(1) << 21};
+  for (HostLinkMode mode : {HostLinkMode::copy, HostLinkMode::stream}) {
+    CAPTURE(mode_name(mode));
+    HostStagingLink<DType::bf16, thread::FixedCode> link;
+    CUDA_OK(link.init(0, o, mode));
+    for (uint64_t n : sizes)
+      check_link_transfer(link, Path::coded, test_bf16(n, rng), element_offset(rng), element_offset(rng));
+    check_link_transfer(link, Path::coded, real_bf16(uint64_t(3) << 20), 0, 0);
+  }
+  PeerLink<DType::bf16, thread::FixedCode> peer;
+  CUDA_OK(peer.init(0, 0, o));
+  for (uint64_t n : sizes)
+    check_link_transfer(peer, Path::coded, test_bf16(n, rng), element_offset(rng), element_offset(rng));
+}

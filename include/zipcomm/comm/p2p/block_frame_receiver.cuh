@@ -37,7 +37,7 @@ class BlockFrameReceiver {
  public:
   /// The decode table (loaded by Receive).
   struct TempStorage {
-    warp::PairDecodeTable table;
+    typename warp::TablesOf<Code>::Decode table;  // none for the fixed code
   };
 
   ZIPCOMM_DEVICE explicit BlockFrameReceiver(TempStorage& temp) : temp_(temp) {}

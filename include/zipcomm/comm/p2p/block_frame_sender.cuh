@@ -42,7 +42,7 @@ class BlockFrameSender {
  public:
   /// The encode table (loaded by Send) and each warp's encoder storage.
   struct TempStorage {
-    warp::PairEncodeTable table;
+    typename warp::TablesOf<Code>::Encode table;  // none for the fixed code
     typename Encoder::TempStorage warp[WARPS];
   };
 

@@ -17,7 +17,7 @@ namespace comm {
 template <DType D, int WARPS, class Code>
 template <class Group>
 ZIPCOMM_DEVICE void BlockFrameReceiver<D, WARPS, Code>::Receive(Group& g, const RecvArgs& a) {
-  warp::LoadPairTable(temp_.table, g);
+  warp::LoadCodeTable(temp_.table, g);
   warp::WarpChunkDecoder<D, Code> dec(temp_.table);
   const uint32_t lane = warp::lane_id();
   const bool coded = a.plan.kind == FrameKind::coded;

@@ -17,7 +17,7 @@ namespace comm {
 template <DType D, int WARPS, class Code>
 template <class Group>
 ZIPCOMM_DEVICE void BlockFrameSender<D, WARPS, Code>::Send(Group& g, const SendArgs& a, uint32_t group_index) {
-  warp::LoadPairTable(temp_.table, g);
+  warp::LoadCodeTable(temp_.table, g);
   const uint32_t warp_in_group = uint32_t(g.thread_rank()) / 32;
   Encoder enc(temp_.warp[warp_in_group], temp_.table);
   const uint32_t lane = warp::lane_id();
