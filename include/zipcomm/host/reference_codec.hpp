@@ -651,7 +651,7 @@ inline Status compress(DType dtype, CodeId code, const void* src, uint64_t n, vo
     return Status::invalid_argument;
   auto s = static_cast<const uint8_t*>(src);
   auto d = static_cast<uint8_t*>(dst);
-  return thread::visit_codec<true>(dtype, code, Status::invalid_argument, [&](auto dt, auto c) {
+  return thread::visit_codec(dtype, code, Status::invalid_argument, [&](auto dt, auto c) {
     return detail::compress_typed<decltype(dt)::value, decltype(c)>(s, n, d, dst_capacity, out_bytes, widths,
                                                                      chunk_log2, threads);
   });
@@ -668,7 +668,7 @@ inline Status decompress(const void* src, uint64_t src_bytes, void* dst, uint64_
   if (!dst && h.num_elements) return Status::invalid_argument;
   auto s = static_cast<const uint8_t*>(src);
   auto d = static_cast<uint8_t*>(dst);
-  return thread::visit_codec<true>(dtype, static_cast<CodeId>(h.code), Status::bad_header, [&](auto dt, auto c) {
+  return thread::visit_codec(dtype, static_cast<CodeId>(h.code), Status::bad_header, [&](auto dt, auto c) {
     return detail::decompress_typed<decltype(dt)::value, decltype(c)>(s, h, d, threads);
   });
 }

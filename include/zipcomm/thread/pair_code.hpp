@@ -126,27 +126,24 @@ struct CodeFor<CodeId::pair> {
   using type = PairCode;
 };
 
+/// Calls f(DTypeTag) for the run-time dtype and returns its result, or `otherwise` when it is unknown. DTypeTag is
+/// std::integral_constant<DType, D>. One place lists the dtypes.
+template <class R, class F>
+R visit_dtype(DType dtype, R otherwise, F&& f) {
+  if (dtype == DType::bf16) return f(std::integral_constant<DType, DType::bf16>{});
+  if (dtype == DType::fp16) return f(std::integral_constant<DType, DType::fp16>{});
+  if (dtype == DType::fp32) return f(std::integral_constant<DType, DType::fp32>{});
+  if (dtype == DType::fp8_e4m3) return f(std::integral_constant<DType, DType::fp8_e4m3>{});
+  if (dtype == DType::fp8_e5m2) return f(std::integral_constant<DType, DType::fp8_e5m2>{});
+  return otherwise;
+}
+
 /// Calls f(DTypeTag, Code) for the run-time pair (dtype, code) and returns its result, or `otherwise` when the
-/// pair is unknown. DTypeTag is std::integral_constant<DType, D>. One place lists the supported pairs; the fixed
-/// code only with WITH_FIXED (the codecs' dispatch; without it, a visit of the dtypes alone).
-template <bool WITH_FIXED = false, class R, class F>
+/// pair is unknown. One place lists the codes.
+template <class R, class F>
 R visit_codec(DType dtype, CodeId code, R otherwise, F&& f) {
-  using B = std::integral_constant<DType, DType::bf16>;
-  using H = std::integral_constant<DType, DType::fp16>;
-  using S = std::integral_constant<DType, DType::fp32>;
-  using E4 = std::integral_constant<DType, DType::fp8_e4m3>;
-  using E5 = std::integral_constant<DType, DType::fp8_e5m2>;
-  auto with = [&](auto c) -> R {
-    if (dtype == DType::bf16) return f(B{}, c);
-    if (dtype == DType::fp16) return f(H{}, c);
-    if (dtype == DType::fp32) return f(S{}, c);
-    if (dtype == DType::fp8_e4m3) return f(E4{}, c);
-    if (dtype == DType::fp8_e5m2) return f(E5{}, c);
-    return otherwise;
-  };
-  if (code == CodeId::pair) return with(PairCode{});
-  if constexpr (WITH_FIXED)
-    if (code == CodeId::fixed) return with(FixedCode{});
+  if (code == CodeId::pair) return visit_dtype(dtype, otherwise, [&](auto d) -> R { return f(d, PairCode{}); });
+  if (code == CodeId::fixed) return visit_dtype(dtype, otherwise, [&](auto d) -> R { return f(d, FixedCode{}); });
   return otherwise;
 }
 
