@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "config.hpp"
 
@@ -36,6 +37,30 @@ ZIPCOMM_HOST_DEVICE constexpr bool is_fp8(DType d) { return d == DType::fp8_e4m3
 /// frames and ring slots are laid out for one plane-0 byte per element.
 ZIPCOMM_HOST_DEVICE constexpr bool comm_dtype_supported(DType d) {
   return d == DType::bf16 || d == DType::fp16 || d == DType::fp32;
+}
+
+/// Calls f(DTypeTag) for the run-time dtype and returns its result, or `otherwise` when it is unknown. DTypeTag is
+/// std::integral_constant<DType, D>. The one list of the dtypes.
+template <class R, class F>
+R visit_dtype(DType dtype, R otherwise, F&& f) {
+  if (dtype == DType::bf16) return f(std::integral_constant<DType, DType::bf16>{});
+  if (dtype == DType::fp16) return f(std::integral_constant<DType, DType::fp16>{});
+  if (dtype == DType::fp32) return f(std::integral_constant<DType, DType::fp32>{});
+  if (dtype == DType::fp8_e4m3) return f(std::integral_constant<DType, DType::fp8_e4m3>{});
+  if (dtype == DType::fp8_e5m2) return f(std::integral_constant<DType, DType::fp8_e5m2>{});
+  return otherwise;
+}
+
+/// visit_dtype over the dtypes with arithmetic (comm_dtype_supported: bf16, fp16, fp32): `otherwise` for the fp8
+/// ones, whose f is then never instantiated.
+template <class R, class F>
+R visit_comm_dtype(DType dtype, R otherwise, F&& f) {
+  return visit_dtype(dtype, otherwise, [&](auto d) -> R {
+    if constexpr (comm_dtype_supported(decltype(d)::value))
+      return f(d);
+    else
+      return otherwise;
+  });
 }
 
 namespace format {

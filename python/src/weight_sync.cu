@@ -81,14 +81,15 @@ struct PeerLinkOf final : AnyLink {
 
 template <template <DType> class Link, class... Args>
 std::unique_ptr<AnyLink> make_link(DType d, Args... args) {
-  switch (d) {
-    case DType::bf16: return std::make_unique<Link<DType::bf16>>(args...);
-    case DType::fp16: return std::make_unique<Link<DType::fp16>>(args...);
-    case DType::fp32: return std::make_unique<Link<DType::fp32>>(args...);
-    default:
-      throw CudaError(std::string("zipcomm.WeightSync: no P2P link for ") + zipcomm::dtype_name(d) +
-                      " (the links move bf16, fp16 and fp32)");
-  }
+  std::unique_ptr<AnyLink> link;
+  zipcomm::visit_comm_dtype(d, false, [&](auto dt) {
+    link = std::make_unique<Link<decltype(dt)::value>>(args...);
+    return true;
+  });
+  if (!link)
+    throw CudaError(std::string("zipcomm.WeightSync: no P2P link for ") + zipcomm::dtype_name(d) +
+                    " (the links move bf16, fp16 and fp32)");
+  return link;
 }
 
 constexpr int DTYPE_SLOTS = 8;  // indexed by the DType's value

@@ -31,7 +31,7 @@ inline cudaError_t decompress(DType dtype, CodeId code, void* d_temp_storage, si
 inline cudaError_t decompress(DType dtype, void* d_temp_storage, size_t& temp_storage_bytes, const void* d_in,
                               uint64_t in_bytes, void* d_out, uint64_t out_capacity_elems, Status* d_status,
                               cudaStream_t stream = 0) {
-  return thread::visit_dtype(dtype, cudaErrorInvalidValue, [&](auto dt) {
+  return visit_dtype(dtype, cudaErrorInvalidValue, [&](auto dt) {
     return decompress<decltype(dt)::value, AnyCode>(d_temp_storage, temp_storage_bytes, d_in, in_bytes, d_out,
                                                     out_capacity_elems, d_status, stream);
   });

@@ -20,18 +20,6 @@ namespace host {
 
 namespace detail {
 
-template <class F>
-inline Status visit_dtype(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::bf16: return f(std::integral_constant<DType, DType::bf16>{});
-    case DType::fp16: return f(std::integral_constant<DType, DType::fp16>{});
-    case DType::fp32: return f(std::integral_constant<DType, DType::fp32>{});
-    case DType::fp8_e4m3:
-    case DType::fp8_e5m2: break;  // codec only: no reduction arithmetic
-  }
-  return Status::invalid_argument;
-}
-
 /// Reads a stream that must hold exactly n elements of dtype/code; decodes it into `out` when given.
 inline Status decode_exact(const void* in, uint64_t in_bytes, DType dtype, CodeId code, uint64_t n,
                            std::vector<uint8_t>* out) {
@@ -51,7 +39,7 @@ inline Status decode_exact(const void* in, uint64_t in_bytes, DType dtype, CodeI
 /// pre(x) of every element: a rank's contribution entering a reduction (avg scales; other ops copy).
 inline Status reduce_pre(DType dtype, const ReduceOp& op, const void* in, void* out, uint64_t n) {
   if ((n && (!in || !out)) || !reduce_op_valid(op)) return Status::invalid_argument;
-  return detail::visit_dtype(dtype, [&](auto dt) {
+  return visit_comm_dtype(dtype, Status::invalid_argument, [&](auto dt) {
     constexpr DType D = decltype(dt)::value;
     for (uint64_t i = 0; i < n; ++i) {
       const uint32_t x = detail::load_bits<D>(static_cast<const uint8_t*>(in), i);
@@ -64,7 +52,7 @@ inline Status reduce_pre(DType dtype, const ReduceOp& op, const void* in, void* 
 /// out[i] = combine(acc[i], pre(local[i])): one hop of a reduction, uncompressed. out may equal acc or local.
 inline Status reduce(DType dtype, const ReduceOp& op, const void* acc, const void* local, void* out, uint64_t n) {
   if ((n && (!acc || !local || !out)) || !reduce_op_valid(op)) return Status::invalid_argument;
-  return detail::visit_dtype(dtype, [&](auto dt) {
+  return visit_comm_dtype(dtype, Status::invalid_argument, [&](auto dt) {
     constexpr DType D = decltype(dt)::value;
     for (uint64_t i = 0; i < n; ++i) {
       uint32_t a[1] = {detail::load_bits<D>(static_cast<const uint8_t*>(acc), i)};

@@ -205,16 +205,6 @@ inline cudaError_t grid_for(Kernel kernel, uint64_t tiles, int& grid) {
   return cudaSuccess;
 }
 
-/// Calls f(std::integral_constant<DType, d>) for a valid dtype d.
-template <class F>
-inline cudaError_t with_dtype(DType d, F&& f) {
-  switch (d) {
-    case DType::bf16: return f(std::integral_constant<DType, DType::bf16>{});
-    case DType::fp16: return f(std::integral_constant<DType, DType::fp16>{});
-    case DType::fp32: return f(std::integral_constant<DType, DType::fp32>{});
-  }
-  return cudaErrorInvalidValue;
-}
 
 /// Checks a dequantizing call's arguments and launches the kernel of `step`.
 inline cudaError_t launch_dequantize(const DequantizeArgs& args, DType out_dtype, ReceiveStep step,
@@ -231,7 +221,7 @@ inline cudaError_t launch_dequantize(const DequantizeArgs& args, DType out_dtype
   if (e != cudaSuccess) return e;
   // The element count is in the header, on the device; the message bounds it: b >= 2 bits per element.
   const uint64_t max_tiles = format::div_up(4 * args.msg_bytes, warp::WarpGroupDequantizer::TILE_ELEMS);
-  return with_dtype(out_dtype, [&](auto dt) {
+  return visit_comm_dtype(out_dtype, cudaErrorInvalidValue, [&](auto dt) {
     constexpr DType O = decltype(dt)::value;
     auto launch = [&](auto kernel) {
       int grid = 1;
@@ -269,7 +259,7 @@ inline cudaError_t quantize(const void* d_in, uint64_t n, DType dtype, QuantMode
   cudaError_t e = cudaMemsetAsync(d_status, 0, sizeof(Status), stream);  // Status::ok
   if (e != cudaSuccess) return e;
   const detail::QuantizeArgs args{d_in, n, static_cast<uint8_t*>(d_out), d_status, dtype, mode, bits, group};
-  return detail::with_dtype(dtype, [&](auto dt) {
+  return visit_comm_dtype(dtype, cudaErrorInvalidValue, [&](auto dt) {
     constexpr DType D = decltype(dt)::value;
     int grid = 1;
     const uint64_t tiles = format::div_up(n, warp::WarpGroupQuantizer<D>::TILE_ELEMS);

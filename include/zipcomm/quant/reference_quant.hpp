@@ -37,19 +37,6 @@ inline float get_f32(const uint8_t* p) {
   return v;
 }
 
-/// Calls f(std::integral_constant-like tag) with the DType as a compile-time value; `bad` for an unknown dtype.
-template <class F>
-inline Status visit_dtype(DType d, F&& f) {
-  switch (d) {
-    case DType::bf16: return f(std::integral_constant<DType, DType::bf16>{});
-    case DType::fp16: return f(std::integral_constant<DType, DType::fp16>{});
-    case DType::fp32: return f(std::integral_constant<DType, DType::fp32>{});
-    case DType::fp8_e4m3:
-    case DType::fp8_e5m2: break;  // not quantized
-  }
-  return Status::invalid_argument;
-}
-
 /// The codes of group g (`count` elements, G <= 128) of a checked message: unpacked from whole blocks.
 inline void read_group_codes(const uint8_t* msg, const Layout& l, uint64_t g, uint32_t count, uint32_t* codes) {
   const uint64_t first_block = g * (l.group / BLOCK_ELEMS);
@@ -188,7 +175,7 @@ inline Status quantize(DType dtype, QuantMode mode, uint32_t bits, uint32_t grou
   if (dst_capacity < total) return Status::buffer_too_small;
   auto s = static_cast<const uint8_t*>(src);
   auto d = static_cast<uint8_t*>(dst);
-  const Status st = detail::visit_dtype(dtype, [&](auto dt) {
+  const Status st = visit_comm_dtype(dtype, Status::invalid_argument, [&](auto dt) {
     return detail::quantize_typed<decltype(dt)::value>(mode, bits, group, s, n, d);
   });
   if (st != Status::ok) return st;
@@ -218,9 +205,9 @@ inline Status dequantize(const void* src, uint64_t src_bytes, void* dst, uint64_
   auto d = static_cast<uint8_t*>(dst);
   const Layout l = layout_for(static_cast<QuantMode>(h.mode), h.bits, h.group_size, h.num_elements);
   if (!detail::padding_zero(s, l)) return Status::corrupt_stream;
-  return detail::visit_dtype(static_cast<DType>(h.dtype), [&](auto dt) {
+  return visit_comm_dtype(static_cast<DType>(h.dtype), Status::invalid_argument, [&](auto dt) {
     constexpr DType D = decltype(dt)::value;
-    return detail::visit_dtype(out_dtype, [&](auto ot) {
+    return visit_comm_dtype(out_dtype, Status::invalid_argument, [&](auto ot) {
       constexpr DType O = decltype(ot)::value;
       const Status check = detail::dequantize_typed<D, O>(s, l, d, false);
       return check != Status::ok ? check : detail::dequantize_typed<D, O>(s, l, d, true);

@@ -120,14 +120,7 @@ inline uint32_t chunk_check(const uint32_t* bits, uint32_t elems) {
 
 /// chunk_check with the dtype known at run time (0 for an unknown dtype).
 inline uint32_t chunk_check(DType dtype, const uint32_t* bits, uint32_t elems) {
-  switch (dtype) {
-    case DType::bf16: return chunk_check<DType::bf16>(bits, elems);
-    case DType::fp16: return chunk_check<DType::fp16>(bits, elems);
-    case DType::fp32: return chunk_check<DType::fp32>(bits, elems);
-    case DType::fp8_e4m3: return chunk_check<DType::fp8_e4m3>(bits, elems);
-    case DType::fp8_e5m2: return chunk_check<DType::fp8_e5m2>(bits, elems);
-  }
-  return 0;
+  return visit_dtype(dtype, 0u, [&](auto d) { return chunk_check<decltype(d)::value>(bits, elems); });
 }
 
 }  // namespace thread

@@ -126,18 +126,6 @@ struct CodeFor<CodeId::pair> {
   using type = PairCode;
 };
 
-/// Calls f(DTypeTag) for the run-time dtype and returns its result, or `otherwise` when it is unknown. DTypeTag is
-/// std::integral_constant<DType, D>. One place lists the dtypes.
-template <class R, class F>
-R visit_dtype(DType dtype, R otherwise, F&& f) {
-  if (dtype == DType::bf16) return f(std::integral_constant<DType, DType::bf16>{});
-  if (dtype == DType::fp16) return f(std::integral_constant<DType, DType::fp16>{});
-  if (dtype == DType::fp32) return f(std::integral_constant<DType, DType::fp32>{});
-  if (dtype == DType::fp8_e4m3) return f(std::integral_constant<DType, DType::fp8_e4m3>{});
-  if (dtype == DType::fp8_e5m2) return f(std::integral_constant<DType, DType::fp8_e5m2>{});
-  return otherwise;
-}
-
 /// Calls f(DTypeTag, Code) for the run-time pair (dtype, code) and returns its result, or `otherwise` when the
 /// pair is unknown. One place lists the codes.
 template <class R, class F>

@@ -278,15 +278,12 @@ class RingCommunicator {
   template <int UNUSED = 0>
   cudaError_t allreduce(DType dtype, void* const* data, uint64_t n, const ReduceOp& op,
                         RingMode mode = RingMode::automatic) {
-    switch (dtype) {
-      case DType::bf16: return allreduce<DType::bf16>(data, n, op, mode);
-      case DType::fp16: return allreduce<DType::fp16>(data, n, op, mode);
-      case DType::fp32: return allreduce<DType::fp32>(data, n, op, mode);
-      case DType::fp8_e4m3:
-      case DType::fp8_e5m2: break;  // codec only
+    if (!comm_dtype_supported(dtype)) {  // the fp8 dtypes are codec only
+      pending_ = Status::invalid_argument;
+      return cudaErrorInvalidValue;
     }
-    pending_ = Status::invalid_argument;
-    return cudaErrorInvalidValue;
+    return visit_comm_dtype(dtype, cudaErrorInvalidValue,
+                            [&](auto d) { return allreduce<decltype(d)::value>(data, n, op, mode); });
   }
 
   /// Waits for every enqueued call; the first error any rank met (ok if none). After an error the windows are
