@@ -205,7 +205,6 @@ inline cudaError_t grid_for(Kernel kernel, uint64_t tiles, int& grid) {
   return cudaSuccess;
 }
 
-
 /// Checks a dequantizing call's arguments and launches the kernel of `step`.
 inline cudaError_t launch_dequantize(const DequantizeArgs& args, DType out_dtype, ReceiveStep step,
                                      cudaStream_t stream) {
