@@ -39,8 +39,8 @@ ZIPCOMM_HOST_DEVICE constexpr bool comm_dtype_supported(DType d) {
   return d == DType::bf16 || d == DType::fp16 || d == DType::fp32;
 }
 
-/// Calls f(DTypeTag) for the run-time dtype and returns its result, or `otherwise` when it is unknown. DTypeTag is
-/// std::integral_constant<DType, D>. The one list of the dtypes.
+/// Host dispatch: calls f(DTypeTag) for the run-time dtype and returns its result, or `otherwise` when it is unknown.
+/// DTypeTag is std::integral_constant<DType, D>. The one list of the dtypes.
 template <class R, class F>
 R visit_dtype(DType dtype, R otherwise, F&& f) {
   if (dtype == DType::bf16) return f(std::integral_constant<DType, DType::bf16>{});
