@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "../config.hpp"

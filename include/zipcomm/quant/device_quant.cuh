@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 
 #include "../config.hpp"
 #include "../format.hpp"

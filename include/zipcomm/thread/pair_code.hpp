@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "../format.hpp"
 #include "fixed_code.hpp"
