@@ -23,6 +23,7 @@ void* kernels[] = {
     reinterpret_cast<void*>(&device::detail::decompress_kernel<DType::$DTYPE, thread::$CLASS>),
 };
 CU
-nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -lineinfo -Iinclude -cubin -o "$tmp/probe.cubin" "$tmp/probe.cu"
+nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -lineinfo -Iinclude -cubin \
+  -o "$tmp/probe.cubin" "$tmp/probe.cu"
 "$NVDISASM" -c -gi "$tmp/probe.cubin" > "$OUT/codec_${DTYPE}_${CODE}.sass"
 echo "$OUT/codec_${DTYPE}_${CODE}.sass"

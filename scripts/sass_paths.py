@@ -6,13 +6,15 @@ is worth before any GPU runs it. Input: `nvdisasm -c -gi kernel.cubin` (the CUDA
 nvidia-cuda-nvdisasm's) of a cubin built with `-lineinfo`, e.g. for the bf16 fixed-code decoder:
 
   bash scripts/sass-codec.sh bf16 fixed             # writes $OUT/codec_bf16_fixed.sass (OUT: /tmp/zipcomm-out)
-  python3 scripts/sass_paths.py $OUT/codec_bf16_fixed.sass decompress_kernel                      # loops, largest first
-  python3 scripts/sass_paths.py $OUT/codec_bf16_fixed.sass decompress_kernel --list 3bc0          # one loop, with source lines
-  python3 scripts/sass_paths.py $OUT/codec_bf16_fixed.sass decompress_kernel --path 3bc0 4ec0 3e70=T 4480=1
+  S=$OUT/codec_bf16_fixed.sass
+  python3 scripts/sass_paths.py $S decompress_kernel                               # loops, largest first
+  python3 scripts/sass_paths.py $S decompress_kernel --list 3790                   # one loop, with source lines
+  python3 scripts/sass_paths.py $S decompress_kernel --path 3790 4c10 39a0=T 4050=1 42e0=T 49f0=T
 
 --path START END [ADDR=T|N|K ...] walks from START until it executes END (a loop's back edge): a conditional
 branch at ADDR is taken (T), not taken (N, the default) or taken its first K times (an inner loop of K + 1 rounds);
-an unconditional one is always taken. It prints the instructions executed, by opcode.
+an unconditional one is always taken. It prints the instructions executed, by opcode. Addresses belong to one build:
+read them off --list after every change.
 """
 import argparse
 import collections
