@@ -35,8 +35,8 @@ def parse(path, function):
     inside, in_chain, location = False, False, "?"
     with open(path) as f:
         for line in f:
-            if line.startswith(".text."):
-                inside = function in line
+            if line.startswith(".text."):  # a whole name: compress_kernel is not decompress_kernel
+                inside = re.search(r"(?<![A-Za-z_])" + re.escape(function), line) is not None
                 continue
             if not inside:
                 continue
@@ -102,7 +102,7 @@ def main():
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet under `| head`
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sass")
-    parser.add_argument("function", help="a part of the (mangled) kernel name")
+    parser.add_argument("function", help="a name in the (mangled) kernel name, e.g. compress_kernel")
     parser.add_argument("--list", metavar="HEAD", help="print the loop starting at HEAD (hex)")
     parser.add_argument("--path", nargs="+", metavar="ARG", help="START END [ADDR=T|N|K ...] (hex addresses)")
     parser.add_argument("--most", type=int, default=12, help="loops to report (12)")
