@@ -13,8 +13,8 @@ nvidia-cuda-nvdisasm's) of a cubin built with `-lineinfo`, e.g. for the bf16 fix
 
 --path START END [ADDR=T|N|K ...] walks from START until it executes END (a loop's back edge): a conditional
 branch at ADDR is taken (T), not taken (N, the default) or taken its first K times (an inner loop of K + 1 rounds);
-an unconditional one is always taken. It prints the instructions executed, by opcode. Addresses belong to one build:
-read them off --list after every change.
+an unconditional one is always taken (BRA.DIV, taken only by a diverged warp, counts as conditional). It prints the
+instructions executed, by opcode. Addresses belong to one build: read them off --list after every change.
 """
 import argparse
 import collections
@@ -87,7 +87,7 @@ def walk(instructions, labels, start, end, rules):
             return executed
         m = BRANCH.search(text)
         if m:
-            conditional = text.startswith("@")
+            conditional = text.startswith("@") or "BRA.DIV" in text  # BRA.DIV: only in a diverged warp
             visits[address] += 1
             rule = rules.get(address, "N" if conditional else "T")
             taken = not conditional or rule == "T" or (rule.isdigit() and visits[address] <= int(rule))
