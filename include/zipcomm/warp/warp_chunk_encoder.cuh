@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "../format.hpp"
 #include "../thread/chunk_check.hpp"
@@ -19,6 +20,14 @@
 
 namespace zipcomm {
 namespace warp {
+
+/// Whether an encoder's loader also gives a full tile of 16-bit items as four words, two items each, the first
+/// in the low half (words(tile, w)): the encoder then codes them without splitting them into items.
+template <class Loader, class = void>
+struct LoadsWords : std::false_type {};
+template <class Loader>
+struct LoadsWords<Loader, std::void_t<decltype(std::declval<Loader&>().words(0u, std::declval<uint32_t (&)[ITEMS / 2]>()))>>
+    : std::true_type {};
 
 /// The tiles of an element array in memory, as an encoder's loader wants them (any alignment), each tile's
 /// load started while the previous one is coded. With an avg `pre_op` each element is scaled first: a
@@ -35,6 +44,7 @@ struct ArrayTileSource {
   const uint8_t* lane_at = nullptr;   // the lane's first item in the chunk
   LaneItemsPrefetch<D> ahead[2];
   static constexpr uint32_t L1_AHEAD = 4;  // bf16 encode 935 -> 1,052 GB/s (H100); 8 ahead: 958
+  static constexpr uint32_t L2_AHEAD_TILES = 32;
   static constexpr uint32_t TILE_BYTES = format::TILE_ELEMS * format::Traits<D>::ELEM_BYTES;
 
   ZIPCOMM_DEVICE ArrayTileSource(const void* array, const ReduceOp& op)
@@ -68,6 +78,35 @@ struct ArrayTileSource {
       TakeSlow(t, x);
     }
     thread::pre_items<D>(pre_op, x);
+  }
+  /// operator() of a full tile of a 16-bit dtype, as four words.
+  ZIPCOMM_DEVICE void words(uint32_t t, uint32_t (&w)[ITEMS / 2]) {
+    static_assert(format::Traits<D>::ELEM_BYTES == 2, "two items per word: 16-bit dtypes");
+    if (t + 2 == issued && t + 2 < full_tiles && pre_op.id != ReduceOpId::avg) {  // operator()'s steady state
+      const uint8_t* at = lane_at + (t + 2) * TILE_BYTES;
+      if (t + L1_AHEAD < full_tiles) prefetch_l1(at + (L1_AHEAD - 2) * TILE_BYTES);
+      if (t % 2 == 0) {
+        ahead[0].TakeWords(w);
+        ahead[0].IssueFull(at);
+      } else {
+        ahead[1].TakeWords(w);
+        ahead[1].IssueFull(at);
+      }
+      issued = t + 3;
+      return;
+    }
+    uint32_t x[ITEMS];
+    (*this)(t, x);
+#pragma unroll
+    for (int p = 0; p < ITEMS / 2; ++p) w[p] = x[2 * p] | x[2 * p + 1] << 16;
+  }
+  /// Brings the first L2_AHEAD_TILES tiles of a chunk to L2: the encoder calls it for its next chunk while it
+  /// waits to place the current one.
+  ZIPCOMM_DEVICE void prefetch_l2(uint32_t chunk_elems, uint64_t chunk_first_tile) const {
+    const uint64_t first = chunk_first_tile * TILE_BYTES;
+    const uint64_t bytes = min(uint64_t(chunk_elems) * format::Traits<D>::ELEM_BYTES, uint64_t(L2_AHEAD_TILES) * TILE_BYTES);
+    for (uint64_t b = lane_id() * 128u; b < bytes; b += 32u * 128u)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const uint8_t*>(in) + first + b));
   }
   ZIPCOMM_DEVICE Status status() const { return Status::ok; }
 
@@ -194,12 +233,27 @@ class WarpChunkEncoder {
     }
 
     uint32_t t = 0;
+    constexpr bool WORDS = format::Traits<D>::ELEM_BYTES == 2 && LoadsWords<Loader>::value;
     if constexpr (PACKED) {
       // Full tiles in a loop of their own, two per round: a loader that alternates between two prefetches
       // (ArrayTileSource) then knows which one each tile takes.
       uint8_t* plane0_at = planes.plane0 + first_tile * format::TILE_ELEMS + lane * ITEMS;
 #pragma unroll 2
       for (; t < full_tiles; ++t) {
+        if constexpr (WORDS) {  // 16-bit items as loaded, two a word
+          uint32_t w[ITEMS / 2];
+          load.words(t, w);
+          if constexpr (format::has_low(D)) {  // fp16's three low bits
+            uint32_t x[ITEMS];
+#pragma unroll
+            for (int p = 0; p < ITEMS / 2; ++p) x[2 * p] = w[p] & 0xFFFFu, x[2 * p + 1] = w[p] >> 16;
+            const uint32_t code = low.code(t);
+            write_low_bits<D>(planes.low + low.at, code, format::TILE_ELEMS, ITEMS, x);
+            low.at += format::low_tile_bytes(D, code, format::TILE_ELEMS);
+          }
+          check = FullTileWords(t, w, plane0_at + t * format::TILE_ELEMS, check);
+          continue;
+        }
         uint32_t x[ITEMS];
         load(t, x);
         if constexpr (format::has_low(D)) {  // the low bits by the per-item writer (fp16: none at the narrow width)
@@ -329,31 +383,41 @@ class WarpChunkEncoder {
     ++words_;
   }
 
-  // A full lane's four pairs of a tile with an ESC symbol: the raw exponent of each ESC follows its pair's codeword.
-  ZIPCOMM_DEVICE void AppendWithEscapes(uint32_t table_f, uint32_t a, const uint32_t (&x)[ITEMS]) {
+  // A full lane's four pairs of a tile with an ESC symbol (exps: the items' exponents): the raw exponent of each
+  // ESC follows its pair's codeword.
+  ZIPCOMM_DEVICE void AppendWithEscapes(uint32_t table_f, uint32_t a, const uint32_t (&exps)[ITEMS]) {
 #pragma unroll
     for (int p = 0; p < ITEMS / 2; ++p) {
-      const uint32_t s0 = Code::symbol_of(FB::exponent(x[2 * p]), a);
-      const uint32_t s1 = Code::symbol_of(FB::exponent(x[2 * p + 1]), a);
+      const uint32_t s0 = Code::symbol_of(exps[2 * p], a), s1 = Code::symbol_of(exps[2 * p + 1], a);
       Append(Entry(table_f, s0, s1));
-      if (s0 == Code::ESC) Append(FB::exponent(x[2 * p]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
-      if (s1 == Code::ESC) Append(FB::exponent(x[2 * p + 1]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
+      if (s0 == Code::ESC) Append(exps[2 * p] | EXP_BITS << Code::ENCODE_LEN_SHIFT);
+      if (s1 == Code::ESC) Append(exps[2 * p + 1] | EXP_BITS << Code::ENCODE_LEN_SHIFT);
     }
+  }
+  ZIPCOMM_DEVICE static void exponents_of(const uint32_t (&x)[ITEMS], uint32_t (&exps)[ITEMS]) {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) exps[i] = FB::exponent(x[i]);
   }
 
   // A full tile (the lane's 8 items; plane0_at is where its 8 plane bytes go); returns the updated check.
   ZIPCOMM_DEVICE uint32_t FullTilePacked(uint32_t t, const uint32_t (&x)[ITEMS], uint8_t* plane0_at, uint32_t check) {
-    uint32_t w[ITEMS / 2], top[ITEMS / 2];
+    uint32_t w[ITEMS / 2];
 #pragma unroll
-    for (int p = 0; p < ITEMS / 2; ++p) {
-      w[p] = packed_pair<D>(x[2 * p], x[2 * p + 1]);
+    for (int p = 0; p < ITEMS / 2; ++p) w[p] = packed_pair<D>(x[2 * p], x[2 * p + 1]);
+    if constexpr (D == DType::fp32) check = thread::ChunkCheck::add_items<D>(check, x, ITEMS);  // whole elements
+    return FullTileWords(t, w, plane0_at, check);
+  }
+  // FullTilePacked from the packed words (fp32: the check of the whole elements already taken).
+  ZIPCOMM_DEVICE uint32_t FullTileWords(uint32_t t, const uint32_t (&w)[ITEMS / 2], uint8_t* plane0_at,
+                                        uint32_t check) {
+    uint32_t top[ITEMS / 2];
+#pragma unroll
+    for (int p = 0; p < ITEMS / 2; ++p)
       top[p] = w[p] >> (PB::MANT_BITS - 7);  // each half's top 7 mantissa bits in its low byte (fp16: 3 bits down)
-    }
     // Plane bytes: those 7 bits under the sign (the top bit of each half's high byte); fp16 encode 663 -> 718 GB/s.
     *reinterpret_cast<uint2*>(plane0_at) =
         make_uint2((prmt(top[0], top[1], 0x6420u) & 0x7F7F7F7Fu) | (prmt(w[0], w[1], 0x7531u) & 0x80808080u),
                    (prmt(top[2], top[3], 0x6420u) & 0x7F7F7F7Fu) | (prmt(w[2], w[3], 0x7531u) & 0x80808080u));
-    if constexpr (D == DType::fp32) check = thread::ChunkCheck::add_items<D>(check, x, ITEMS);  // whole elements
     uint32_t mag = 0;
 #pragma unroll
     for (int p = 0; p < ITEMS / 2; ++p) {
@@ -367,7 +431,7 @@ class WarpChunkEncoder {
     if constexpr (FIXED)
       FixedTilePacked(t, a, w);
     else if (a != 0)  // a = 0: all exponents zero, nothing to code
-      PairTilePacked(a, f, w, x);
+      PairTilePacked(a, f, w);
     return check;
   }
   // The pair code's tile from its items (partial tiles, dtypes without a packed path): cnt valid, all if full.
@@ -403,8 +467,7 @@ class WarpChunkEncoder {
   }
   // The pair code's symbols of both halves at once: d = a - e, ZERO (16) where e = 0; d >= 16 (an ESC) sends the
   // tile to AppendWithEscapes.
-  ZIPCOMM_DEVICE void PairTilePacked(uint32_t a, uint32_t f, const uint32_t (&w)[ITEMS / 2],
-                                     const uint32_t (&x)[ITEMS]) {
+  ZIPCOMM_DEVICE void PairTilePacked(uint32_t a, uint32_t f, const uint32_t (&w)[ITEMS / 2]) {
     constexpr uint32_t EXP_MASK = (1u << EXP_BITS) - 1u;
     const uint32_t a2 = a | a << 16;
     uint32_t s[ITEMS / 2], dmax = 0;
@@ -422,7 +485,11 @@ class WarpChunkEncoder {
       for (int p = 0; p < ITEMS / 2; p += 2)
         Append2(Entry(table_f, s[p] & 0xFFFFu, s[p] >> 16), Entry(table_f, s[p + 1] & 0xFFFFu, s[p + 1] >> 16));
     } else {
-      AppendWithEscapes(table_f, a, x);
+      uint32_t exps[ITEMS];  // fp32: its upper halves' exponents are its own
+#pragma unroll
+      for (int p = 0; p < ITEMS / 2; ++p)
+        exps[2 * p] = PB::exponent(w[p] & 0xFFFFu), exps[2 * p + 1] = PB::exponent(w[p] >> 16);
+      AppendWithEscapes(table_f, a, exps);
     }
   }
   // The fixed code's codes min(a - e, 7) of both halves at once.
@@ -484,7 +551,9 @@ class WarpChunkEncoder {
       for (int k = 0; k < 2; ++k)
         Append2(Entry(table_f, s[k] & 0xFFu, (s[k] >> 8) & 0xFFu), Entry(table_f, (s[k] >> 16) & 0xFFu, s[k] >> 24));
     } else {
-      AppendWithEscapes(table_f, a, x);
+      uint32_t exps[ITEMS];
+      exponents_of(x, exps);
+      AppendWithEscapes(table_f, a, exps);
     }
   }
 
@@ -554,9 +623,10 @@ class WarpChunkEncoder {
     uint32_t at, total;
     place_exceptions(flags, at, total);
     uint8_t* list = temp_.bytes + (FC::TILE_CODE_BYTES + 1) * tiles_;
+    const uint64_t exps = prmt(e2[0], e2[1], 0x6420u) | uint64_t(prmt(e2[2], e2[3], 0x6420u)) << 32;  // item i: byte i
     for (at += words_; flags; ++at) {
       const uint32_t b = top_flag(flags);
-      if (at < exception_limit_) list[at] = uint8_t(pair_of_flag(e2, b) >> (b & 16u));
+      if (at < exception_limit_) list[at] = uint8_t(exps >> item_byte_shift(b));
       flags ^= 1u << b;
     }
     words_ += total;
