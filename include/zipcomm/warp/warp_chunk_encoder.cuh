@@ -26,7 +26,8 @@ namespace warp {
 template <class Loader, class = void>
 struct LoadsWords : std::false_type {};
 template <class Loader>
-struct LoadsWords<Loader, std::void_t<decltype(std::declval<Loader&>().words(0u, std::declval<uint32_t (&)[ITEMS / 2]>()))>>
+struct LoadsWords<Loader,
+                  std::void_t<decltype(std::declval<Loader&>().words(0u, std::declval<uint32_t (&)[ITEMS / 2]>()))>>
     : std::true_type {};
 
 /// The tiles of an element array in memory, as an encoder's loader wants them (any alignment), each tile's
@@ -44,7 +45,7 @@ struct ArrayTileSource {
   const uint8_t* lane_at = nullptr;   // the lane's first item in the chunk
   LaneItemsPrefetch<D> ahead[2];
   static constexpr uint32_t L1_AHEAD = 4;  // bf16 encode 935 -> 1,052 GB/s (H100); 8 ahead: 958
-  static constexpr uint32_t L2_AHEAD_TILES = 32;
+  static constexpr uint32_t L2_AHEAD_TILES = 32;  // of the next chunk, to L2 while the encoder waits to place one
   static constexpr uint32_t TILE_BYTES = format::TILE_ELEMS * format::Traits<D>::ELEM_BYTES;
 
   ZIPCOMM_DEVICE ArrayTileSource(const void* array, const ReduceOp& op)
@@ -61,40 +62,14 @@ struct ArrayTileSource {
   }
   /// Two tiles ahead, each in its own registers: a register copy of a load in flight would wait for it.
   ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[ITEMS]) {
-    if (t + 2 == issued && t + 2 < full_tiles) {  // the steady state: whole vectors in order
-      const uint8_t* at = lane_at + (t + 2) * TILE_BYTES;
-      // Tile t + 4 to L1: the loads wait for the latest load of their scoreboard (at a merge with the synchronous
-      // partial-tile loads too), so the two tiles in registers alone arrive late.
-      if (t + L1_AHEAD < full_tiles) prefetch_l1(at + (L1_AHEAD - 2) * TILE_BYTES);
-      if (t % 2 == 0) {
-        ahead[0].TakeFull(x);
-        ahead[0].IssueFull(at);
-      } else {
-        ahead[1].TakeFull(x);
-        ahead[1].IssueFull(at);
-      }
-      issued = t + 3;
-    } else {
-      TakeSlow(t, x);
-    }
+    if (!TakeSteady(t, [&](const LaneItemsPrefetch<D>& tile) { tile.TakeFull(x); })) TakeSlow(t, x);
     thread::pre_items<D>(pre_op, x);
   }
   /// operator() of a full tile of a 16-bit dtype, as four words.
   ZIPCOMM_DEVICE void words(uint32_t t, uint32_t (&w)[ITEMS / 2]) {
     static_assert(format::Traits<D>::ELEM_BYTES == 2, "two items per word: 16-bit dtypes");
-    if (t + 2 == issued && t + 2 < full_tiles && pre_op.id != ReduceOpId::avg) {  // operator()'s steady state
-      const uint8_t* at = lane_at + (t + 2) * TILE_BYTES;
-      if (t + L1_AHEAD < full_tiles) prefetch_l1(at + (L1_AHEAD - 2) * TILE_BYTES);
-      if (t % 2 == 0) {
-        ahead[0].TakeWords(w);
-        ahead[0].IssueFull(at);
-      } else {
-        ahead[1].TakeWords(w);
-        ahead[1].IssueFull(at);
-      }
-      issued = t + 3;
+    if (pre_op.id != ReduceOpId::avg && TakeSteady(t, [&](const LaneItemsPrefetch<D>& tile) { tile.TakeWords(w); }))
       return;
-    }
     uint32_t x[ITEMS];
     (*this)(t, x);
 #pragma unroll
@@ -104,13 +79,33 @@ struct ArrayTileSource {
   /// waits to place the current one.
   ZIPCOMM_DEVICE void prefetch_l2(uint32_t chunk_elems, uint64_t chunk_first_tile) const {
     const uint64_t first = chunk_first_tile * TILE_BYTES;
-    const uint64_t bytes = min(uint64_t(chunk_elems) * format::Traits<D>::ELEM_BYTES, uint64_t(L2_AHEAD_TILES) * TILE_BYTES);
+    const uint64_t bytes =
+        min(uint64_t(chunk_elems) * format::Traits<D>::ELEM_BYTES, uint64_t(L2_AHEAD_TILES) * TILE_BYTES);
     for (uint64_t b = lane_id() * 128u; b < bytes; b += 32u * 128u)
       asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const uint8_t*>(in) + first + b));
   }
   ZIPCOMM_DEVICE Status status() const { return Status::ok; }
 
  private:
+  // The steady state, whole vectors in order: tile t taken from its prefetch by take(prefetch), tile t + 2's load
+  // started into the same registers. False (nothing done) elsewhere.
+  template <class Take>
+  ZIPCOMM_DEVICE bool TakeSteady(uint32_t t, Take take) {
+    if (t + 2 != issued || t + 2 >= full_tiles) return false;
+    const uint8_t* at = lane_at + (t + 2) * TILE_BYTES;
+    // Tile t + 4 to L1: the loads wait for the latest load of their scoreboard (at a merge with the synchronous
+    // partial-tile loads too), so the two tiles in registers alone arrive late.
+    if (t + L1_AHEAD < full_tiles) prefetch_l1(at + (L1_AHEAD - 2) * TILE_BYTES);
+    if (t % 2 == 0) {  // constant indices: the prefetches stay in registers
+      take(ahead[0]);
+      ahead[0].IssueFull(at);
+    } else {
+      take(ahead[1]);
+      ahead[1].IssueFull(at);
+    }
+    issued = t + 3;
+    return true;
+  }
   ZIPCOMM_DEVICE void TakeSlow(uint32_t t, uint32_t (&x)[ITEMS]) {
     if (t + 2 != issued) {  // out of order (a raw chunk's second pass starts again at 0)
       issued = t;
