@@ -96,7 +96,7 @@ struct FixedCodeReader {
       const uint8_t* anchors = chunk + FC::TILE_CODE_BYTES * tiles;
       // To L1: the code words of the first CODES_AHEAD tiles and the whole exception list (at most 17 lines),
       // which the tiles then read a byte at a time.
-      if (lane * 128u < FC::TILE_CODE_BYTES * CODES_AHEAD) prefetch_l1(chunk + lane * 128u);
+      if (lane * 128u < min(bytes, FC::TILE_CODE_BYTES * CODES_AHEAD)) prefetch_l1(chunk + lane * 128u);
       for (uint32_t at = (list_at & ~127u) + lane * 128u; at < bytes; at += 32u * 128u) prefetch_l1(chunk + at);
       if (lane < tiles) lo = anchors[lane];
       if (lane + 32 < tiles) hi = anchors[lane + 32];
