@@ -142,7 +142,7 @@ class WarpChunkDecoder {
     words_ = detail::ZERO_WORD;  // what Load() reads of a lane without words or a chunk found corrupt
     last_ = interleaved_ = tail_at_ = 0;
     tile_af_ = 0;
-    plane_at_ = planes.plane0 + (BYTES ? lane_plane0_bits_at<D>(lane_first_) : lane_first_);
+    plane_at_ = planes.plane0 + (BYTES ? lane_plane0_bits_at<D>(lane_first_) : lane_first_) + PLANE_TILE_BYTES;
     if constexpr (FIXED) {
       if (!raw_) tile_af_ = fixed_.Begin(stream, bytes, raw_bytes, tiles_, EXP_BITS, detail::ZERO_WORD, bad_);
     } else if (!raw_) {
@@ -520,12 +520,14 @@ class WarpChunkDecoder {
       if constexpr (D != DType::fp32) check_acc_ = thread::ChunkCheck::round(check_acc_, w[p]);
     }
     // The planes of tile t + PLANES_AHEAD go to L1 now (the load below waits for the latest word load too).
-    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(plane_at_ + (t + PLANES_AHEAD) * PLANE_TILE_BYTES);
+    const uint8_t* next_at = plane_at_;  // tile t + 1's (full tiles come in order)
+    plane_at_ += PLANE_TILE_BYTES;
+    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(next_at + (PLANES_AHEAD - 1) * PLANE_TILE_BYTES);
     // The next tile's planes load into the registers just read: loaded earlier, they would need a copy at the
     // end of the tile, which waits for the load. A chunk with no low bits (bf16 values in fp16 or fp32) takes
     // plane 0 alone, as bf16 does.
     if ((!format::has_low(D) || low_empty_) && t + 1 < full_tiles_)
-      next_.p0 = __ldg(reinterpret_cast<const uint2*>(plane_at_ + (t + 1) * PLANE_TILE_BYTES));
+      next_.p0 = __ldg(reinterpret_cast<const uint2*>(next_at));
     else if (t + 1 < tiles_)
       next_ = LoadPlanes(t + 1);
     mag = __reduce_max_sync(FULL_MASK, max(mag & 0xFFFFu, mag >> 16));
@@ -562,9 +564,10 @@ class WarpChunkDecoder {
       check_acc_ = thread::ChunkCheck::round(check_acc_, w[k]);
     }
     lo = w[0], hi = w[1];
-    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(plane_at_ + (t + PLANES_AHEAD) * PLANE_TILE_BYTES);
+    const uint8_t* at = plane_at_;  // tile t + 1's, as in FullTilePacked
+    plane_at_ += PLANE_TILE_BYTES;
+    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(at + (PLANES_AHEAD - 1) * PLANE_TILE_BYTES);
     if (t + 1 < full_tiles_) {  // into the register just read, as in FullTilePacked
-      const uint8_t* at = plane_at_ + (t + 1) * PLANE_TILE_BYTES;
       uint32_t bits = 0;
 #pragma unroll
       for (uint32_t j = 0; j < format::plane0_planes(D); ++j)
@@ -660,7 +663,7 @@ class WarpChunkDecoder {
   uint32_t bad_ = 0;
   uint32_t check_acc_ = 0, expected_check_ = 0;  // this lane's ChunkCheck word; the chunk's stored check
   uint32_t tile_af_ = 0;  // a << 2 | f of tile lane (low half) and of tile lane + 32 (high half)
-  const uint8_t* plane_at_ = nullptr;  // the lane's plane-0 bytes of tile 0 (a tile every PLANE_TILE_BYTES)
+  const uint8_t* plane_at_ = nullptr;  // the lane's plane-0 bytes of the tile after the next full one to decode
   uint32_t count_ = 0, fetched_ = 0;                // the lane's words: in its stream, taken so far
   uint32_t last_ = 0;                               // index of the last word Load() reads
   uint32_t interleaved_ = 0, tail_at_ = 0;          // where its words are (format::lane_word_index)
