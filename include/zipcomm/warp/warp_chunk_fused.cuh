@@ -12,7 +12,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "../config.hpp"
 #include "../format.hpp"
@@ -180,25 +179,6 @@ class ReducedTileSource {
   }
 
   ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[ITEMS]) {
-    uint32_t w[ITEMS / 2];
-    if (Next(t, x, w))
-#pragma unroll
-      for (int p = 0; p < ITEMS / 2; ++p) x[2 * p] = w[p] & 0xFFFFu, x[2 * p + 1] = w[p] >> 16;
-  }
-  /// operator() of a full tile of a 16-bit dtype, as four words (WarpChunkEncoder codes them as they are).
-  template <DType E = D, std::enable_if_t<format::Traits<E>::ELEM_BYTES == 2, int> = 0>
-  ZIPCOMM_DEVICE void words(uint32_t t, uint32_t (&w)[ITEMS / 2]) {
-    uint32_t x[ITEMS];
-    if (!Next(t, x, w))
-#pragma unroll
-      for (int p = 0; p < ITEMS / 2; ++p) w[p] = x[2 * p] | x[2 * p + 1] << 16;
-  }
-
-  ZIPCOMM_DEVICE Status status() const { return status_; }
-
- private:
-  // Tile t decoded and reduced: into w (true: a full tile of a 16-bit dtype summed on whole words) or into x.
-  ZIPCOMM_DEVICE bool Next(uint32_t t, uint32_t (&x)[ITEMS], uint32_t (&w)[ITEMS / 2]) {
     if (t == 0) {
       dec_.Begin(chunk_, bytes_, elems_, first_tile_, planes_, check_);
       ++passes_;
@@ -210,15 +190,23 @@ class ReducedTileSource {
     if (!words) y_next_.Take(y);
     if (t + 1 < dec_.tiles()) load_local(t + 1);  // loads while tile t decodes
     if constexpr (format::Traits<D>::ELEM_BYTES == 2) {
-      if (words) detail::decode_sum_words<D>(dec_, t, yw, w);
+      if (words) {
+        uint32_t w[ITEMS / 2];
+        detail::decode_sum_words<D>(dec_, t, yw, w);
+#pragma unroll
+        for (int p = 0; p < ITEMS / 2; ++p) x[2 * p] = w[p] & 0xFFFFu, x[2 * p + 1] = w[p] >> 16;
+      }
     }
     if (!words) {
       dec_.DecodeTile(t, x);
       thread::reduce_items<D>(op_, x, y);
     }
     if (passes_ == 1 && t + 1 == dec_.tiles()) status_ = dec_.Finish();
-    return words;
   }
+
+  ZIPCOMM_DEVICE Status status() const { return status_; }
+
+ private:
   ZIPCOMM_DEVICE void load_local(uint32_t t) {
     const uint64_t first = (first_tile_ + t) * format::TILE_ELEMS + lane_id() * ITEMS;
     y_next_.Issue(local_, vector_, first, format::lane_valid_count(elems_, t, lane_id()));

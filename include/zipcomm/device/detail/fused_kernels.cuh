@@ -7,7 +7,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 
 #include "../../config.hpp"
 #include "../../detail/dynamic_smem.cuh"
@@ -118,10 +117,7 @@ struct StreamReducedSource {
     tiles.set_chunk(chunk, bytes, elems, first_tile, view.chunk_planes(D, c), view.check(c));
   }
   ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[warp::ITEMS]) { tiles(t, x); }
-  template <DType E = D, std::enable_if_t<format::Traits<E>::ELEM_BYTES == 2, int> = 0>
-  ZIPCOMM_DEVICE void words(uint32_t t, uint32_t (&w)[warp::ITEMS / 2]) {
-    tiles.words(t, w);
-  }
+  // encode_chunks' hook for its next chunk: the decoder below brings in the stream and the local tiles itself.
   ZIPCOMM_DEVICE void prefetch_l2(uint32_t /*elems*/, uint64_t /*first_tile*/) const {}
   ZIPCOMM_DEVICE Status status() const { return tiles.status(); }
 };
