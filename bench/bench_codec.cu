@@ -62,9 +62,7 @@ void write_row_json(std::ostream& o, const Row& r) {
 }
 
 
-// Warps per block of the user kernels below, and decode blocks per SM (a 256 Ki-element slice is 16 chunks). The
-// encode kernel is bounded to the device-wide encoder's blocks per SM: unbounded, the fixed code's took 141 registers
-// (bf16; fp32 155) and one block per SM, the pair code's 96 and two.
+// Warps per block of the user kernels below, and decode blocks per SM (a 256 Ki-element slice is 16 chunks).
 constexpr int ENCODE_WARPS = 8;
 constexpr int DECODE_WARPS = 16;         // 32 x 1 block per SM: 877-905 GB/s (half the warps idle per slice)
 constexpr int DECODE_BLOCKS_PER_SM = 2;  // bf16 block decode 1,181-1,204 GB/s; 1: 966-996 (H100)
@@ -72,9 +70,9 @@ constexpr int DECODE_BLOCKS_PER_SM = 2;  // bf16 block decode 1,181-1,204 GB/s; 
 // Block-level primitives in a user kernel: each block owns consecutive slices of SLICE elements and turns
 // each into a self-contained stream (as a collective's step would).
 template <DType D, class Code>
-__global__ void __launch_bounds__(ENCODE_WARPS * 32, device::detail::CodecPolicy::ENCODE_MIN_BLOCKS<D>)
-    block_encode_kernel(const uint8_t* in, uint64_t n, uint64_t slice, uint8_t* out, uint64_t slot_bytes,
-                        uint64_t* sizes) {
+__global__ void __launch_bounds__(ENCODE_WARPS * 32) block_encode_kernel(const uint8_t* in, uint64_t n, uint64_t slice,
+                                                                       uint8_t* out, uint64_t slot_bytes,
+                                                                       uint64_t* sizes) {
   using Enc = block::BlockStreamEncoder<D, ENCODE_WARPS, Code>;
   extern __shared__ __align__(16) unsigned char smem[];
   auto cta = cg::this_thread_block();

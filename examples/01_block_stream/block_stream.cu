@@ -29,10 +29,9 @@ constexpr uint64_t SLICE = 1 << 18;  // elements per stream: one block's share o
 using Enc = block::BlockStreamEncoder<DType::bf16, WARPS>;
 using Dec = block::BlockStreamDecoder<DType::bf16, WARPS>;
 
-// Slot s of `out` (slot_bytes apart, 16-byte aligned) receives the stream of elements [s*SLICE, ...). Three blocks
-// a SM, as the device-wide encoder runs (BlockStreamEncoder's note on registers).
-__global__ void __launch_bounds__(WARPS * 32, 3) compress_slices(const uint16_t* in, uint64_t n, uint8_t* out,
-                                                                 uint64_t slot_bytes, uint64_t* sizes) {
+// Slot s of `out` (slot_bytes apart, 16-byte aligned) receives the stream of elements [s*SLICE, ...).
+__global__ void __launch_bounds__(WARPS * 32) compress_slices(const uint16_t* in, uint64_t n, uint8_t* out,
+                                                              uint64_t slot_bytes, uint64_t* sizes) {
   extern __shared__ __align__(16) unsigned char smem[];
   auto cta = cg::this_thread_block();
   Enc enc(*reinterpret_cast<Enc::TempStorage*>(smem));

@@ -34,9 +34,7 @@ namespace block {
 /// d_out must be 16-byte aligned with room for format::max_compressed_bytes(D, n, chunk_log2). Chunks hold
 /// 2^chunk_log2 elements (a constructor argument; default 16384: the block's warps take them in rounds, one
 /// barrier each). The planes and the table are written as chunks complete; the header is written last. A
-/// barrier (group.sync()) is needed before temp is reused for something else. Bound the kernel's registers as the
-/// device-wide encoder does (`__launch_bounds__(256, 3)` for 8 warps; 2 blocks for fp32): unbounded, nvcc gives the
-/// fixed code's encoder about 140 registers, and one block of 8 warps a SM.
+/// barrier (group.sync()) is needed before temp is reused for something else.
 template <DType D, int WARPS, class Code = thread::PairCode>
 class BlockStreamEncoder {
   using WarpEnc = warp::WarpChunkEncoder<D, Code>;
