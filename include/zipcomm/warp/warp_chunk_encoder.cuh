@@ -45,7 +45,6 @@ struct ArrayTileSource {
   const uint8_t* lane_at = nullptr;   // the lane's first item in the chunk
   LaneItemsPrefetch<D> ahead[2];
   static constexpr uint32_t L1_AHEAD = 4;  // bf16 encode 935 -> 1,052 GB/s (H100); 8 ahead: 958
-  static constexpr uint32_t L2_AHEAD_TILES = 32;  // of the next chunk, to L2 while the encoder waits to place one
   static constexpr uint32_t TILE_BYTES = format::TILE_ELEMS * format::Traits<D>::ELEM_BYTES;
 
   ZIPCOMM_DEVICE ArrayTileSource(const void* array, const ReduceOp& op)
@@ -74,15 +73,6 @@ struct ArrayTileSource {
     (*this)(t, x);
 #pragma unroll
     for (int p = 0; p < ITEMS / 2; ++p) w[p] = x[2 * p] | x[2 * p + 1] << 16;
-  }
-  /// Brings the first L2_AHEAD_TILES tiles of a chunk to L2: the encoder calls it for its next chunk while it
-  /// waits to place the current one.
-  ZIPCOMM_DEVICE void prefetch_l2(uint32_t chunk_elems, uint64_t chunk_first_tile) const {
-    const uint64_t first = chunk_first_tile * TILE_BYTES;
-    const uint64_t bytes =
-        min(uint64_t(chunk_elems) * format::Traits<D>::ELEM_BYTES, uint64_t(L2_AHEAD_TILES) * TILE_BYTES);
-    for (uint64_t b = lane_id() * 128u; b < bytes; b += 32u * 128u)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const uint8_t*>(in) + first + b));
   }
   ZIPCOMM_DEVICE Status status() const { return Status::ok; }
 

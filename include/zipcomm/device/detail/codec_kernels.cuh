@@ -137,8 +137,7 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
   uint32_t* checks = reinterpret_cast<uint32_t*>(args.out + L.check_offset);
   uint8_t* exp_section = args.out + L.exp_offset;
 
-  uint64_t next = next_chunk(args.chunk_counter);
-  for (uint64_t c = next; c < L.num_chunks; c = next) {
+  for (uint64_t c = next_chunk(args.chunk_counter); c < L.num_chunks; c = next_chunk(args.chunk_counter)) {
     const uint32_t elems = L.chunk_elems(c);
     const uint64_t first_tile = L.chunk_first_tile(c);
     uint64_t low_start;
@@ -163,9 +162,6 @@ ZIPCOMM_DEVICE void encode_chunks(const CompressArgs& args, typename warp::WarpC
 
     cuda::atomic_ref<uint64_t, cuda::thread_scope_device> my_state(args.chunk_state[c]);
     if (lane == 0 && c > 0) my_state.store(FLAG_AGGREGATE | info.bytes, cuda::memory_order_relaxed);
-    // The next chunk is taken before the look-back waits, and its first tiles' input goes to L2 meanwhile.
-    next = next_chunk(args.chunk_counter);
-    if (next < L.num_chunks) source.prefetch_l2(L.chunk_elems(next), L.chunk_first_tile(next));
     bool timed_out = false;
     const uint64_t exclusive = look_back(args.chunk_state, c, timed_out);
     if (lane == 0) my_state.store(FLAG_INCLUSIVE | (exclusive + info.bytes), cuda::memory_order_relaxed);

@@ -117,8 +117,6 @@ struct StreamReducedSource {
     tiles.set_chunk(chunk, bytes, elems, first_tile, view.chunk_planes(D, c), view.check(c));
   }
   ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[warp::ITEMS]) { tiles(t, x); }
-  // encode_chunks' hook for its next chunk: the decoder below brings in the stream and the local tiles itself.
-  ZIPCOMM_DEVICE void prefetch_l2(uint32_t /*elems*/, uint64_t /*first_tile*/) const {}
   ZIPCOMM_DEVICE Status status() const { return tiles.status(); }
 };
 
