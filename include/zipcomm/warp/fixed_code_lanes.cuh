@@ -25,11 +25,8 @@ ZIPCOMM_DEVICE uint32_t fixed_exception_flags(uint32_t halves) {
   return halves & (halves >> 1) & (halves >> 2) & 0x02490249u;
 }
 ZIPCOMM_DEVICE uint32_t top_flag(uint32_t flags) { return 31u - __clz(flags); }
-/// Pair p's two values (halves) of flag bit b's pair.
-ZIPCOMM_DEVICE uint32_t pair_of_flag(const uint32_t (&pairs)[ITEMS / 2], uint32_t b) {
-  const uint32_t p = (b & 15u) / 3u;
-  return p == 0 ? pairs[0] : p == 1 ? pairs[1] : p == 2 ? pairs[2] : pairs[3];
-}
+/// 8 x the item of flag bit b (pair (b & 15) / 3, half b >> 4): where a 64-bit word keeps a byte per item.
+ZIPCOMM_DEVICE uint32_t item_byte_shift(uint32_t b) { return (((b & 15u) * 11u) >> 5) * 16u + ((b >> 4) << 3); }
 
 /// Where a tile's 96 code bytes meet the lanes: as 24 words, word j = bits 32 j .. 32 j + 31 of the lanes' fields
 /// one after another. Lanes 0-23 each move word `lane`; every lane's field spans two words.
@@ -70,6 +67,7 @@ ZIPCOMM_DEVICE void place_exceptions(uint32_t flags, uint32_t& at, uint32_t& tot
 /// the code words of the next two tiles loaded early, and the exceptions its codes mark. Errors OR into `bad`.
 struct FixedCodeReader {
   using FC = thread::FixedCode;
+  static constexpr uint32_t CODES_AHEAD = 4;  // code words prefetched to L1 this many tiles ahead
   const uint8_t* stream = nullptr;
   uint32_t bytes = 0, tiles = 0;
   const uint32_t* words = nullptr;  // the lane's code word of tile 0; the next tile's `stride` words on
@@ -96,6 +94,10 @@ struct FixedCodeReader {
       words = reinterpret_cast<const uint32_t*>(chunk) + min(lane, FixedCodeWords::WORDS - 1u);
       stride = FixedCodeWords::WORDS;
       const uint8_t* anchors = chunk + FC::TILE_CODE_BYTES * tiles;
+      // To L1: the code words of the first CODES_AHEAD tiles and the whole exception list (at most 17 lines),
+      // which the tiles then read a byte at a time.
+      if (lane * 128u < min(bytes, FC::TILE_CODE_BYTES * CODES_AHEAD)) prefetch_l1(chunk + lane * 128u);
+      for (uint32_t at = (list_at & ~127u) + lane * 128u; at < bytes; at += 32u * 128u) prefetch_l1(chunk + at);
       if (lane < tiles) lo = anchors[lane];
       if (lane + 32 < tiles) hi = anchors[lane + 32];
       bad |= (lo | hi) >> exp_bits;
@@ -111,6 +113,10 @@ struct FixedCodeReader {
   ZIPCOMM_DEVICE void Exponents(uint32_t t, uint32_t a, uint32_t cnt, uint32_t (&e)[ITEMS / 2], uint32_t& bad) {
     const FixedCodeWords place;
     const uint32_t field = place.field(ahead);
+    // Tile t + CODES_AHEAD's 96 code bytes (two lines at most) to L1: the copy below waits for the word load of
+    // tile t + 1, which then comes from L1.
+    if (lane_id() < 2 && t + CODES_AHEAD < tiles && stride != 0)  // stride 0: a chunk of impossible size
+      prefetch_l1(stream + FC::TILE_CODE_BYTES * (t + CODES_AHEAD) + (FC::TILE_CODE_BYTES - 1) * lane_id());
     ahead = after;
     after = Load(t + 2);
     if (cnt < ITEMS) {  // items past the end code as 0: even ones from bit 3 ceil(cnt / 2), odd from 12 + 3 (cnt / 2)
@@ -130,20 +136,25 @@ struct FixedCodeReader {
     if (!__any_sync(FULL_MASK, flags)) return;
     uint32_t at, total;
     place_exceptions(flags, at, total);
-    for (at += list_at + taken; flags; ++at) {
-      const uint32_t b = top_flag(flags), p = (b & 15u) / 3u;
-      uint32_t x = 0;
-      if (at < bytes)
-        x = stream[at];
-      else
-        bad = 1u;
+    at += list_at + taken;
+    if (at + __popc(flags) > bytes) {  // the list ends inside the chunk
+      bad = 1u;
+      flags = 0;
+    }
+    // Each exception's correction (decoded as a - 7 so far) in the byte of its item (item_byte_shift), applied
+    // to the pairs once after the loop.
+    uint64_t fixes = 0;
+    for (; flags; ++at) {
+      const uint32_t b = top_flag(flags), x = stream[at];
       bad |= x + FC::EXCEPTION > a;
-      const uint32_t fix = ((a - FC::EXCEPTION - x) & 0xFFu) << (7u + (b & 16u));  // decoded as a - 7 so far
-#pragma unroll
-      for (uint32_t q = 0; q < ITEMS / 2; ++q)
-        if (q == p) e[q] -= fix;
+      fixes |= uint64_t((a - FC::EXCEPTION - x) & 0xFFu) << item_byte_shift(b);
       flags ^= 1u << b;
     }
+    const uint32_t lo = uint32_t(fixes), hi = uint32_t(fixes >> 32);
+    e[0] -= prmt(lo, 0u, 0x4140u) << 7;
+    e[1] -= prmt(lo, 0u, 0x4342u) << 7;
+    e[2] -= prmt(hi, 0u, 0x4140u) << 7;
+    e[3] -= prmt(hi, 0u, 0x4342u) << 7;
     taken += total;
   }
 

@@ -15,14 +15,11 @@
 #include "../thread/float_bits.hpp"
 #include "fixed_code_lanes.cuh"
 #include "lane_io.cuh"
+#include "pair_code_lanes.cuh"
 #include "pair_tables.cuh"
 
 namespace zipcomm {
 namespace warp {
-namespace detail {
-static __device__ const uint32_t ZERO_WORD[1] = {0u};
-}  // namespace detail
-
 /// Where decode + forward copies a chunk: its exponent stream (16-byte aligned; nullptr: not copied) and
 /// its raw bits, into the forward stream's plane 0, width codes and the chunk's low part (plane0 nullptr: not
 /// copied).
@@ -34,7 +31,7 @@ struct ChunkForward {
 /// \brief Decodes one chunk; all 32 lanes of the warp call every member together.
 ///
 /// Pair code: each lane reads its own stream (through L1) and decodes two items per lookup in the block's shared
-/// decode table. Fixed code (thread::FixedCode, no table): each lane takes its 24-bit field from the tile's code
+/// decode table (PairCodeReader). Fixed code (thread::FixedCode, no table): each lane takes its 24-bit field from the tile's code
 /// words and the exceptions its codes mark from the list, placed by a warp scan (FixedCodeReader). Every tile is
 /// checked against its anchor (and fraction), every code and escape for canonical form, every lane's word count
 /// against what it decoded and every bit after its last codeword for zero, so a corrupt or truncated stream
@@ -81,7 +78,7 @@ class WarpChunkDecoder {
 
  public:
   ZIPCOMM_DEVICE explicit WarpChunkDecoder(const typename TablesOf<Code>::Decode& table)
-      : table_(static_cast<uint32_t>(__cvta_generic_to_shared(&table))) {}
+      : pair_(static_cast<uint32_t>(__cvta_generic_to_shared(&table))) {}
 
   template <class Sink>
   ZIPCOMM_DEVICE Status Decode(const uint8_t* stream, uint32_t bytes, uint32_t elems, uint64_t first_tile,
@@ -136,49 +133,12 @@ class WarpChunkDecoder {
         }
       }
     }
-    hi_ = mid_ = lo_ = avail_ = 0;
-    fetched_ = count_ = 0;
-    ahead_ = after_ = 0;
-    words_ = detail::ZERO_WORD;  // what Load() reads of a lane without words or a chunk found corrupt
-    last_ = interleaved_ = tail_at_ = 0;
     tile_af_ = 0;
-    plane_at_ = planes.plane0 + (BYTES ? lane_plane0_bits_at<D>(lane_first_) : lane_first_);
+    plane_at_ = planes.plane0 + (BYTES ? lane_plane0_bits_at<D>(lane_first_) : lane_first_) + PLANE_TILE_BYTES;
     if constexpr (FIXED) {
       if (!raw_) tile_af_ = fixed_.Begin(stream, bytes, raw_bytes, tiles_, EXP_BITS, detail::ZERO_WORD, bad_);
     } else if (!raw_) {
-      const uint32_t hdr = format::chunk_header_bytes(tiles_), counts = format::lane_counts_offset(tiles_);
-      // Warp-uniform: nothing of a chunk with an impossible size is read.
-      const bool size_bad = bytes > raw_bytes || bytes < hdr || bytes % format::ALIGN;
-      if (!size_bad) {
-        count_ = stream[counts + lane];
-        const uint32_t total = __reduce_add_sync(FULL_MASK, count_);
-        const LaneWordPlace place = lane_word_place(count_);
-        const bool counts_bad = __any_sync(FULL_MASK, count_ > format::LANE_WORD_LIMIT) ||
-                                format::coded_chunk_bytes(tiles_, total) != bytes;
-        if (counts_bad) {
-          bad_ = 1u;
-          count_ = 0;
-        } else {
-          if (count_) {
-            words_ = reinterpret_cast<const uint32_t*>(stream + hdr);
-            last_ = count_ - 1;
-            interleaved_ = place.interleaved;
-            tail_at_ = format::lane_word_index(place.interleaved, lane, place.interleaved, place.tail_before) -
-                       place.interleaved;
-          }
-          ahead_ = Load(0);
-          after_ = Load(1);
-          // Zero: the fraction byte's unused bits, the header's padding and the padding after the streams.
-          if (tiles_ % 4 && lane == 0) bad_ |= (stream[tiles_ + tiles_ / 4] >> (2 * (tiles_ % 4))) != 0;
-          for (uint32_t b = counts + 32 + lane; b < hdr; b += 32) bad_ |= stream[b] != 0;
-          for (uint32_t b = hdr + 4 * total + lane; b < bytes; b += 32) bad_ |= stream[b] != 0;
-          // Tile anchors and fraction bytes live in lanes; each tile fetches its own with a shuffle.
-          if (lane < tiles_) tile_af_ = TileAnchorFraction(stream, lane);
-          if (lane + 32 < tiles_) tile_af_ |= TileAnchorFraction(stream, lane + 32) << 16;
-        }
-      } else {
-        bad_ = 1u;
-      }
+      tile_af_ = pair_.Begin(stream, bytes, raw_bytes, tiles_, bad_);
     }
     next_ = LoadPlanes(0);
   }
@@ -230,9 +190,7 @@ class WarpChunkDecoder {
     if constexpr (FIXED) {
       if (!raw_) fixed_.Finish(elems_, bad_);
     } else if (!raw_ && !bad_) {
-      // The lane read exactly its words, and what it fetched past its last codeword is zero.
-      const uint32_t consumed = 32 * fetched_ - avail_;
-      bad_ |= (consumed + 31) / 32 != count_ || (hi_ | mid_ | lo_) != 0;
+      pair_.Finish(bad_);
     }
     __syncwarp();
     if (__any_sync(FULL_MASK, bad_)) return Status::corrupt_stream;
@@ -322,121 +280,6 @@ class WarpChunkDecoder {
     return cnt;
   }
 
-  // Word k of the lane's stream, or (past its end) its last word, or (no words) detail::ZERO_WORD: always a load
-  // straight into the register that keeps it, never a predicated one whose default the compiler would merge
-  // with a register copy that waits for the load. Word() zeroes what lies past the end.
-  ZIPCOMM_DEVICE uint32_t Load(uint32_t k) const {
-    k = min(k, last_);
-    return __ldg(words_ + (k < interleaved_ ? k * format::LANES + lane_id() : tail_at_ + k));
-  }
-  // The word loaded as word k, zero past the stream's end (Finish() rejects a stream whose codewords run into it).
-  ZIPCOMM_DEVICE uint32_t Word(uint32_t k, uint32_t loaded) const { return k < count_ ? loaded : 0u; }
-
-  // Word w into the buffer behind its avail_ (< 64) bits.
-  ZIPCOMM_DEVICE void Place(uint32_t w) {
-    const uint32_t s = avail_ & 31u, top = w >> s, rest = __funnelshift_r(0u, w, s);  // rest: w << (32 - s)
-    if (avail_ < 32) hi_ |= top, mid_ |= rest;
-    else mid_ |= top, lo_ |= rest;
-    avail_ += 32;
-  }
-  // Keeps at least 32 bits buffered (the general path: a field of up to 31 bits, or a pair): the lane's next
-  // word joins the buffer when fewer are held.
-  ZIPCOMM_DEVICE void Refill() {
-    if (avail_ < 32) {
-      Place(Word(fetched_, ahead_));
-      ahead_ = after_;
-      after_ = Load(fetched_ + 2);
-      ++fetched_;
-    }
-  }
-  // Keeps at least 48 bits buffered (a full tile's four pairs), once per tile: one or two words join. Both were
-  // loaded at least a tile before, and the words loaded here are read a tile later: the check of the next tile
-  // does not wait for them (a select waits for its operands' loads even when predicated off).
-  ZIPCOMM_DEVICE void RefillTile() {
-    const bool one = avail_ < 48, two = avail_ < 16;
-    const uint32_t w0 = Word(fetched_, ahead_), w1 = Word(fetched_ + 1, after_);
-    if (one) Place(w0);
-    if (two) Place(w1);
-    if (two) ahead_ = Load(fetched_ + 2);
-    else if (one) ahead_ = after_;
-    if (one) after_ = Load(fetched_ + (two ? 3u : 2u));
-    fetched_ += uint32_t(one) + uint32_t(two);
-  }
-  ZIPCOMM_DEVICE void Consume(uint32_t n) {  // n <= 31, n <= avail_
-    hi_ = __funnelshift_l(mid_, hi_, n);
-    mid_ = __funnelshift_l(lo_, mid_, n);
-    lo_ <<= n;
-    avail_ -= n;
-  }
-  ZIPCOMM_DEVICE uint32_t Take(uint32_t n) {  // the next n (1..31) bits
-    Refill();
-    bad_ |= n > avail_;
-    const uint32_t v = hi_ >> (32 - n);
-    Consume(min(n, avail_));
-    return v;
-  }
-  ZIPCOMM_DEVICE uint32_t Lookup(uint32_t table_f) const {
-    uint32_t e;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(e) : "r"(table_f + 4 * (hi_ >> (32 - Code::MAX_LEN))));
-    return e;
-  }
-
-  // Exponent fields (in place) of a pair from its decode entry (or one built alike); ESC symbols give the
-  // anchor here and are overwritten by the caller.
-  ZIPCOMM_DEVICE static void PairExponents(uint32_t entry, uint32_t a2, uint32_t& e0, uint32_t& e1) {
-    const uint32_t diff = a2 - entry;  // both a - d fields at once (d < a was checked, so no borrow)
-    e0 = entry & Code::ZERO0 ? 0u : FB::assemble((diff >> 7) & 0xFFu, 0, 0);
-    e1 = entry & Code::ZERO1 ? 0u : FB::assemble((diff >> 23) & 0xFFu, 0, 0);
-  }
-
-  // A tile where some lane has an escape, an ESC symbol or fewer than 8 items: pair by pair, each field read
-  // with its own refill, every rule checked.
-  ZIPCOMM_DEVICE void GeneralTile(uint32_t table_f, uint32_t f, uint32_t a, uint32_t cnt, uint32_t (&exps)[ITEMS]) {
-    const uint32_t a2 = a << 7 | a << 23 | Code::FILL;
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      exps[2 * p] = exps[2 * p + 1] = 0;
-      if (uint32_t(2 * p) >= cnt) continue;
-      Refill();
-      uint32_t entry = Lookup(table_f);
-      const uint32_t len = entry & Code::LEN_MASK;
-      bad_ |= len > avail_;
-      Consume(min(len, avail_));
-      if ((entry & (Code::SLOW | Code::ESC0 | Code::ESC1)) == Code::SLOW) {
-        // The escape pair: two symbol ids follow; only pairs without a codeword of their own may use it.
-        const uint32_t s0 = Take(Code::ID_BITS), s1 = Take(Code::ID_BITS);
-        const bool own = s0 >= Code::NUM_SYMBOLS || s1 >= Code::NUM_SYMBOLS ||
-                         (thread::DEVICE_PAIR_TABLES.encode[f][s0 * Code::NUM_SYMBOLS + s1] >>
-                          Code::ENCODE_LEN_SHIFT) <= Code::MAX_LEN;
-        bad_ |= own;
-        entry = (s0 < Code::NUM_D ? s0 << 7 : s0 == Code::ZERO ? Code::ZERO0 : Code::ESC0) |
-                (s1 < Code::NUM_D ? s1 << 23 : s1 == Code::ZERO ? Code::ZERO1 : Code::ESC1);
-      }
-      CheckD(entry, a);
-      PairExponents(entry, a2, exps[2 * p], exps[2 * p + 1]);
-      if (entry & Code::ESC0) {
-        const uint32_t e = Take(EXP_BITS);
-        bad_ |= !Code::escape_valid(e, a);
-        exps[2 * p] = FB::assemble(e, 0, 0);
-      }
-      if (entry & Code::ESC1) {
-        const uint32_t e = Take(EXP_BITS);
-        bad_ |= !Code::escape_valid(e, a);
-        exps[2 * p + 1] = FB::assemble(e, 0, 0);
-      }
-      if (uint32_t(2 * p + 1) >= cnt) bad_ |= (entry & Code::ZERO1) == 0;  // an item past the end codes as ZERO
-    }
-  }
-
-  // Both d fields below the anchor (e = a - d >= 1); ZERO and ESC symbols carry d = 0.
-  ZIPCOMM_DEVICE void CheckD(uint32_t entry, uint32_t a) {
-    bad_ |= ((entry >> 7) & 0xFFu) >= a || ((entry >> 23) & 0xFFu) >= a;
-  }
-
-  // a << 2 | f of tile k, from the chunk's anchor bytes and fraction bits.
-  ZIPCOMM_DEVICE uint32_t TileAnchorFraction(const uint8_t* stream, uint32_t k) const {
-    return uint32_t(stream[k]) << 2 | ((stream[tiles_ + k / 4] >> (2 * (k % 4))) & 3u);
-  }
   // a << 2 | f of tile t (the same in every lane).
   ZIPCOMM_DEVICE uint32_t AnchorFraction(uint32_t t) const {
     return (__shfl_sync(FULL_MASK, tile_af_, t & 31) >> ((t & 32) >> 1)) & 0x3FFu;
@@ -444,42 +287,6 @@ class WarpChunkDecoder {
   ZIPCOMM_DEVICE static void unpack_words(const uint32_t (&w)[ITEMS / 2], uint32_t (&x)[ITEMS]) {
 #pragma unroll
     for (int p = 0; p < ITEMS / 2; ++p) x[2 * p] = w[p] & 0xFFFFu, x[2 * p + 1] = w[p] >> 16;
-  }
-
-  // Both exponent fields of a pair in place: a - d, or 0 for a ZERO symbol (its flag is the half's top bit).
-  ZIPCOMM_DEVICE static uint32_t PackedExponents(uint32_t entry, uint32_t a2) {
-    return (a2 - entry) & ~prmt(entry, 0u, 0xBB99u) & Code::D_FIELDS;
-  }
-
-  // The exponents of a full tile of anchor a != 0, pair by pair into e: place(both fields of pair p, where a
-  // decode entry keeps its d fields) from one refill and four lookups, or, where some lane met an escape or an
-  // ESC symbol, join(the two items' exponent fields) from GeneralTile, decoding again from the same state.
-  template <class Place, class Join>
-  ZIPCOMM_DEVICE void FullTileExponents(uint32_t a, uint32_t f, uint32_t (&e)[ITEMS / 2], Place place, Join join) {
-    const uint32_t table_f = table_ + 4 * Code::WINDOWS * f;
-    const uint32_t hi = hi_, mid = mid_, lo = lo_, avail = avail_, fetched = fetched_;
-    const uint32_t a2 = a << 7 | a << 23 | Code::FILL;
-    uint32_t flags = 0, dmax = 0;
-#pragma unroll
-    for (int p = 0; p < ITEMS / 2; ++p) {
-      if (p == 0) RefillTile();  // four pairs take at most 48 bits
-      const uint32_t entry = Lookup(table_f);
-      Consume(entry & Code::LEN_MASK);
-      flags |= entry;
-      dmax = __vmaxu2(dmax, entry & Code::D_FIELDS);
-      e[p] = place(PackedExponents(entry, a2));
-    }
-    if (__any_sync(FULL_MASK, flags & Code::SLOW)) {
-      hi_ = hi, mid_ = mid, lo_ = lo, avail_ = avail, fetched_ = fetched;
-      ahead_ = Load(fetched), after_ = Load(fetched + 1);
-      uint32_t exps[ITEMS];
-      GeneralTile(table_f, f, a, ITEMS, exps);
-#pragma unroll
-      for (int p = 0; p < ITEMS / 2; ++p) e[p] = join(exps[2 * p], exps[2 * p + 1]);
-    } else {
-      // Both d fields below the anchor: a - 1 - d borrows from the guard bit above its field otherwise.
-      bad_ |= ((a2 - 0x00800080u - dmax) & 0x80008000u) != 0x80008000u;
-    }
   }
 
   // A full tile into w (element 2p in the low half of w[p]; fp32: their upper halves); the tile's anchor and
@@ -493,9 +300,9 @@ class WarpChunkDecoder {
 #pragma unroll
       for (int p = 0; p < ITEMS / 2; ++p) e[p] <<= PACKED_SHIFT;
     } else if (a != 0) {
-      FullTileExponents(
+      pair_.FullTileExponents(
           a, f, e, [](uint32_t fields) { return fields << PACKED_SHIFT; },
-          [](uint32_t e0, uint32_t e1) { return packed_pair<D>(e0, e1); });
+          [](uint32_t e0, uint32_t e1) { return packed_pair<D>(e0, e1); }, bad_);
     }
     // Plane bytes 2p and 2p + 1 each fill both bytes of a half: its top bit is the sign, its low 7 bits the top
     // of the mantissa.
@@ -520,12 +327,14 @@ class WarpChunkDecoder {
       if constexpr (D != DType::fp32) check_acc_ = thread::ChunkCheck::round(check_acc_, w[p]);
     }
     // The planes of tile t + PLANES_AHEAD go to L1 now (the load below waits for the latest word load too).
-    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(plane_at_ + (t + PLANES_AHEAD) * PLANE_TILE_BYTES);
+    const uint8_t* next_at = plane_at_;  // tile t + 1's (full tiles come in order)
+    plane_at_ += PLANE_TILE_BYTES;
+    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(next_at + (PLANES_AHEAD - 1) * PLANE_TILE_BYTES);
     // The next tile's planes load into the registers just read: loaded earlier, they would need a copy at the
     // end of the tile, which waits for the load. A chunk with no low bits (bf16 values in fp16 or fp32) takes
     // plane 0 alone, as bf16 does.
     if ((!format::has_low(D) || low_empty_) && t + 1 < full_tiles_)
-      next_.p0 = __ldg(reinterpret_cast<const uint2*>(plane_at_ + (t + 1) * PLANE_TILE_BYTES));
+      next_.p0 = __ldg(reinterpret_cast<const uint2*>(next_at));
     else if (t + 1 < tiles_)
       next_ = LoadPlanes(t + 1);
     mag = __reduce_max_sync(FULL_MASK, max(mag & 0xFFFFu, mag >> 16));
@@ -546,9 +355,9 @@ class WarpChunkDecoder {
 #pragma unroll
       for (int p = 0; p < ITEMS / 2; ++p) e[p] >>= 7 - MANT;
     } else if (a != 0) {
-      FullTileExponents(
+      pair_.FullTileExponents(
           a, f, e, [](uint32_t fields) { return fields >> (7 - MANT); },
-          [](uint32_t e0, uint32_t e1) { return e0 | e1 << 16; });
+          [](uint32_t e0, uint32_t e1) { return e0 | e1 << 16; }, bad_);
     }
     uint32_t v[2];
     thread::bit_planes_to_bytes<format::plane0_planes(D)>(planes, v[0], v[1]);
@@ -562,9 +371,10 @@ class WarpChunkDecoder {
       check_acc_ = thread::ChunkCheck::round(check_acc_, w[k]);
     }
     lo = w[0], hi = w[1];
-    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(plane_at_ + (t + PLANES_AHEAD) * PLANE_TILE_BYTES);
+    const uint8_t* at = plane_at_;  // tile t + 1's, as in FullTilePacked
+    plane_at_ += PLANE_TILE_BYTES;
+    if (t + PLANES_AHEAD < full_tiles_) prefetch_l1(at + (PLANES_AHEAD - 1) * PLANE_TILE_BYTES);
     if (t + 1 < full_tiles_) {  // into the register just read, as in FullTilePacked
-      const uint8_t* at = plane_at_ + (t + 1) * PLANE_TILE_BYTES;
       uint32_t bits = 0;
 #pragma unroll
       for (uint32_t j = 0; j < format::plane0_planes(D); ++j)
@@ -591,7 +401,7 @@ class WarpChunkDecoder {
       for (int i = 0; i < ITEMS; ++i)
         exps[i] = uint32_t(i) < cnt ? FB::assemble((e[i / 2] >> (i % 2 ? 23 : 7)) & 0xFFu, 0, 0) : 0u;
     } else if (a != 0) {
-      PairTileExponents(t, a, f, cnt, exps);
+      pair_.TileExponents(t, full_tiles_, a, f, cnt, exps, bad_);
     }
     unpack_planes<D>(planes, x);
 #pragma unroll
@@ -611,45 +421,13 @@ class WarpChunkDecoder {
     return cnt;
   }
 
-  // The pair code's exponent fields of tile t (anchor a != 0, fraction f).
-  ZIPCOMM_DEVICE void PairTileExponents(uint32_t t, uint32_t a, uint32_t f, uint32_t cnt, uint32_t (&exps)[ITEMS]) {
-    const uint32_t table_f = table_ + 4 * Code::WINDOWS * f;
-    bool general = t >= full_tiles_;
-    if (!general) {
-      // Fast path: one refill, four lookups; a tile where a lane met an escape or an ESC symbol is decoded
-      // again on the general path from the same state.
-      const uint32_t hi = hi_, mid = mid_, lo = lo_, avail = avail_, fetched = fetched_;
-      const uint32_t a2 = a << 7 | a << 23 | Code::FILL;
-      uint32_t flags = 0, dmax = 0;
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        if (p == 0) RefillTile();  // four pairs take at most 48 bits
-        const uint32_t entry = Lookup(table_f);
-        Consume(entry & Code::LEN_MASK);
-        flags |= entry;
-        dmax = __vmaxu2(dmax, entry & Code::D_FIELDS);
-        PairExponents(entry, a2, exps[2 * p], exps[2 * p + 1]);
-      }
-      general = __any_sync(FULL_MASK, flags & Code::SLOW);
-      if (general) {
-        hi_ = hi, mid_ = mid, lo_ = lo, avail_ = avail, fetched_ = fetched;
-        ahead_ = Load(fetched), after_ = Load(fetched + 1);  // loaded again: a copy would wait for the loads
-      } else {
-        CheckD(dmax, a);
-      }
-    }
-    if (general) GeneralTile(table_f, f, a, cnt, exps);
-  }
-
   // a << 2 | f of a tile whose largest magnitude is mag (MANT mantissa bits); the fixed code keeps no fraction.
   ZIPCOMM_DEVICE static uint32_t AnchorFractionOf(uint32_t mag, uint32_t mant) {
     return FIXED ? (mag >> mant) << 2 : mag >> (mant - 2);
   }
 
  private:
-  uint32_t table_;  // shared-window address of the decode table
   const uint8_t* stream_ = nullptr;
-  const uint32_t* words_ = nullptr;  // the chunk's words (detail::ZERO_WORD when this lane has none)
   const uint8_t* plane0_ = nullptr;
   const uint8_t* low_ = nullptr;  // the chunk's low part
   LowCursor low_cursor_{};        // its width codes; where the next tile to load starts
@@ -660,14 +438,10 @@ class WarpChunkDecoder {
   uint32_t bad_ = 0;
   uint32_t check_acc_ = 0, expected_check_ = 0;  // this lane's ChunkCheck word; the chunk's stored check
   uint32_t tile_af_ = 0;  // a << 2 | f of tile lane (low half) and of tile lane + 32 (high half)
-  const uint8_t* plane_at_ = nullptr;  // the lane's plane-0 bytes of tile 0 (a tile every PLANE_TILE_BYTES)
-  uint32_t count_ = 0, fetched_ = 0;                // the lane's words: in its stream, taken so far
-  uint32_t last_ = 0;                               // index of the last word Load() reads
-  uint32_t interleaved_ = 0, tail_at_ = 0;          // where its words are (format::lane_word_index)
-  uint32_t ahead_ = 0, after_ = 0;                  // its words fetched_ and fetched_ + 1, loaded early
-  uint32_t hi_ = 0, mid_ = 0, lo_ = 0, avail_ = 0;  // 96-bit buffer, MSB first: avail_ (< 80) valid bits
-  LanePlanes<D> next_{};                            // the next tile's planes (prefetched)
-  FixedCodeReader fixed_{};                         // the fixed code's state
+  const uint8_t* plane_at_ = nullptr;  // the lane's plane-0 bytes of the tile after the next full one to decode
+  LanePlanes<D> next_{};          // the next tile's planes (prefetched)
+  PairCodeReader<D, Code> pair_;  // the pair code's state
+  FixedCodeReader fixed_{};       // the fixed code's state
 };
 
 }  // namespace warp

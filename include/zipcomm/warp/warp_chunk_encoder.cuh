@@ -13,97 +13,13 @@
 #include "../thread/pair_code.hpp"
 #include "../thread/float_bits.hpp"
 #include "../thread/reduce_op.hpp"
+#include "array_tile_source.cuh"
 #include "fixed_code_lanes.cuh"
 #include "lane_io.cuh"
 #include "pair_tables.cuh"
 
 namespace zipcomm {
 namespace warp {
-
-/// The tiles of an element array in memory, as an encoder's loader wants them (any alignment), each tile's
-/// load started while the previous one is coded. With an avg `pre_op` each element is scaled first: a
-/// rank's own contribution entering a reduction.
-template <DType D>
-struct ArrayTileSource {
-  const void* in;
-  ReduceOp pre_op = ReduceOp::sum();
-  bool vector = false;
-  uint64_t first_tile = 0;
-  uint32_t elems = 0;
-  uint32_t issued = 0;  // tiles [issued - 2, issued) are in flight: tile t in ahead[t % 2]
-  uint32_t full_tiles = 0;            // tiles loaded as whole vectors (none when the array is unaligned)
-  const uint8_t* lane_at = nullptr;   // the lane's first item in the chunk
-  LaneItemsPrefetch<D> ahead[2];
-  static constexpr uint32_t L1_AHEAD = 4;  // bf16 encode 935 -> 1,052 GB/s (H100); 8 ahead: 958
-  static constexpr uint32_t TILE_BYTES = format::TILE_ELEMS * format::Traits<D>::ELEM_BYTES;
-
-  ZIPCOMM_DEVICE ArrayTileSource(const void* array, const ReduceOp& op)
-      : in(array), pre_op(op), vector(reinterpret_cast<uintptr_t>(array) % 16 == 0) {}
-  ZIPCOMM_DEVICE void begin(uint64_t /*chunk*/, uint32_t chunk_elems, uint64_t chunk_first_tile) {
-    elems = chunk_elems;
-    first_tile = chunk_first_tile;
-    full_tiles = vector ? elems / format::TILE_ELEMS : 0u;
-    lane_at = static_cast<const uint8_t*>(in) +
-              (first_tile * format::TILE_ELEMS + lane_id() * ITEMS) * format::Traits<D>::ELEM_BYTES;
-    issued = 0;
-    Issue(0);
-    Issue(1);
-  }
-  /// Two tiles ahead, each in its own registers: a register copy of a load in flight would wait for it.
-  ZIPCOMM_DEVICE void operator()(uint32_t t, uint32_t (&x)[ITEMS]) {
-    if (t + 2 == issued && t + 2 < full_tiles) {  // the steady state: whole vectors in order
-      const uint8_t* at = lane_at + (t + 2) * TILE_BYTES;
-      // Tile t + 4 to L1: the loads wait for the latest load of their scoreboard (at a merge with the synchronous
-      // partial-tile loads too), so the two tiles in registers alone arrive late.
-      if (t + L1_AHEAD < full_tiles) prefetch_l1(at + (L1_AHEAD - 2) * TILE_BYTES);
-      if (t % 2 == 0) {
-        ahead[0].TakeFull(x);
-        ahead[0].IssueFull(at);
-      } else {
-        ahead[1].TakeFull(x);
-        ahead[1].IssueFull(at);
-      }
-      issued = t + 3;
-    } else {
-      TakeSlow(t, x);
-    }
-    thread::pre_items<D>(pre_op, x);
-  }
-  ZIPCOMM_DEVICE Status status() const { return Status::ok; }
-
- private:
-  ZIPCOMM_DEVICE void TakeSlow(uint32_t t, uint32_t (&x)[ITEMS]) {
-    if (t + 2 != issued) {  // out of order (a raw chunk's second pass starts again at 0)
-      issued = t;
-      Issue(t);
-      Issue(t + 1);
-    }
-    if (t % 2 == 0)
-      ahead[0].Take(x);
-    else
-      ahead[1].Take(x);
-    Issue(t + 2);
-  }
-  ZIPCOMM_DEVICE void Issue(uint32_t t) {  // tiles past the chunk load nothing (count 0)
-    if (t < full_tiles) {
-      const uint8_t* at = lane_at + t * TILE_BYTES;
-      if (t % 2 == 0)  // constant indices: the prefetches stay in registers
-        ahead[0].IssueFull(at);
-      else
-        ahead[1].IssueFull(at);
-      issued = t + 1;
-      return;
-    }
-    const uint32_t lane = lane_id();
-    const uint32_t count = t < format::chunk_tiles(elems) ? format::lane_valid_count(elems, t, lane) : 0u;
-    const uint64_t first = (first_tile + t) * format::TILE_ELEMS + lane * ITEMS;
-    if (t % 2 == 0)
-      ahead[0].Issue(in, vector, first, count);
-    else
-      ahead[1].Issue(in, vector, first, count);
-    issued = t + 1;
-  }
-};
 
 /// Size and kind of one encoded chunk stream.
 struct ChunkInfo {
@@ -194,12 +110,27 @@ class WarpChunkEncoder {
     }
 
     uint32_t t = 0;
+    constexpr bool WORDS = format::Traits<D>::ELEM_BYTES == 2 && LoadsWords<Loader>::value;
     if constexpr (PACKED) {
       // Full tiles in a loop of their own, two per round: a loader that alternates between two prefetches
       // (ArrayTileSource) then knows which one each tile takes.
       uint8_t* plane0_at = planes.plane0 + first_tile * format::TILE_ELEMS + lane * ITEMS;
 #pragma unroll 2
       for (; t < full_tiles; ++t) {
+        if constexpr (WORDS) {  // 16-bit items as loaded, two a word
+          uint32_t w[ITEMS / 2];
+          load.words(t, w);
+          if constexpr (format::has_low(D)) {  // fp16's three low bits
+            uint32_t x[ITEMS];
+#pragma unroll
+            for (int p = 0; p < ITEMS / 2; ++p) x[2 * p] = w[p] & 0xFFFFu, x[2 * p + 1] = w[p] >> 16;
+            const uint32_t code = low.code(t);
+            write_low_bits<D>(planes.low + low.at, code, format::TILE_ELEMS, ITEMS, x);
+            low.at += format::low_tile_bytes(D, code, format::TILE_ELEMS);
+          }
+          check = FullTileWords(t, w, plane0_at + t * format::TILE_ELEMS, check);
+          continue;
+        }
         uint32_t x[ITEMS];
         load(t, x);
         if constexpr (format::has_low(D)) {  // the low bits by the per-item writer (fp16: none at the narrow width)
@@ -329,31 +260,41 @@ class WarpChunkEncoder {
     ++words_;
   }
 
-  // A full lane's four pairs of a tile with an ESC symbol: the raw exponent of each ESC follows its pair's codeword.
-  ZIPCOMM_DEVICE void AppendWithEscapes(uint32_t table_f, uint32_t a, const uint32_t (&x)[ITEMS]) {
+  // A full lane's four pairs of a tile with an ESC symbol (exps: the items' exponents): the raw exponent of each
+  // ESC follows its pair's codeword.
+  ZIPCOMM_DEVICE void AppendWithEscapes(uint32_t table_f, uint32_t a, const uint32_t (&exps)[ITEMS]) {
 #pragma unroll
     for (int p = 0; p < ITEMS / 2; ++p) {
-      const uint32_t s0 = Code::symbol_of(FB::exponent(x[2 * p]), a);
-      const uint32_t s1 = Code::symbol_of(FB::exponent(x[2 * p + 1]), a);
+      const uint32_t s0 = Code::symbol_of(exps[2 * p], a), s1 = Code::symbol_of(exps[2 * p + 1], a);
       Append(Entry(table_f, s0, s1));
-      if (s0 == Code::ESC) Append(FB::exponent(x[2 * p]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
-      if (s1 == Code::ESC) Append(FB::exponent(x[2 * p + 1]) | EXP_BITS << Code::ENCODE_LEN_SHIFT);
+      if (s0 == Code::ESC) Append(exps[2 * p] | EXP_BITS << Code::ENCODE_LEN_SHIFT);
+      if (s1 == Code::ESC) Append(exps[2 * p + 1] | EXP_BITS << Code::ENCODE_LEN_SHIFT);
     }
+  }
+  ZIPCOMM_DEVICE static void exponents_of(const uint32_t (&x)[ITEMS], uint32_t (&exps)[ITEMS]) {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) exps[i] = FB::exponent(x[i]);
   }
 
   // A full tile (the lane's 8 items; plane0_at is where its 8 plane bytes go); returns the updated check.
   ZIPCOMM_DEVICE uint32_t FullTilePacked(uint32_t t, const uint32_t (&x)[ITEMS], uint8_t* plane0_at, uint32_t check) {
-    uint32_t w[ITEMS / 2], top[ITEMS / 2];
+    uint32_t w[ITEMS / 2];
 #pragma unroll
-    for (int p = 0; p < ITEMS / 2; ++p) {
-      w[p] = packed_pair<D>(x[2 * p], x[2 * p + 1]);
+    for (int p = 0; p < ITEMS / 2; ++p) w[p] = packed_pair<D>(x[2 * p], x[2 * p + 1]);
+    if constexpr (D == DType::fp32) check = thread::ChunkCheck::add_items<D>(check, x, ITEMS);  // whole elements
+    return FullTileWords(t, w, plane0_at, check);
+  }
+  // FullTilePacked from the packed words (fp32: the check of the whole elements already taken).
+  ZIPCOMM_DEVICE uint32_t FullTileWords(uint32_t t, const uint32_t (&w)[ITEMS / 2], uint8_t* plane0_at,
+                                        uint32_t check) {
+    uint32_t top[ITEMS / 2];
+#pragma unroll
+    for (int p = 0; p < ITEMS / 2; ++p)
       top[p] = w[p] >> (PB::MANT_BITS - 7);  // each half's top 7 mantissa bits in its low byte (fp16: 3 bits down)
-    }
     // Plane bytes: those 7 bits under the sign (the top bit of each half's high byte); fp16 encode 663 -> 718 GB/s.
     *reinterpret_cast<uint2*>(plane0_at) =
         make_uint2((prmt(top[0], top[1], 0x6420u) & 0x7F7F7F7Fu) | (prmt(w[0], w[1], 0x7531u) & 0x80808080u),
                    (prmt(top[2], top[3], 0x6420u) & 0x7F7F7F7Fu) | (prmt(w[2], w[3], 0x7531u) & 0x80808080u));
-    if constexpr (D == DType::fp32) check = thread::ChunkCheck::add_items<D>(check, x, ITEMS);  // whole elements
     uint32_t mag = 0;
 #pragma unroll
     for (int p = 0; p < ITEMS / 2; ++p) {
@@ -367,7 +308,7 @@ class WarpChunkEncoder {
     if constexpr (FIXED)
       FixedTilePacked(t, a, w);
     else if (a != 0)  // a = 0: all exponents zero, nothing to code
-      PairTilePacked(a, f, w, x);
+      PairTilePacked(a, f, w);
     return check;
   }
   // The pair code's tile from its items (partial tiles, dtypes without a packed path): cnt valid, all if full.
@@ -403,8 +344,7 @@ class WarpChunkEncoder {
   }
   // The pair code's symbols of both halves at once: d = a - e, ZERO (16) where e = 0; d >= 16 (an ESC) sends the
   // tile to AppendWithEscapes.
-  ZIPCOMM_DEVICE void PairTilePacked(uint32_t a, uint32_t f, const uint32_t (&w)[ITEMS / 2],
-                                     const uint32_t (&x)[ITEMS]) {
+  ZIPCOMM_DEVICE void PairTilePacked(uint32_t a, uint32_t f, const uint32_t (&w)[ITEMS / 2]) {
     constexpr uint32_t EXP_MASK = (1u << EXP_BITS) - 1u;
     const uint32_t a2 = a | a << 16;
     uint32_t s[ITEMS / 2], dmax = 0;
@@ -422,7 +362,11 @@ class WarpChunkEncoder {
       for (int p = 0; p < ITEMS / 2; p += 2)
         Append2(Entry(table_f, s[p] & 0xFFFFu, s[p] >> 16), Entry(table_f, s[p + 1] & 0xFFFFu, s[p + 1] >> 16));
     } else {
-      AppendWithEscapes(table_f, a, x);
+      uint32_t exps[ITEMS];  // fp32: its upper halves' exponents are its own
+#pragma unroll
+      for (int p = 0; p < ITEMS / 2; ++p)
+        exps[2 * p] = PB::exponent(w[p] & 0xFFFFu), exps[2 * p + 1] = PB::exponent(w[p] >> 16);
+      AppendWithEscapes(table_f, a, exps);
     }
   }
   // The fixed code's codes min(a - e, 7) of both halves at once.
@@ -484,7 +428,9 @@ class WarpChunkEncoder {
       for (int k = 0; k < 2; ++k)
         Append2(Entry(table_f, s[k] & 0xFFu, (s[k] >> 8) & 0xFFu), Entry(table_f, (s[k] >> 16) & 0xFFu, s[k] >> 24));
     } else {
-      AppendWithEscapes(table_f, a, x);
+      uint32_t exps[ITEMS];
+      exponents_of(x, exps);
+      AppendWithEscapes(table_f, a, exps);
     }
   }
 
@@ -554,9 +500,10 @@ class WarpChunkEncoder {
     uint32_t at, total;
     place_exceptions(flags, at, total);
     uint8_t* list = temp_.bytes + (FC::TILE_CODE_BYTES + 1) * tiles_;
+    const uint64_t exps = prmt(e2[0], e2[1], 0x6420u) | uint64_t(prmt(e2[2], e2[3], 0x6420u)) << 32;  // item i: byte i
     for (at += words_; flags; ++at) {
       const uint32_t b = top_flag(flags);
-      if (at < exception_limit_) list[at] = uint8_t(pair_of_flag(e2, b) >> (b & 16u));
+      if (at < exception_limit_) list[at] = uint8_t(exps >> item_byte_shift(b));
       flags ^= 1u << b;
     }
     words_ += total;
