@@ -10,7 +10,6 @@
 #include "../thread/float_bits.hpp"
 #include "../thread/pair_code.hpp"
 #include "lane_io.cuh"
-#include "pair_tables.cuh"
 
 namespace zipcomm {
 namespace warp {

@@ -12,7 +12,6 @@
 #include "../thread/fixed_code.hpp"
 #include "../thread/pair_code.hpp"
 #include "../thread/float_bits.hpp"
-#include "../thread/reduce_op.hpp"
 #include "array_tile_source.cuh"
 #include "fixed_code_lanes.cuh"
 #include "lane_io.cuh"
